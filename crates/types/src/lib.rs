@@ -1,0 +1,13 @@
+//! Identifiers every walshadow crate shares, kept apart so that the decoders
+//! depend on nothing heavier than this.
+//!
+//! Names mirror PostgreSQL's (`XLogRecPtr` is [`Lsn`], `TransactionId` is
+//! [`Xid`], `RelFileLocator` is [`RelFileLocator`]).
+
+mod lsn;
+mod major;
+mod rel;
+
+pub use lsn::{Lsn, ParseLsnError};
+pub use major::{PgMajor, UnsupportedMajor};
+pub use rel::{BlockNumber, ForkNumber, Oid, RelFileLocator, TimeLineId, Xid};
