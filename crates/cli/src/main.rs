@@ -1,1 +1,57 @@
-fn main() {}
+//! The `walshadow` binary: parses the command line and wires the library
+//! crates together. No processing logic lives here.
+
+mod wal_dump;
+
+use clap::{Parser, Subcommand};
+
+/// walshadow replicates PostgreSQL tables into ClickHouse by decoding the
+/// source's physical WAL itself: no logical slot, no publication, no output
+/// plugin on the source.
+#[derive(Debug, Parser)]
+#[command(name = "walshadow", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Inspect WAL.
+    #[command(subcommand)]
+    Wal(WalCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum WalCommand {
+    /// Print WAL records, one JSON object per line.
+    ///
+    /// Reads segment files (PATH is a segment file or a folder of them, such
+    /// as pg_wal or an archive) or a live source over physical replication
+    /// (--source). Each line carries at least lsn, prev, rmgr (spelled as
+    /// pg_waldump spells it), info, xid, tot_len and blocks (id, spc, db,
+    /// rel, fork, blk, fpi). Every record's CRC is verified; a damaged
+    /// record stops the dump with an error naming its LSN.
+    Dump(wal_dump::DumpArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WALSHADOW_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Wal(WalCommand::Dump(args)) => wal_dump::run(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("walshadow: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

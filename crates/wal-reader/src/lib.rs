@@ -3,3 +3,7 @@
 //! Both hand raw WAL bytes with their start LSN to the same
 //! [`walshadow_wal_decode::WalStreamDecoder`], so records come out identical
 //! whichever way the WAL arrived.
+
+pub mod segments;
+
+pub mod replication;

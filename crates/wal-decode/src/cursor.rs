@@ -1,0 +1,57 @@
+//! A checked little-endian reader: every read either yields bytes that are
+//! there or an error, never a panic (the `Buffer` idea of rust-postgres).
+
+/// Reads little-endian integers off a byte slice, failing on truncation.
+#[derive(Debug, Clone)]
+pub(crate) struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+/// The input ended before a field did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Truncated;
+
+impl<'a> Cursor<'a> {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
+        Cursor { buf, pos: 0 }
+    }
+
+    pub(crate) fn position(&self) -> usize {
+        self.pos
+    }
+
+    pub(crate) fn remaining(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
+    }
+
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], Truncated> {
+        let end = self.pos.checked_add(n).ok_or(Truncated)?;
+        let out = self.buf.get(self.pos..end).ok_or(Truncated)?;
+        self.pos = end;
+        Ok(out)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Truncated> {
+        let s = self.take(N)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+
+    pub(crate) fn u8(&mut self) -> Result<u8, Truncated> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    pub(crate) fn u16(&mut self) -> Result<u16, Truncated> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+
+    pub(crate) fn u32(&mut self) -> Result<u32, Truncated> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    pub(crate) fn u64(&mut self) -> Result<u64, Truncated> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+}

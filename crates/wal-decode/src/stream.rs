@@ -1,0 +1,517 @@
+//! Sans-IO reassembly of records from raw WAL bytes (`XLogDecodeNextRecord`
+//! and `XLogFindNextRecord` in xlogreader.c).
+//!
+//! Feed bytes in any chunk size with [`WalStreamDecoder::feed`], then call
+//! [`WalStreamDecoder::poll`] until it returns `Ok(None)` (more bytes
+//! needed). The decoder validates every page header (magic, address,
+//! timeline, system id, segment size), follows records across pages and
+//! segments (`XLP_FIRST_IS_CONTRECORD` with `xlp_rem_len`), restarts on an
+//! `XLP_FIRST_IS_OVERWRITE_CONTRECORD` page, skips the zeroed tail of a
+//! segment after `XLOG_SWITCH`, checks each record's `xl_prev` and CRC-32C.
+//!
+//! Memory is bounded by the largest record plus one fed chunk: a record is
+//! copied out of the input as its pieces arrive, and a hostile `xl_tot_len`
+//! only ever costs the bytes actually fed.
+
+use walshadow_types::{Lsn, PgMajor, TimeLineId};
+
+use crate::error::{WalDecodeError, WalErrorKind};
+use crate::page::{PageHeader, XLOG_BLCKSZ, valid_segment_size};
+use crate::record::{RecordHeader, SIZE_OF_XLOG_RECORD, WalRecord, decode_record};
+
+/// PostgreSQL never writes a record over 1 GiB (`XLogRecordMaxSize` is
+/// 1020 MiB since 16; 15 is bounded by `MaxAllocSize`).
+const MAX_RECORD_LEN: u32 = 1 << 30;
+
+const BLCKSZ: u64 = XLOG_BLCKSZ as u64;
+
+#[derive(Debug)]
+enum State {
+    /// Skipping the tail of a record that began before the first fed page.
+    SkipContrecord { remaining: u64 },
+    /// Between records: the next record starts at `pos` (after the page
+    /// header, if `pos` is at a page boundary).
+    Idle,
+    /// Copying a record's bytes out of the pages.
+    Assembling {
+        start: Lsn,
+        tot_len: u32,
+        data: Vec<u8>,
+        header_checked: bool,
+    },
+}
+
+/// What one assembly step achieved.
+enum Step {
+    Record(WalRecord),
+    /// Progress made (a page's piece copied); go on.
+    Continue,
+    NeedMore,
+}
+
+/// Reassembles WAL records from a contiguous byte stream.
+#[derive(Debug)]
+pub struct WalStreamDecoder {
+    seg_size: u32,
+    /// Unread input; `buf[buf_pos]` is the byte at `pos`.
+    buf: Vec<u8>,
+    buf_pos: usize,
+    /// Reading position.
+    pos: Lsn,
+    /// Position of the next byte `feed` expects.
+    feed_end: Lsn,
+    /// Records that start before this are decoded (to find boundaries and
+    /// check links) but not returned.
+    emit_from: Lsn,
+    state: State,
+    /// `true` until the first page header has been read.
+    first_page: bool,
+    prev_record: Option<Lsn>,
+    magic: Option<u16>,
+    system_id: Option<u64>,
+    latest_page: Option<(Lsn, TimeLineId)>,
+    failed: Option<WalDecodeError>,
+}
+
+impl WalStreamDecoder {
+    /// A decoder whose input starts at `feed_start` and that returns records
+    /// starting at or after `emit_from`.
+    ///
+    /// If `feed_start` is at a page boundary the decoder finds the first
+    /// record on that page itself (skipping the tail of a record continued
+    /// from the previous page), as `XLogFindNextRecord` does. Otherwise
+    /// `feed_start` must be the start of a record (for resuming a stream at a
+    /// known record boundary).
+    pub fn new(feed_start: Lsn, emit_from: Lsn, seg_size: u32) -> Result<Self, WalDecodeError> {
+        if !valid_segment_size(u64::from(seg_size)) {
+            return Err(WalDecodeError::new(
+                feed_start,
+                WalErrorKind::BadSegmentSize(u64::from(seg_size)),
+            ));
+        }
+        let at_page = feed_start.0 % BLCKSZ == 0;
+        if !at_page && feed_start.0 % 8 != 0 {
+            return Err(WalDecodeError::new(
+                feed_start,
+                WalErrorKind::BadBody("a record start must be 8-byte aligned".into()),
+            ));
+        }
+        Ok(WalStreamDecoder {
+            seg_size,
+            buf: Vec::new(),
+            buf_pos: 0,
+            pos: feed_start,
+            feed_end: feed_start,
+            emit_from,
+            state: State::Idle,
+            first_page: at_page,
+            prev_record: None,
+            magic: None,
+            system_id: None,
+            latest_page: None,
+            failed: None,
+        })
+    }
+
+    /// Expect this system identifier in long page headers.
+    pub fn expect_system_id(&mut self, system_id: u64) {
+        self.system_id = Some(system_id);
+    }
+
+    /// Expect pages of this major (by page magic).
+    pub fn expect_major(&mut self, major: PgMajor) {
+        self.magic = Some(major.xlog_page_magic());
+    }
+
+    /// The major whose page magic the stream carries, once a page was read.
+    pub fn major(&self) -> Option<PgMajor> {
+        self.magic.and_then(PgMajor::from_xlog_page_magic)
+    }
+
+    pub fn system_id(&self) -> Option<u64> {
+        self.system_id
+    }
+
+    pub fn segment_size(&self) -> u32 {
+        self.seg_size
+    }
+
+    /// Where decoding stands: the start of the next record, or inside one.
+    pub fn position(&self) -> Lsn {
+        self.pos
+    }
+
+    /// The LSN the next fed byte must have.
+    pub fn feed_position(&self) -> Lsn {
+        self.feed_end
+    }
+
+    /// Feeds the next bytes of the stream.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        let mut bytes = bytes;
+        // After an XLOG_SWITCH the reading position may have jumped ahead of
+        // the input: drop the segment's zeroed tail as it arrives.
+        if self.feed_end < self.pos {
+            let skip = self
+                .pos
+                .distance_from(self.feed_end)
+                .min(bytes.len() as u64) as usize;
+            bytes = bytes.get(skip..).unwrap_or_default();
+            self.feed_end = Lsn(self.feed_end.0.saturating_add(skip as u64));
+        }
+        if self.buf_pos == self.buf.len() {
+            self.buf.clear();
+            self.buf_pos = 0;
+        } else if self.buf_pos > (1 << 16) && self.buf_pos > self.buf.len() / 2 {
+            self.buf.drain(..self.buf_pos);
+            self.buf_pos = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+        self.feed_end = Lsn(self.feed_end.0.saturating_add(bytes.len() as u64));
+    }
+
+    /// Where the decoder wants its next byte from: past [`Self::feed_position`]
+    /// when it skipped ahead (the zeroed tail of a segment after
+    /// `XLOG_SWITCH`), so a reader need not fetch what would be dropped.
+    pub fn wanted_position(&self) -> Lsn {
+        self.feed_end.max(self.pos)
+    }
+
+    /// Feeds bytes that claim to start at `lsn`; they must continue the
+    /// stream exactly, or start anywhere in a stretch the decoder skips.
+    pub fn feed_at(&mut self, lsn: Lsn, bytes: &[u8]) -> Result<(), WalDecodeError> {
+        if lsn > self.feed_end && lsn <= self.pos {
+            self.feed_end = lsn;
+        }
+        if lsn != self.feed_end {
+            return Err(WalDecodeError::new(
+                lsn,
+                WalErrorKind::NonContiguous {
+                    got: lsn,
+                    expected: self.feed_end,
+                },
+            ));
+        }
+        self.feed(bytes);
+        Ok(())
+    }
+
+    fn available(&self) -> &[u8] {
+        self.buf.get(self.buf_pos..).unwrap_or_default()
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.buf_pos = self.buf_pos.saturating_add(n).min(self.buf.len());
+        self.pos = Lsn(self.pos.0.saturating_add(n as u64));
+    }
+
+    /// Moves the reading position forward to `to`, dropping what lies
+    /// between (possibly bytes not fed yet).
+    fn skip_to(&mut self, to: Lsn) {
+        let n = to.distance_from(self.pos);
+        let have = self.available().len() as u64;
+        if n <= have {
+            self.consume(n as usize);
+        } else {
+            self.buf.clear();
+            self.buf_pos = 0;
+            self.pos = to;
+        }
+    }
+
+    fn fail(&mut self, lsn: Lsn, kind: WalErrorKind) -> WalDecodeError {
+        let e = WalDecodeError::new(lsn, kind);
+        self.failed = Some(e.clone());
+        e
+    }
+
+    /// Returns the next complete record, `Ok(None)` when more bytes are
+    /// needed. After an error the decoder stays failed.
+    pub fn poll(&mut self) -> Result<Option<WalRecord>, WalDecodeError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        loop {
+            if self.pos.0 % BLCKSZ == 0 {
+                match self.read_page_header()? {
+                    true => continue,
+                    false => return Ok(None),
+                }
+            }
+            let page_left = BLCKSZ - self.pos.0 % BLCKSZ;
+            let have = self.available().len() as u64;
+            match &mut self.state {
+                State::SkipContrecord { remaining } => {
+                    let n = (*remaining).min(page_left).min(have);
+                    *remaining -= n;
+                    let done = *remaining == 0;
+                    self.consume(n as usize);
+                    if done {
+                        self.state = State::Idle;
+                        self.skip_to(self.pos.align8());
+                    } else if n == 0 {
+                        return Ok(None);
+                    }
+                }
+                State::Idle => {
+                    if self.pos.0 % 8 != 0 {
+                        return Err(self.fail(
+                            self.pos,
+                            WalErrorKind::BadBody("record start is not 8-byte aligned".into()),
+                        ));
+                    }
+                    let Some(len_bytes) = self.available().get(..4) else {
+                        return Ok(None);
+                    };
+                    let tot_len = u32::from_le_bytes(len_bytes.try_into().unwrap_or([0; 4]));
+                    if tot_len < SIZE_OF_XLOG_RECORD as u32 {
+                        return Err(self.fail(self.pos, WalErrorKind::RecordTooShort(tot_len)));
+                    }
+                    if tot_len > MAX_RECORD_LEN {
+                        return Err(self.fail(self.pos, WalErrorKind::RecordTooLong(tot_len)));
+                    }
+                    self.state = State::Assembling {
+                        start: self.pos,
+                        tot_len,
+                        data: Vec::with_capacity((tot_len as usize).min(1 << 16)),
+                        header_checked: false,
+                    };
+                }
+                State::Assembling { .. } => match self.assemble()? {
+                    Step::Record(rec) => {
+                        if rec.lsn >= self.emit_from {
+                            return Ok(Some(rec));
+                        }
+                    }
+                    Step::Continue => {}
+                    Step::NeedMore => return Ok(None),
+                },
+            }
+        }
+    }
+
+    /// Copies the current record's next piece; returns it when complete.
+    fn assemble(&mut self) -> Result<Step, WalDecodeError> {
+        let page_left = (BLCKSZ - self.pos.0 % BLCKSZ) as usize;
+        let avail_len = self.available().len();
+        let State::Assembling {
+            start,
+            tot_len,
+            data,
+            header_checked,
+        } = &mut self.state
+        else {
+            return Ok(Step::Continue);
+        };
+        let need = (*tot_len as usize).saturating_sub(data.len());
+        let n = need.min(page_left).min(avail_len);
+        if n == 0 && need > 0 {
+            return Ok(Step::NeedMore);
+        }
+        let from = self.buf_pos;
+        if let Some(piece) = self.buf.get(from..from.saturating_add(n)) {
+            data.extend_from_slice(piece);
+        }
+        let start = *start;
+        let tot_len = *tot_len;
+        if !*header_checked && data.len() >= SIZE_OF_XLOG_RECORD {
+            *header_checked = true;
+            let header = RecordHeader::parse(data);
+            self.consume(n);
+            if let Some(h) = header {
+                self.check_header(start, &h)?;
+            }
+        } else {
+            self.consume(n);
+        }
+        let State::Assembling { data, .. } = &mut self.state else {
+            return Ok(Step::Continue);
+        };
+        if data.len() < tot_len as usize {
+            return Ok(Step::Continue);
+        }
+        let raw = std::mem::take(data);
+        self.state = State::Idle;
+        let end = self.pos;
+        let mut rec = decode_record(start, raw).map_err(|k| self.fail(start, k))?;
+        rec.end = end;
+        self.prev_record = Some(start);
+        if rec.header.is_xlog_switch() {
+            // The rest of the segment is zero padding: jump to the next one.
+            let seg = u64::from(self.seg_size);
+            let next = end.0.saturating_sub(1) / seg * seg + seg;
+            self.skip_to(Lsn(next));
+        } else {
+            self.skip_to(end.align8());
+        }
+        Ok(Step::Record(rec))
+    }
+
+    /// `ValidXLogRecordHeader`: rmgr id and prev-link.
+    fn check_header(&mut self, start: Lsn, h: &RecordHeader) -> Result<(), WalDecodeError> {
+        if !h.xl_rmid.is_valid() {
+            return Err(self.fail(start, WalErrorKind::BadRmgr(h.xl_rmid.0)));
+        }
+        match self.prev_record {
+            Some(prev) if h.xl_prev != prev => Err(self.fail(
+                start,
+                WalErrorKind::BadPrevLink {
+                    found: h.xl_prev,
+                    expected: prev,
+                },
+            )),
+            // First record read: we only know its predecessor is earlier.
+            None if h.xl_prev >= start => Err(self.fail(
+                start,
+                WalErrorKind::BadPrevLink {
+                    found: h.xl_prev,
+                    expected: start,
+                },
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Reads and checks the page header at `pos` (a page boundary). Returns
+    /// `false` when more bytes are needed.
+    fn read_page_header(&mut self) -> Result<bool, WalDecodeError> {
+        let page = self.pos;
+        let avail = self.available();
+        let Some(needed) = PageHeader::needed(avail) else {
+            return Ok(false);
+        };
+        let Some(bytes) = avail.get(..needed) else {
+            return Ok(false);
+        };
+        let hdr = PageHeader::parse(bytes).map_err(|k| self.fail(page, k))?;
+        self.validate_page_header(page, &hdr)?;
+        self.consume(hdr.size());
+
+        let first_page = std::mem::replace(&mut self.first_page, false);
+        match &mut self.state {
+            State::Idle if first_page && hdr.is_contrecord() => {
+                self.state = State::SkipContrecord {
+                    remaining: u64::from(hdr.rem_len),
+                };
+                if hdr.rem_len == 0 {
+                    self.state = State::Idle;
+                }
+            }
+            State::Idle if hdr.is_contrecord() && hdr.rem_len > 0 => {
+                return Err(self.fail(page, WalErrorKind::UnexpectedContrecord));
+            }
+            State::Idle => {}
+            State::SkipContrecord { remaining } => {
+                if hdr.is_contrecord() {
+                    *remaining = u64::from(hdr.rem_len);
+                } else {
+                    // The skipped record ended exactly at the page end.
+                    self.state = State::Idle;
+                }
+            }
+            State::Assembling {
+                start,
+                tot_len,
+                data,
+                ..
+            } => {
+                if hdr.is_overwrite_contrecord() {
+                    // The record was abandoned (crash before its end was
+                    // written); the page starts afresh with the
+                    // OVERWRITE_CONTRECORD record.
+                    self.state = State::Idle;
+                } else if !hdr.is_contrecord() {
+                    let record = *start;
+                    return Err(self.fail(page, WalErrorKind::MissingContrecord { record }));
+                } else {
+                    let expected = u64::from(*tot_len).saturating_sub(data.len() as u64);
+                    if u64::from(hdr.rem_len) != expected {
+                        let record = *start;
+                        return Err(self.fail(
+                            page,
+                            WalErrorKind::BadContrecordLength {
+                                found: hdr.rem_len,
+                                expected,
+                                record,
+                            },
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// `XLogReaderValidatePageHeader`.
+    fn validate_page_header(&mut self, page: Lsn, hdr: &PageHeader) -> Result<(), WalDecodeError> {
+        match self.magic {
+            Some(m) if m != hdr.magic => {
+                return Err(self.fail(
+                    page,
+                    WalErrorKind::MagicChanged {
+                        found: hdr.magic,
+                        expected: m,
+                    },
+                ));
+            }
+            Some(_) => {}
+            None => self.magic = Some(hdr.magic),
+        }
+        if hdr.pageaddr != page {
+            return Err(self.fail(
+                page,
+                WalErrorKind::UnexpectedPageAddr {
+                    found: hdr.pageaddr,
+                    expected: page,
+                },
+            ));
+        }
+        let seg_start = page.0 % u64::from(self.seg_size) == 0;
+        match hdr.long {
+            Some((sysid, seg_size, blcksz)) => {
+                match self.system_id {
+                    Some(s) if s != sysid => {
+                        return Err(self.fail(
+                            page,
+                            WalErrorKind::SystemIdMismatch {
+                                found: sysid,
+                                expected: s,
+                            },
+                        ));
+                    }
+                    Some(_) => {}
+                    None => self.system_id = Some(sysid),
+                }
+                if seg_size != self.seg_size {
+                    return Err(self.fail(
+                        page,
+                        WalErrorKind::SegmentSizeMismatch {
+                            found: seg_size,
+                            expected: self.seg_size,
+                        },
+                    ));
+                }
+                if blcksz != XLOG_BLCKSZ {
+                    return Err(self.fail(page, WalErrorKind::BlockSizeMismatch(blcksz)));
+                }
+            }
+            None if seg_start => {
+                return Err(self.fail(page, WalErrorKind::BadPageInfo(hdr.info)));
+            }
+            None => {}
+        }
+        if let Some((latest_page, latest_tli)) = self.latest_page {
+            if page > latest_page && hdr.tli < latest_tli {
+                return Err(self.fail(
+                    page,
+                    WalErrorKind::TimelineBackwards {
+                        found: hdr.tli,
+                        latest: latest_tli,
+                    },
+                ));
+            }
+        }
+        self.latest_page = Some((page, hdr.tli));
+        Ok(())
+    }
+}
