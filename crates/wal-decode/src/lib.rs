@@ -46,7 +46,7 @@ pub use page::{
     XLP_FIRST_IS_OVERWRITE_CONTRECORD, XLP_LONG_HEADER,
 };
 pub use pglz::{PglzError, pglz_decompress};
-pub use record::{RecordHeader, SIZE_OF_XLOG_RECORD, WalRecord, decode_record};
+pub use record::{RecordHeader, RecordView, SIZE_OF_XLOG_RECORD, WalRecord, decode_record};
 pub use rmgr::RmgrId;
 pub use stream::WalStreamDecoder;
 pub use summary::{BlockSummary, RecordSummary};

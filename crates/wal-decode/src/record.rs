@@ -11,8 +11,6 @@
 //! CRC-32C covers everything after the fixed header, then the fixed header
 //! up to `xl_crc`.
 
-use std::ops::Range;
-
 use walshadow_types::{ForkNumber, Lsn, RelFileLocator, Xid};
 
 use crate::block::{
@@ -83,28 +81,54 @@ impl RecordHeader {
     }
 }
 
-/// A decoded record. Owns its bytes (page headers removed); block data,
-/// images and main data are ranges into them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WalRecord {
+/// A decoded record borrowed from the decoder's buffers: valid until the
+/// next `poll`. Block data, images and main data are ranges into `raw`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordView<'a> {
     /// Where the record starts (`ReadRecPtr`).
     pub lsn: Lsn,
     /// Just past its last byte (`EndRecPtr`, before alignment).
     pub end: Lsn,
     pub header: RecordHeader,
-    pub blocks: Vec<BlockRef>,
+    pub blocks: &'a [BlockRef],
     /// `XLR_BLOCK_ID_ORIGIN`: the replication origin that wrote it.
     pub origin: Option<u16>,
     /// `XLR_BLOCK_ID_TOPLEVEL_XID`: the top transaction of a subxact's first record.
     pub toplevel_xid: Option<Xid>,
-    main_data: Range<usize>,
-    raw: Vec<u8>,
+    pub(crate) main_data: (usize, usize),
+    raw: &'a [u8],
 }
 
-impl WalRecord {
-    /// The record as stored (`xl_tot_len` bytes).
-    pub fn raw(&self) -> &[u8] {
-        &self.raw
+impl<'a> RecordView<'a> {
+    /// Re-lends a record already decoded (by [`decode_record`]) from its
+    /// parts: no CRC or fragment work again.
+    pub(crate) fn from_parts(parts: &RecordParts, raw: &'a [u8], blocks: &'a [BlockRef]) -> Self {
+        RecordView {
+            lsn: parts.lsn,
+            end: parts.end,
+            header: parts.header,
+            blocks,
+            origin: parts.origin,
+            toplevel_xid: parts.toplevel_xid,
+            main_data: parts.main_data,
+            raw,
+        }
+    }
+
+    pub(crate) fn parts(&self) -> RecordParts {
+        RecordParts {
+            lsn: self.lsn,
+            end: self.end,
+            header: self.header,
+            origin: self.origin,
+            toplevel_xid: self.toplevel_xid,
+            main_data: self.main_data,
+        }
+    }
+
+    /// The record as stored (`xl_tot_len` bytes, page headers removed).
+    pub fn raw(&self) -> &'a [u8] {
+        self.raw
     }
 
     pub fn rmgr(&self) -> RmgrId {
@@ -115,22 +139,24 @@ impl WalRecord {
         self.header.xl_xid
     }
 
-    pub fn main_data(&self) -> &[u8] {
-        self.raw.get(self.main_data.clone()).unwrap_or_default()
+    pub fn main_data(&self) -> &'a [u8] {
+        self.raw
+            .get(self.main_data.0..self.main_data.1)
+            .unwrap_or_default()
     }
 
     /// The rmgr data attached to block reference `b` (empty if none).
-    pub fn block_data(&self, b: &BlockRef) -> &[u8] {
+    pub fn block_data(&self, b: &BlockRef) -> &'a [u8] {
         self.raw.get(b.data.clone()).unwrap_or_default()
     }
 
     /// Block reference with id `id`, if the record has one.
-    pub fn block(&self, id: u8) -> Option<&BlockRef> {
+    pub fn block(&self, id: u8) -> Option<&'a BlockRef> {
         self.blocks.iter().find(|b| b.id == id)
     }
 
     /// The stored (possibly compressed, hole removed) image bytes of `b`.
-    pub fn image_bytes(&self, b: &BlockRef) -> Option<&[u8]> {
+    pub fn image_bytes(&self, b: &BlockRef) -> Option<&'a [u8]> {
         let img = b.image.as_ref()?;
         self.raw.get(img.range.clone())
     }
@@ -151,6 +177,88 @@ impl WalRecord {
             .ok_or_else(|| bad("image outside the record".into()))?;
         img.restore(stored).map_err(bad)
     }
+
+    /// An owned copy, to keep past the next `poll`.
+    pub fn to_owned(&self) -> WalRecord {
+        WalRecord {
+            lsn: self.lsn,
+            end: self.end,
+            header: self.header,
+            blocks: self.blocks.to_vec(),
+            origin: self.origin,
+            toplevel_xid: self.toplevel_xid,
+            main_data: self.main_data,
+            raw: self.raw.to_vec(),
+        }
+    }
+}
+
+/// The scalar parts of a decoded record, kept to lend it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecordParts {
+    lsn: Lsn,
+    end: Lsn,
+    header: RecordHeader,
+    origin: Option<u16>,
+    toplevel_xid: Option<Xid>,
+    main_data: (usize, usize),
+}
+
+/// A decoded record that owns its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalRecord {
+    pub lsn: Lsn,
+    pub end: Lsn,
+    pub header: RecordHeader,
+    pub blocks: Vec<BlockRef>,
+    pub origin: Option<u16>,
+    pub toplevel_xid: Option<Xid>,
+    main_data: (usize, usize),
+    raw: Vec<u8>,
+}
+
+impl WalRecord {
+    /// Borrows the record as a [`RecordView`], which has the accessors.
+    pub fn view(&self) -> RecordView<'_> {
+        RecordView {
+            lsn: self.lsn,
+            end: self.end,
+            header: self.header,
+            blocks: &self.blocks,
+            origin: self.origin,
+            toplevel_xid: self.toplevel_xid,
+            main_data: self.main_data,
+            raw: &self.raw,
+        }
+    }
+
+    pub fn raw(&self) -> &[u8] {
+        &self.raw
+    }
+
+    pub fn rmgr(&self) -> RmgrId {
+        self.header.xl_rmid
+    }
+
+    pub fn xid(&self) -> Xid {
+        self.header.xl_xid
+    }
+
+    pub fn main_data(&self) -> &[u8] {
+        self.view().main_data()
+    }
+
+    pub fn block_data(&self, b: &BlockRef) -> &[u8] {
+        self.raw.get(b.data.clone()).unwrap_or_default()
+    }
+
+    pub fn block(&self, id: u8) -> Option<&BlockRef> {
+        self.blocks.iter().find(|b| b.id == id)
+    }
+
+    pub fn restore_page(&self, b: &BlockRef) -> Result<Vec<u8>, WalErrorKind> {
+        self.view().restore_page(b)
+    }
 }
 
 /// Checks a whole record's CRC-32C (`ValidXLogRecord`).
@@ -166,11 +274,17 @@ pub(crate) fn verify_crc(raw: &[u8], stored: u32) -> Result<(), WalErrorKind> {
     Ok(())
 }
 
-/// Decodes a complete record that starts at `lsn`: verifies its CRC, then
-/// parses its fragments (`DecodeXLogRecord`). `raw` must be exactly
-/// `xl_tot_len` bytes.
-pub fn decode_record(lsn: Lsn, raw: Vec<u8>) -> Result<WalRecord, WalErrorKind> {
-    let header = RecordHeader::parse(&raw).ok_or(WalErrorKind::RecordTooShort(raw.len() as u32))?;
+/// Decodes a complete record that starts at `lsn` and ends at `end`:
+/// verifies its CRC, then parses its fragments (`DecodeXLogRecord`) into
+/// `blocks` (cleared first; reused across records to spare allocations).
+/// `raw` must be exactly `xl_tot_len` bytes.
+pub fn decode_record<'a>(
+    lsn: Lsn,
+    end: Lsn,
+    raw: &'a [u8],
+    blocks: &'a mut Vec<BlockRef>,
+) -> Result<RecordView<'a>, WalErrorKind> {
+    let header = RecordHeader::parse(raw).ok_or(WalErrorKind::RecordTooShort(raw.len() as u32))?;
     if header.xl_tot_len as usize != raw.len() {
         return Err(WalErrorKind::BadBody(format!(
             "record holds {} bytes but xl_tot_len says {}",
@@ -178,14 +292,14 @@ pub fn decode_record(lsn: Lsn, raw: Vec<u8>) -> Result<WalRecord, WalErrorKind> 
             header.xl_tot_len
         )));
     }
-    verify_crc(&raw, header.xl_crc)?;
-    let parsed = parse_fragments(&raw).map_err(|e| WalErrorKind::BadBody(e.0))?;
-    let end = lsn; // fixed up by the caller, which knows the page layout
-    Ok(WalRecord {
+    verify_crc(raw, header.xl_crc)?;
+    blocks.clear();
+    let parsed = parse_fragments(raw, blocks).map_err(|e| WalErrorKind::BadBody(e.0))?;
+    Ok(RecordView {
         lsn,
         end,
         header,
-        blocks: parsed.blocks,
+        blocks,
         origin: parsed.origin,
         toplevel_xid: parsed.toplevel_xid,
         main_data: parsed.main_data,
@@ -194,10 +308,9 @@ pub fn decode_record(lsn: Lsn, raw: Vec<u8>) -> Result<WalRecord, WalErrorKind> 
 }
 
 struct Fragments {
-    blocks: Vec<BlockRef>,
     origin: Option<u16>,
     toplevel_xid: Option<Xid>,
-    main_data: Range<usize>,
+    main_data: (usize, usize),
 }
 
 struct BodyError(String);
@@ -208,21 +321,18 @@ impl From<Truncated> for BodyError {
     }
 }
 
-fn parse_fragments(raw: &[u8]) -> Result<Fragments, BodyError> {
+fn parse_fragments(raw: &[u8], blocks: &mut Vec<BlockRef>) -> Result<Fragments, BodyError> {
     let mut c = Cursor::new(raw);
     c.take(SIZE_OF_XLOG_RECORD)?;
     let mut remaining = c.remaining();
     // Sum of payload bytes the headers announce; headers end where the
     // announced payload fills the rest of the record.
     let mut datatotal: usize = 0;
-    let mut blocks: Vec<BlockRef> = Vec::new();
     let mut origin = None;
     let mut toplevel_xid = None;
     let mut main_data_len: usize = 0;
     let mut max_block_id: Option<u8> = None;
     let mut last_locator: Option<RelFileLocator> = None;
-    // (image len, data len) per block, to lay out payload ranges afterwards.
-    let mut payload_lens: Vec<(usize, usize)> = Vec::new();
 
     while remaining > datatotal {
         let block_id = c.u8()?;
@@ -267,7 +377,6 @@ fn parse_fragments(raw: &[u8]) -> Result<Fragments, BodyError> {
                 }
                 datatotal = datatotal.saturating_add(data_len);
                 let mut image = None;
-                let mut image_len = 0usize;
                 if has_image {
                     let bimg_len = c.u16()?;
                     let hole_offset = c.u16()?;
@@ -307,10 +416,11 @@ fn parse_fragments(raw: &[u8]) -> Result<Fragments, BodyError> {
                             "hole offset {hole_offset} length {hole_length} exceed the block"
                         )));
                     }
-                    image_len = usize::from(bimg_len);
+                    let image_len = usize::from(bimg_len);
                     datatotal = datatotal.saturating_add(image_len);
                     image = Some(BlockImage {
-                        range: 0..0,
+                        // Length for now; placed after the headers are read.
+                        range: 0..image_len,
                         hole_offset,
                         hole_length,
                         bimg_info,
@@ -330,7 +440,6 @@ fn parse_fragments(raw: &[u8]) -> Result<Fragments, BodyError> {
                     })?
                 };
                 let blkno = c.u32()?;
-                payload_lens.push((image_len, data_len));
                 blocks.push(BlockRef {
                     id,
                     locator,
@@ -338,7 +447,8 @@ fn parse_fragments(raw: &[u8]) -> Result<Fragments, BodyError> {
                     blkno,
                     fork_flags,
                     image,
-                    data: 0..0,
+                    // Length for now; placed after the headers are read.
+                    data: 0..data_len,
                 });
             }
             other => return Err(BodyError(format!("invalid block_id {other}"))),
@@ -353,20 +463,21 @@ fn parse_fragments(raw: &[u8]) -> Result<Fragments, BodyError> {
     }
     // Payload: per block its image then its data, then the main data.
     let mut pos = c.position();
-    for (b, (image_len, data_len)) in blocks.iter_mut().zip(payload_lens) {
+    for b in blocks.iter_mut() {
         if let Some(img) = b.image.as_mut() {
+            let image_len = img.range.len();
             img.range = pos..pos + image_len;
             pos += image_len;
         }
+        let data_len = b.data.len();
         b.data = pos..pos + data_len;
         pos += data_len;
     }
-    let main_data = pos..pos + main_data_len;
-    if main_data.end != raw.len() {
+    let main_data = (pos, pos + main_data_len);
+    if main_data.1 != raw.len() {
         return Err(BodyError("payload does not end with the record".into()));
     }
     Ok(Fragments {
-        blocks,
         origin,
         toplevel_xid,
         main_data,

@@ -13,11 +13,16 @@
 //! copied out of the input as its pieces arrive, and a hostile `xl_tot_len`
 //! only ever costs the bytes actually fed.
 
+use std::io::Read;
+
 use walshadow_types::{Lsn, PgMajor, TimeLineId};
 
+use crate::block::BlockRef;
 use crate::error::{WalDecodeError, WalErrorKind};
 use crate::page::{PageHeader, XLOG_BLCKSZ, valid_segment_size};
-use crate::record::{RecordHeader, SIZE_OF_XLOG_RECORD, WalRecord, decode_record};
+use crate::record::{
+    RecordHeader, RecordParts, RecordView, SIZE_OF_XLOG_RECORD, WalRecord, decode_record,
+};
 
 /// PostgreSQL never writes a record over 1 GiB (`XLogRecordMaxSize` is
 /// 1020 MiB since 16; 15 is bounded by `MaxAllocSize`).
@@ -33,17 +38,35 @@ enum State {
     /// header, if `pos` is at a page boundary).
     Idle,
     /// Copying a record's bytes out of the pages.
+    /// The record's bytes so far are in `assembly`.
     Assembling {
         start: Lsn,
         tot_len: u32,
-        data: Vec<u8>,
         header_checked: bool,
     },
 }
 
+/// Where the record `poll` returns lies.
+#[derive(Debug, Clone, Copy)]
+enum Found {
+    /// In `buf`, at this offset: it sat whole on one page.
+    InBuffer {
+        off: usize,
+        lsn: Lsn,
+        end: Lsn,
+        len: usize,
+    },
+    /// In `assembly`: it crossed pages.
+    Assembled { lsn: Lsn, end: Lsn },
+}
+
+/// Capacity the assembly buffer keeps between records; a larger record's
+/// buffer is released after use so one huge record does not pin memory.
+const ASSEMBLY_KEEP: usize = 1 << 20;
+
 /// What one assembly step achieved.
 enum Step {
-    Record(WalRecord),
+    Record(Found),
     /// Progress made (a page's piece copied); go on.
     Continue,
     NeedMore,
@@ -71,6 +94,12 @@ pub struct WalStreamDecoder {
     system_id: Option<u64>,
     latest_page: Option<(Lsn, TimeLineId)>,
     failed: Option<WalDecodeError>,
+    /// Bytes of the record being reassembled across pages.
+    assembly: Vec<u8>,
+    /// Block references of the last record, reused across records.
+    blocks: Vec<BlockRef>,
+    /// The record `poll_ref` returned last, while its bytes are still here.
+    last: Option<(Found, RecordParts)>,
 }
 
 impl WalStreamDecoder {
@@ -110,6 +139,9 @@ impl WalStreamDecoder {
             system_id: None,
             latest_page: None,
             failed: None,
+            assembly: Vec::new(),
+            blocks: Vec::new(),
+            last: None,
         })
     }
 
@@ -159,6 +191,31 @@ impl WalStreamDecoder {
             bytes = bytes.get(skip..).unwrap_or_default();
             self.feed_end = Lsn(self.feed_end.0.saturating_add(skip as u64));
         }
+        self.compact();
+        self.buf.extend_from_slice(bytes);
+        self.feed_end = Lsn(self.feed_end.0.saturating_add(bytes.len() as u64));
+    }
+
+    /// Reads up to `max` bytes from `r` straight into the decoder's buffer
+    /// (sparing the copy [`Self::feed`] makes); `r` must yield the bytes at
+    /// [`Self::wanted_position`]... unless the caller knows better, they are
+    /// taken to continue the stream. Returns the count read (0 at EOF).
+    pub fn feed_from<R: Read>(&mut self, r: &mut R, max: usize) -> std::io::Result<usize> {
+        self.compact();
+        if self.feed_end < self.pos {
+            // Bytes before `pos` would be dropped; the caller should have
+            // started at `wanted_position`.
+            self.feed_end = self.pos;
+        }
+        self.buf.reserve(max);
+        let n = r.take(max as u64).read_to_end(&mut self.buf)?;
+        self.feed_end = Lsn(self.feed_end.0.saturating_add(n as u64));
+        Ok(n)
+    }
+
+    /// Drops consumed input, keeping the unread tail.
+    fn compact(&mut self) {
+        self.last = None;
         if self.buf_pos == self.buf.len() {
             self.buf.clear();
             self.buf_pos = 0;
@@ -166,8 +223,6 @@ impl WalStreamDecoder {
             self.buf.drain(..self.buf_pos);
             self.buf_pos = 0;
         }
-        self.buf.extend_from_slice(bytes);
-        self.feed_end = Lsn(self.feed_end.0.saturating_add(bytes.len() as u64));
     }
 
     /// Where the decoder wants its next byte from: past [`Self::feed_position`]
@@ -213,8 +268,9 @@ impl WalStreamDecoder {
         if n <= have {
             self.consume(n as usize);
         } else {
-            self.buf.clear();
-            self.buf_pos = 0;
+            // Leave the bytes in place (a returned view may borrow them);
+            // the next feed compacts.
+            self.buf_pos = self.buf.len();
             self.pos = to;
         }
     }
@@ -225,12 +281,89 @@ impl WalStreamDecoder {
         e
     }
 
-    /// Returns the next complete record, `Ok(None)` when more bytes are
-    /// needed. After an error the decoder stays failed.
+    /// Returns the next complete record as an owned copy, `Ok(None)` when
+    /// more bytes are needed. After an error the decoder stays failed.
     pub fn poll(&mut self) -> Result<Option<WalRecord>, WalDecodeError> {
+        Ok(self.poll_ref()?.map(|v| v.to_owned()))
+    }
+
+    /// Like [`Self::poll`], but lends the record out of the decoder's
+    /// buffers: no copy and no allocation for a record that sits on one
+    /// page. The view lives until the next call.
+    pub fn poll_ref(&mut self) -> Result<Option<RecordView<'_>>, WalDecodeError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
+        self.last = None;
+        let Some(found) = self.find_next()? else {
+            return Ok(None);
+        };
+        let (lsn, end, raw) = match found {
+            Found::InBuffer { off, lsn, end, len } => (
+                lsn,
+                end,
+                self.buf
+                    .get(off..off.saturating_add(len))
+                    .unwrap_or_default(),
+            ),
+            Found::Assembled { lsn, end } => (lsn, end, self.assembly.as_slice()),
+        };
+        match decode_record(lsn, end, raw, &mut self.blocks) {
+            Ok(view) => {
+                self.last = Some((found, view.parts()));
+                Ok(self.last_record())
+            }
+            Err(kind) => {
+                self.last = None;
+                let e = WalDecodeError::new(lsn, kind);
+                self.failed = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// The record the last successful [`Self::poll_ref`] returned, lent
+    /// again; `None` once more bytes were fed.
+    pub fn last_record(&self) -> Option<RecordView<'_>> {
+        let (found, parts) = self.last.as_ref()?;
+        let raw = match *found {
+            Found::InBuffer { off, len, .. } => self.buf.get(off..off.saturating_add(len))?,
+            Found::Assembled { .. } => self.assembly.as_slice(),
+        };
+        Some(RecordView::from_parts(parts, raw, &self.blocks))
+    }
+
+    /// Advances to the next record at or after `emit_from` and says where
+    /// its bytes are. Records before `emit_from` are checked (CRC and
+    /// fragments) and passed over.
+    fn find_next(&mut self) -> Result<Option<Found>, WalDecodeError> {
+        loop {
+            let Some(found) = self.next_record()? else {
+                return Ok(None);
+            };
+            let lsn = match found {
+                Found::InBuffer { lsn, .. } | Found::Assembled { lsn, .. } => lsn,
+            };
+            if lsn >= self.emit_from {
+                return Ok(Some(found));
+            }
+            let (end, raw) = match found {
+                Found::InBuffer { off, end, len, .. } => (
+                    end,
+                    self.buf
+                        .get(off..off.saturating_add(len))
+                        .unwrap_or_default(),
+                ),
+                Found::Assembled { end, .. } => (end, self.assembly.as_slice()),
+            };
+            if let Err(kind) = decode_record(lsn, end, raw, &mut self.blocks) {
+                return Err(self.fail(lsn, kind));
+            }
+        }
+    }
+
+    /// Finds the next record's bytes; `Ok(None)` when more input is needed.
+    fn next_record(&mut self) -> Result<Option<Found>, WalDecodeError> {
         loop {
             if self.pos.0 % BLCKSZ == 0 {
                 match self.read_page_header()? {
@@ -270,19 +403,43 @@ impl WalStreamDecoder {
                     if tot_len > MAX_RECORD_LEN {
                         return Err(self.fail(self.pos, WalErrorKind::RecordTooLong(tot_len)));
                     }
+                    let start = self.pos;
+                    if u64::from(tot_len) <= page_left {
+                        // The whole record is on this page: no copy.
+                        if have < u64::from(tot_len) {
+                            return Ok(None);
+                        }
+                        let off = self.buf_pos;
+                        let len = tot_len as usize;
+                        if let Some(h) = self
+                            .available()
+                            .get(..SIZE_OF_XLOG_RECORD)
+                            .and_then(RecordHeader::parse)
+                        {
+                            self.check_header(start, &h)?;
+                            self.consume(len);
+                            let end = self.pos;
+                            self.finish_record(start, end, &h);
+                            return Ok(Some(Found::InBuffer {
+                                off,
+                                lsn: start,
+                                end,
+                                len,
+                            }));
+                        }
+                    }
+                    self.assembly.clear();
+                    if self.assembly.capacity() > ASSEMBLY_KEEP {
+                        self.assembly.shrink_to(ASSEMBLY_KEEP);
+                    }
                     self.state = State::Assembling {
-                        start: self.pos,
+                        start,
                         tot_len,
-                        data: Vec::with_capacity((tot_len as usize).min(1 << 16)),
                         header_checked: false,
                     };
                 }
                 State::Assembling { .. } => match self.assemble()? {
-                    Step::Record(rec) => {
-                        if rec.lsn >= self.emit_from {
-                            return Ok(Some(rec));
-                        }
-                    }
+                    Step::Record(found) => return Ok(Some(found)),
                     Step::Continue => {}
                     Step::NeedMore => return Ok(None),
                 },
@@ -290,53 +447,12 @@ impl WalStreamDecoder {
         }
     }
 
-    /// Copies the current record's next piece; returns it when complete.
-    fn assemble(&mut self) -> Result<Step, WalDecodeError> {
-        let page_left = (BLCKSZ - self.pos.0 % BLCKSZ) as usize;
-        let avail_len = self.available().len();
-        let State::Assembling {
-            start,
-            tot_len,
-            data,
-            header_checked,
-        } = &mut self.state
-        else {
-            return Ok(Step::Continue);
-        };
-        let need = (*tot_len as usize).saturating_sub(data.len());
-        let n = need.min(page_left).min(avail_len);
-        if n == 0 && need > 0 {
-            return Ok(Step::NeedMore);
-        }
-        let from = self.buf_pos;
-        if let Some(piece) = self.buf.get(from..from.saturating_add(n)) {
-            data.extend_from_slice(piece);
-        }
-        let start = *start;
-        let tot_len = *tot_len;
-        if !*header_checked && data.len() >= SIZE_OF_XLOG_RECORD {
-            *header_checked = true;
-            let header = RecordHeader::parse(data);
-            self.consume(n);
-            if let Some(h) = header {
-                self.check_header(start, &h)?;
-            }
-        } else {
-            self.consume(n);
-        }
-        let State::Assembling { data, .. } = &mut self.state else {
-            return Ok(Step::Continue);
-        };
-        if data.len() < tot_len as usize {
-            return Ok(Step::Continue);
-        }
-        let raw = std::mem::take(data);
-        self.state = State::Idle;
-        let end = self.pos;
-        let mut rec = decode_record(start, raw).map_err(|k| self.fail(start, k))?;
-        rec.end = end;
+    /// After a record: remember it for the next prev-link check and move to
+    /// where the next one starts.
+    fn finish_record(&mut self, start: Lsn, end: Lsn, h: &RecordHeader) {
         self.prev_record = Some(start);
-        if rec.header.is_xlog_switch() {
+        self.state = State::Idle;
+        if h.is_xlog_switch() {
             // The rest of the segment is zero padding: jump to the next one.
             let seg = u64::from(self.seg_size);
             let next = end.0.saturating_sub(1) / seg * seg + seg;
@@ -344,7 +460,50 @@ impl WalStreamDecoder {
         } else {
             self.skip_to(end.align8());
         }
-        Ok(Step::Record(rec))
+    }
+
+    /// Copies the current record's next piece into `assembly`.
+    fn assemble(&mut self) -> Result<Step, WalDecodeError> {
+        let page_left = (BLCKSZ - self.pos.0 % BLCKSZ) as usize;
+        let avail_len = self.available().len();
+        let State::Assembling {
+            start,
+            tot_len,
+            header_checked,
+        } = &mut self.state
+        else {
+            return Ok(Step::Continue);
+        };
+        let (start, tot_len) = (*start, *tot_len);
+        let need = (tot_len as usize).saturating_sub(self.assembly.len());
+        let n = need.min(page_left).min(avail_len);
+        if n == 0 && need > 0 {
+            return Ok(Step::NeedMore);
+        }
+        let check_now = !*header_checked && self.assembly.len() + n >= SIZE_OF_XLOG_RECORD;
+        if check_now {
+            *header_checked = true;
+        }
+        let from = self.buf_pos;
+        if let Some(piece) = self.buf.get(from..from.saturating_add(n)) {
+            self.assembly.extend_from_slice(piece);
+        }
+        self.consume(n);
+        let header = RecordHeader::parse(&self.assembly);
+        if check_now {
+            if let Some(h) = &header {
+                self.check_header(start, h)?;
+            }
+        }
+        if self.assembly.len() < tot_len as usize {
+            return Ok(Step::Continue);
+        }
+        let end = self.pos;
+        match header {
+            Some(h) => self.finish_record(start, end, &h),
+            None => return Err(self.fail(start, WalErrorKind::RecordTooShort(tot_len))),
+        }
+        Ok(Step::Record(Found::Assembled { lsn: start, end }))
     }
 
     /// `ValidXLogRecordHeader`: rmgr id and prev-link.
@@ -409,12 +568,7 @@ impl WalStreamDecoder {
                     self.state = State::Idle;
                 }
             }
-            State::Assembling {
-                start,
-                tot_len,
-                data,
-                ..
-            } => {
+            State::Assembling { start, tot_len, .. } => {
                 if hdr.is_overwrite_contrecord() {
                     // The record was abandoned (crash before its end was
                     // written); the page starts afresh with the
@@ -424,7 +578,7 @@ impl WalStreamDecoder {
                     let record = *start;
                     return Err(self.fail(page, WalErrorKind::MissingContrecord { record }));
                 } else {
-                    let expected = u64::from(*tot_len).saturating_sub(data.len() as u64);
+                    let expected = u64::from(*tot_len).saturating_sub(self.assembly.len() as u64);
                     if u64::from(hdr.rem_len) != expected {
                         let record = *start;
                         return Err(self.fail(

@@ -5,7 +5,7 @@
 use serde::Serialize;
 use walshadow_types::{Lsn, Xid};
 
-use crate::record::WalRecord;
+use crate::record::{RecordView, WalRecord};
 
 /// One block reference as printed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -48,6 +48,12 @@ pub struct RecordSummary {
 
 impl From<&WalRecord> for RecordSummary {
     fn from(r: &WalRecord) -> Self {
+        RecordSummary::from(&r.view())
+    }
+}
+
+impl From<&RecordView<'_>> for RecordSummary {
+    fn from(r: &RecordView<'_>) -> Self {
         RecordSummary {
             lsn: r.lsn,
             end: r.end,

@@ -13,7 +13,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use walshadow_types::{Lsn, TimeLineId};
-use walshadow_wal_decode::{WalDecodeError, WalRecord, WalStreamDecoder, XLOG_BLCKSZ};
+use walshadow_wal_decode::{RecordView, WalDecodeError, WalRecord, WalStreamDecoder, XLOG_BLCKSZ};
 
 /// Errors reading segment files.
 #[derive(Debug, thiserror::Error)]
@@ -218,11 +218,13 @@ impl SegmentSet {
     ) -> Result<SegmentRecords<'_>, SegmentError> {
         let start = match start {
             Some(s) => s,
-            None => self.first_lsn(tli).ok_or_else(|| SegmentError::StartNotFound {
-                lsn: Lsn(0),
-                tli,
-                dirs: self.described.clone(),
-            })?,
+            None => self
+                .first_lsn(tli)
+                .ok_or_else(|| SegmentError::StartNotFound {
+                    lsn: Lsn(0),
+                    tli,
+                    dirs: self.described.clone(),
+                })?,
         };
         let segno = start.segment_number(self.seg_size);
         if !self.files.contains_key(&(tli, segno)) {
@@ -240,7 +242,6 @@ impl SegmentSet {
             end,
             decoder,
             next_read: page_start,
-            buf: vec![0u8; 1 << 20],
             file: None,
             done: false,
             end_reason: None,
@@ -257,7 +258,6 @@ pub struct SegmentRecords<'a> {
     decoder: WalStreamDecoder,
     /// LSN of the next byte to read from disk.
     next_read: Lsn,
-    buf: Vec<u8>,
     file: Option<(u64, File, PathBuf)>,
     done: bool,
     end_reason: Option<(Lsn, String)>,
@@ -306,19 +306,19 @@ impl SegmentRecords<'_> {
             return Ok(false);
         };
         let left_in_seg = (seg_size - self.next_read.0 % seg_size) as usize;
-        let want_len = self.buf.len().min(left_in_seg);
-        let chunk = self.buf.get_mut(..want_len).unwrap_or_default();
-        let n = read_full(file, chunk).map_err(|source| SegmentError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let want_len = READ_CHUNK.min(left_in_seg);
+        let n = self
+            .decoder
+            .feed_from(file, want_len)
+            .map_err(|source| SegmentError::Io {
+                path: path.clone(),
+                source,
+            })?;
         if n == 0 {
             // A short (.partial or still-being-written) file.
             self.file = None;
             return Ok(false);
         }
-        let data = self.buf.get(..n).unwrap_or_default();
-        self.decoder.feed_at(self.next_read, data)?;
         self.next_read = Lsn(self.next_read.0 + n as u64);
         if n == left_in_seg {
             self.file = None;
@@ -327,65 +327,64 @@ impl SegmentRecords<'_> {
     }
 }
 
-fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match f.read(&mut buf[n..])? {
-            0 => break,
-            k => n += k,
-        }
-    }
-    Ok(n)
-}
+/// Bytes read from disk at a time.
+const READ_CHUNK: usize = 1 << 20;
 
-impl Iterator for SegmentRecords<'_> {
-    type Item = Result<WalRecord, SegmentError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
+impl SegmentRecords<'_> {
+    /// The next record, lent out of the decoder's buffers until the next
+    /// call (no copy); `Ok(None)` at the end (see [`Self::end_of_wal`]).
+    pub fn next_ref(&mut self) -> Result<Option<RecordView<'_>>, SegmentError> {
         if self.done {
-            return None;
+            return Ok(None);
         }
+        // Poll once to learn whether a record is ready, then once more to
+        // lend it: the borrow checker cannot see that the first borrow ends
+        // on the `None` path.
         loop {
-            match self.decoder.poll() {
+            match self.decoder.poll_ref() {
                 Ok(Some(rec)) => {
                     if self.end.is_some_and(|e| rec.lsn >= e) {
                         self.done = true;
-                        return None;
+                        return Ok(None);
                     }
-                    return Some(Ok(rec));
+                    break;
                 }
-                Ok(None) => match self.fill() {
-                    Ok(true) => continue,
-                    Ok(false) => {
+                Ok(None) => {
+                    if !self.fill()? {
                         self.done = true;
                         let at = self.decoder.position();
                         return self.finish(at, "no more segment files".into());
                     }
-                    Err(e) => {
-                        self.done = true;
-                        return Some(Err(e));
-                    }
-                },
+                }
                 Err(e) if e.is_end_of_wal() => {
                     self.done = true;
                     return self.finish(e.lsn, e.kind.to_string());
                 }
                 Err(e) => {
                     self.done = true;
-                    return Some(Err(e.into()));
+                    return Err(e.into());
                 }
             }
         }
+        Ok(self.decoder.last_record())
+    }
+}
+
+impl Iterator for SegmentRecords<'_> {
+    type Item = Result<WalRecord, SegmentError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_ref().map(|r| r.map(|v| v.to_owned())).transpose()
     }
 }
 
 impl SegmentRecords<'_> {
-    fn finish(&mut self, at: Lsn, reason: String) -> Option<Result<WalRecord, SegmentError>> {
+    fn finish<T>(&mut self, at: Lsn, reason: String) -> Result<Option<T>, SegmentError> {
         match self.end {
-            Some(end) if at < end => Some(Err(SegmentError::EndedEarly { at, end, reason })),
+            Some(end) if at < end => Err(SegmentError::EndedEarly { at, end, reason }),
             _ => {
                 self.end_reason = Some((at, reason));
-                None
+                Ok(None)
             }
         }
     }

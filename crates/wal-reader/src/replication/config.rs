@@ -1,0 +1,334 @@
+//! Connection settings, parsed from a libpq-style URL.
+//!
+//! Accepted form (see libpq's "Connection URIs"):
+//! `postgres://user:pass@host:port/db?sslmode=..&sslrootcert=..&host=..&application_name=..&connect_timeout=..`
+//! A `host` that starts with `/` (in the authority, percent-encoded, or as the
+//! `host` query parameter) is a unix-socket directory: the client connects to
+//! `<dir>/.s.PGSQL.<port>`.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::error::ReplicationError;
+
+/// libpq's `sslmode`. `allow` is treated as `prefer` and `disable` never
+/// sends an SSLRequest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SslMode {
+    Disable,
+    /// Try TLS, fall back to plain text if the server declines; no verification.
+    #[default]
+    Prefer,
+    /// Encrypt, do not verify the server certificate (libpq's `require`
+    /// without a root certificate).
+    Require,
+    /// Encrypt and verify the chain against `sslrootcert`, not the host name.
+    VerifyCa,
+    /// Encrypt and verify the chain and the host name.
+    VerifyFull,
+}
+
+impl SslMode {
+    fn parse(s: &str) -> Result<Self, ReplicationError> {
+        Ok(match s {
+            "disable" => SslMode::Disable,
+            "allow" | "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            other => {
+                return Err(ReplicationError::Config(format!(
+                    "sslmode {other:?} is not one of disable, allow, prefer, require, verify-ca, verify-full"
+                )));
+            }
+        })
+    }
+
+    pub(crate) fn verifies(self) -> bool {
+        matches!(self, SslMode::VerifyCa | SslMode::VerifyFull)
+    }
+}
+
+/// Where to connect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Host {
+    Tcp(String),
+    /// A directory holding `.s.PGSQL.<port>`.
+    UnixDir(PathBuf),
+}
+
+/// Settings for one replication connection.
+#[derive(Clone)]
+pub struct ConnConfig {
+    pub host: Host,
+    pub port: u16,
+    pub user: String,
+    pub password: Option<String>,
+    /// Sent as `database`; physical replication ignores it, but `IDENTIFY_SYSTEM`
+    /// reports it.
+    pub dbname: Option<String>,
+    pub application_name: Option<String>,
+    pub sslmode: SslMode,
+    pub sslrootcert: Option<PathBuf>,
+    /// Bounds TCP connect, TLS handshake and authentication together.
+    pub connect_timeout: Duration,
+    /// Default bound for replication commands (slot creation and drop, ...).
+    pub command_timeout: Duration,
+    /// How often a streaming connection sends a standby status update
+    /// unprompted (the walreceiver's `wal_receiver_status_interval`).
+    pub status_interval: Duration,
+}
+
+impl fmt::Debug for ConnConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnConfig")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("dbname", &self.dbname)
+            .field("application_name", &self.application_name)
+            .field("sslmode", &self.sslmode)
+            .field("sslrootcert", &self.sslrootcert)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .field("status_interval", &self.status_interval)
+            .finish()
+    }
+}
+
+impl ConnConfig {
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+    pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+    pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(10);
+
+    /// Parses a `postgres://` or `postgresql://` URL. The password falls back
+    /// to `PGPASSWORD` when the URL has none.
+    pub fn from_url(url: &str) -> Result<Self, ReplicationError> {
+        Self::from_url_with_env(url, std::env::var("PGPASSWORD").ok())
+    }
+
+    fn from_url_with_env(
+        url: &str,
+        env_password: Option<String>,
+    ) -> Result<Self, ReplicationError> {
+        let bad = |why: &str| ReplicationError::Config(format!("connection URL: {why}"));
+        let rest = url
+            .strip_prefix("postgres://")
+            .or_else(|| url.strip_prefix("postgresql://"))
+            .ok_or_else(|| bad("must start with postgres:// or postgresql://"))?;
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        let (userinfo, hostport) = match authority.rfind('@') {
+            Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
+            None => (None, authority),
+        };
+        let (mut user, mut password) = (None, None);
+        if let Some(ui) = userinfo {
+            let (u, p) = match ui.split_once(':') {
+                Some((u, p)) => (u, Some(p)),
+                None => (ui, None),
+            };
+            if !u.is_empty() {
+                user = Some(percent_decode(u).map_err(|e| bad(&e))?);
+            }
+            if let Some(p) = p {
+                password = Some(percent_decode(p).map_err(|e| bad(&e))?);
+            }
+        }
+        let (host_s, port_s) = if let Some(h) = hostport.strip_prefix('[') {
+            let (h, after) = h.split_once(']').ok_or_else(|| bad("unclosed [ in host"))?;
+            (h.to_owned(), after.strip_prefix(':').map(str::to_owned))
+        } else {
+            match hostport.rsplit_once(':') {
+                Some((h, p)) => (percent_decode(h).map_err(|e| bad(&e))?, Some(p.to_owned())),
+                None => (percent_decode(hostport).map_err(|e| bad(&e))?, None),
+            }
+        };
+        let mut host = (!host_s.is_empty()).then_some(host_s);
+        let mut port = match port_s.as_deref() {
+            Some(p) if !p.is_empty() => Some(parse_port(p)?),
+            _ => None,
+        };
+        let mut dbname = (!path.is_empty())
+            .then(|| percent_decode(path))
+            .transpose()
+            .map_err(|e| bad(&e))?;
+        let mut cfg_sslmode = SslMode::default();
+        let mut sslrootcert = None;
+        let mut application_name = None;
+        let mut connect_timeout = Self::DEFAULT_CONNECT_TIMEOUT;
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let v = percent_decode(v).map_err(|e| bad(&e))?;
+            match k {
+                "sslmode" => cfg_sslmode = SslMode::parse(&v)?,
+                "sslrootcert" => sslrootcert = Some(PathBuf::from(v)),
+                "host" => host = Some(v),
+                "port" => port = Some(parse_port(&v)?),
+                "user" => user = Some(v),
+                "password" => password = Some(v),
+                "dbname" => dbname = Some(v),
+                "application_name" => application_name = Some(v),
+                "connect_timeout" => {
+                    let secs: u64 = v.parse().map_err(|_| {
+                        ReplicationError::Config(format!(
+                            "connect_timeout {v:?} is not a number of seconds"
+                        ))
+                    })?;
+                    // libpq: zero (or negative) means wait forever; we keep a bound.
+                    connect_timeout = if secs == 0 {
+                        Self::DEFAULT_CONNECT_TIMEOUT
+                    } else {
+                        Duration::from_secs(secs)
+                    };
+                }
+                // Harmless libpq options that do not apply to this client.
+                "replication" | "target_session_attrs" | "gssencmode" | "channel_binding" => {}
+                other => {
+                    return Err(ReplicationError::Config(format!(
+                        "connection URL parameter {other:?} is not supported; supported: sslmode, sslrootcert, host, port, user, password, dbname, application_name, connect_timeout"
+                    )));
+                }
+            }
+        }
+        let host = match host {
+            Some(h) if h.starts_with('/') => Host::UnixDir(PathBuf::from(h)),
+            Some(h) => Host::Tcp(h),
+            None => Host::Tcp("localhost".to_owned()),
+        };
+        let user = user.ok_or_else(|| bad("no user name (postgres://USER@host/...)"))?;
+        if cfg_sslmode.verifies() && sslrootcert.is_none() {
+            return Err(ReplicationError::Config(format!(
+                "sslmode={} needs sslrootcert=PATH (the CA certificate to verify the server against)",
+                if cfg_sslmode == SslMode::VerifyCa {
+                    "verify-ca"
+                } else {
+                    "verify-full"
+                }
+            )));
+        }
+        Ok(ConnConfig {
+            host,
+            port: port.unwrap_or(5432),
+            user,
+            password: password.or(env_password),
+            dbname,
+            application_name,
+            sslmode: cfg_sslmode,
+            sslrootcert,
+            connect_timeout,
+            command_timeout: Self::DEFAULT_COMMAND_TIMEOUT,
+            status_interval: Self::DEFAULT_STATUS_INTERVAL,
+        })
+    }
+
+    /// A short description of the target for error messages (no secrets).
+    pub fn target(&self) -> String {
+        match &self.host {
+            Host::Tcp(h) => format!("{h}:{}", self.port),
+            Host::UnixDir(d) => format!("{}/.s.PGSQL.{}", d.display(), self.port),
+        }
+    }
+}
+
+fn parse_port(p: &str) -> Result<u16, ReplicationError> {
+    p.parse().map_err(|_| {
+        ReplicationError::Config(format!("port {p:?} is not a number from 1 to 65535"))
+    })
+}
+
+fn percent_decode(s: &str) -> Result<String, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        if c == b'%' {
+            let hex = b
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad percent-escape in {s:?}"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{s:?} does not decode to UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_url() {
+        let c = ConnConfig::from_url_with_env(
+            "postgres://rep%40x:p%3Ass@db.example:6543/app?sslmode=verify-full&sslrootcert=/ca.pem&application_name=ws&connect_timeout=5",
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.host, Host::Tcp("db.example".into()));
+        assert_eq!(c.port, 6543);
+        assert_eq!(c.user, "rep@x");
+        assert_eq!(c.password.as_deref(), Some("p:ss"));
+        assert_eq!(c.dbname.as_deref(), Some("app"));
+        assert_eq!(c.sslmode, SslMode::VerifyFull);
+        assert_eq!(c.sslrootcert, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(c.application_name.as_deref(), Some("ws"));
+        assert_eq!(c.connect_timeout, Duration::from_secs(5));
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("p:ss"), "{dbg}");
+        assert!(dbg.contains("<redacted>"));
+    }
+
+    #[test]
+    fn unix_socket_and_env_password() {
+        let c = ConnConfig::from_url_with_env(
+            "postgres://u@/db?host=/tmp/sock&port=5433",
+            Some("envpw".into()),
+        )
+        .unwrap();
+        assert_eq!(c.host, Host::UnixDir("/tmp/sock".into()));
+        assert_eq!(c.target(), "/tmp/sock/.s.PGSQL.5433");
+        assert_eq!(c.password.as_deref(), Some("envpw"));
+        let c = ConnConfig::from_url_with_env("postgresql://u@%2Fvar%2Frun%2Fpostgresql/db", None)
+            .unwrap();
+        assert_eq!(c.host, Host::UnixDir("/var/run/postgresql".into()));
+        assert_eq!(c.port, 5432);
+        assert_eq!(c.sslmode, SslMode::Prefer);
+    }
+
+    #[test]
+    fn ipv6_host() {
+        let c = ConnConfig::from_url_with_env("postgres://u@[::1]:5999", None).unwrap();
+        assert_eq!(c.host, Host::Tcp("::1".into()));
+        assert_eq!(c.port, 5999);
+        assert_eq!(c.dbname, None);
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        for url in [
+            "mysql://u@h/db",
+            "postgres://u@h/db?sslmode=maybe",
+            "postgres://u@h:99999/db",
+            "postgres://u@h/db?sslmode=verify-ca",
+            "postgres://u@h/db?frobnicate=1",
+            "postgres://h/db",
+            "postgres://u@h/d%zz",
+        ] {
+            let e = ConnConfig::from_url_with_env(url, None).unwrap_err();
+            assert!(!e.is_transient(), "{url}: {e}");
+        }
+    }
+}

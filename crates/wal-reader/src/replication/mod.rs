@@ -1,0 +1,38 @@
+//! Physical replication client: a walsender connection (`replication=true`)
+//! that runs replication commands and streams WAL.
+//!
+//! ```text
+//!  ConnConfig::from_url ──▶ ReplicationClient::connect   (TCP/unix, TLS per sslmode,
+//!                              │                          trust/password/md5/SCRAM)
+//!                              │ identify_system, show, create/drop/read slot,
+//!                              │ timeline_history         (each bounded by a timeout)
+//!                              ▼
+//!                           start_replication ──▶ WalStream::next ──▶ XLogData | Keepalive | EndOfTimeline
+//!                              │                      ▲ set_positions(write, flush, apply) → 'r' updates
+//!                              ▼
+//!                           WalFollower::next ──▶ Wal{timeline, start, bytes} | TimelineSwitch | ServerWalEnd
+//! ```
+//!
+//! Bytes come out exactly as the server sent them, contiguous and tagged with
+//! their start LSN, for `walshadow_wal_decode`. Nothing from the network is
+//! trusted: malformed or truncated messages are `Protocol` errors, never
+//! panics. Errors say whether reconnecting can help
+//! ([`ReplicationError::is_transient`]).
+
+mod client;
+mod config;
+mod conn;
+mod error;
+mod follower;
+mod messages;
+mod stream;
+mod timeline;
+mod tls;
+
+pub use client::{QueryResult, ReplicationClient, SlotInfo, SystemIdentity};
+pub use config::{ConnConfig, Host, SslMode};
+pub use error::{DbError, ReplicationError, Result};
+pub use follower::{FollowEvent, WalFollower};
+pub use messages::PgTimestamp;
+pub use stream::{StandbyPositions, WalEvent, WalStream};
+pub use timeline::{TimelineHistory, TimelineHistoryEntry, parse_timeline_history};
