@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use walshadow_types::{Lsn, TimeLineId};
-use walshadow_wal_decode::{RecordSummary, WalRecord};
+use walshadow_wal_decode::{RecordSummary, RecordView, WalStreamDecoder, XLOG_BLCKSZ};
+use walshadow_wal_reader::replication::{ConnConfig, FollowEvent, ReplicationClient, WalFollower};
 use walshadow_wal_reader::segments::SegmentSet;
 
 #[derive(Debug, clap::Args)]
@@ -37,10 +38,15 @@ pub struct DumpArgs {
 pub fn run(args: DumpArgs) -> anyhow::Result<()> {
     let stdout = std::io::stdout().lock();
     let mut out = BufWriter::with_capacity(1 << 16, stdout);
-    let result = if args.source.is_some() {
-        bail!("--source: live dumping is not wired yet")
-    } else {
-        dump_files(&args, &mut out)
+    let result = match &args.source {
+        Some(url) => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            rt.block_on(dump_live(url, &args, &mut out))
+        }
+        None => dump_files(&args, &mut out),
     };
     match result.and_then(|()| out.flush().map_err(Into::into)) {
         Err(e) if is_broken_pipe(&e) => Ok(()),
@@ -55,7 +61,7 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-pub fn write_record(out: &mut impl Write, rec: &WalRecord) -> anyhow::Result<()> {
+fn write_record(out: &mut impl Write, rec: &RecordView<'_>) -> anyhow::Result<()> {
     serde_json::to_writer(&mut *out, &RecordSummary::from(rec))?;
     out.write_all(b"\n")?;
     Ok(())
@@ -74,8 +80,7 @@ fn dump_files(args: &DumpArgs, out: &mut impl Write) -> anyhow::Result<()> {
     };
     let mut records = set.records(tli, args.start, args.end)?;
     let mut n: u64 = 0;
-    for rec in records.by_ref() {
-        let rec = rec?;
+    while let Some(rec) = records.next_ref()? {
         write_record(out, &rec)?;
         n += 1;
     }
@@ -83,4 +88,82 @@ fn dump_files(args: &DumpArgs, out: &mut impl Write) -> anyhow::Result<()> {
         tracing::info!(records = n, "end of WAL at {at}: {reason}");
     }
     Ok(())
+}
+
+/// Streams from a live server: `START_REPLICATION` at the page holding
+/// `--start`, on `--timeline` (default: the server's), following timeline
+/// switches; prints records until `--end` (or forever).
+async fn dump_live(url: &str, args: &DumpArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    let Some(start) = args.start else {
+        bail!(
+            "--start LSN is required with --source (e.g. the output of SELECT pg_current_wal_lsn())"
+        );
+    };
+    let config = ConnConfig::from_url(url)?;
+    let mut client = ReplicationClient::connect(&config)
+        .await
+        .with_context(|| format!("connecting to {}", config.target()))?;
+    let ident = client.identify_system().await?;
+    let seg_size = parse_size(&client.show("wal_segment_size").await?)?;
+    let timeline = args.timeline.unwrap_or(ident.timeline);
+    tracing::info!(
+        system = ident.systemid,
+        timeline,
+        server_wal_end = %ident.xlogpos,
+        "streaming from {}",
+        config.target()
+    );
+    // Start at the page holding `start`, so the decoder finds the record
+    // boundaries itself whatever `start` points at.
+    let feed_start = Lsn(start.0 - start.0 % u64::from(XLOG_BLCKSZ));
+    let mut decoder = WalStreamDecoder::new(feed_start, start, seg_size)?;
+    decoder.expect_system_id(ident.systemid);
+    let mut follower =
+        WalFollower::start(client, args.slot.as_deref(), feed_start, timeline).await?;
+    let mut flushed = feed_start;
+    'stream: loop {
+        match follower.next().await? {
+            FollowEvent::Wal { start, data, .. } => {
+                decoder.feed_at(start, &data)?;
+                while let Some(rec) = decoder.poll_ref()? {
+                    if args.end.is_some_and(|e| rec.lsn >= e) {
+                        break 'stream;
+                    }
+                    write_record(out, &rec)?;
+                    flushed = rec.end;
+                }
+                out.flush()?;
+                // A slot may release what has been printed.
+                follower.set_positions(flushed, flushed, flushed);
+            }
+            FollowEvent::TimelineSwitch {
+                from,
+                to,
+                switch_lsn,
+                ..
+            } => {
+                tracing::info!("timeline {from} ended at {switch_lsn}; following timeline {to}");
+            }
+            FollowEvent::ServerWalEnd(_) => {}
+        }
+    }
+    follower.send_status(false).await.ok();
+    follower.stop().await.ok();
+    Ok(())
+}
+
+/// Parses a size as `SHOW` prints it (`16MB`, `1GB`, `8kB`).
+fn parse_size(s: &str) -> anyhow::Result<u32> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().with_context(|| format!("size {s:?}"))?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "kB" => 1 << 10,
+        "MB" => 1 << 20,
+        "GB" => 1 << 30,
+        other => bail!("size {s:?}: unknown unit {other:?}"),
+    };
+    u32::try_from(n * mult).with_context(|| format!("size {s:?} is too large"))
 }

@@ -124,6 +124,25 @@ fn run(
     if let Some(tli) = timeline {
         cmd.arg(format!("--timeline={tli}"));
     }
+    // Name the start segment: without it pg_waldump 15 learns the segment
+    // size from whichever file readdir returns first, and a pre-allocated
+    // (all-zero) future segment makes it fail.
+    // Naming the start forces naming the end segment too.
+    if let Some(seg_size) = segment_size_in(wal_dir) {
+        let per_log = 0x1_0000_0000u64 / u64::from(seg_size);
+        let name = |segno: u64| {
+            format!(
+                "{:08X}{:08X}{:08X}",
+                timeline.unwrap_or(1),
+                segno / per_log,
+                segno % per_log
+            )
+        };
+        cmd.arg(name(start.0 / u64::from(seg_size)));
+        if let Some(end) = end {
+            cmd.arg(name(end.0.saturating_sub(1) / u64::from(seg_size)));
+        }
+    }
     let what = format!(
         "pg_waldump {} over {} from {start} to {}",
         install.version(),
@@ -505,4 +524,29 @@ mod tests {
             None
         );
     }
+}
+
+/// The segment size from the long header of the first segment in `dir` that
+/// has one (`xlp_seg_size` at offset 32 of a page whose info has
+/// `XLP_LONG_HEADER`).
+fn segment_size_in(dir: &Path) -> Option<u32> {
+    use std::io::Read;
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.len() == 24 && n.bytes().all(|b| b.is_ascii_hexdigit())
+        })
+        .map(|e| e.path())
+        .collect();
+    names.sort();
+    names.into_iter().find_map(|p| {
+        let mut head = [0u8; 40];
+        std::fs::File::open(&p).ok()?.read_exact(&mut head).ok()?;
+        let info = u16::from_le_bytes([head[2], head[3]]);
+        let size = u32::from_le_bytes([head[32], head[33], head[34], head[35]]);
+        (info & 0x0002 != 0 && size.is_power_of_two() && size >= 1 << 20).then_some(size)
+    })
 }
