@@ -42,7 +42,7 @@ fn workload(c: &Cluster, compressions: &[&str], big_rows: u32) -> Result<(Lsn, L
                  ({base} - 2, (select string_agg(md5(random()::text), '') from generate_series(1, 6000)), null, 2)"
             ),
             format!("create index w_v_{round} on w (md5(v))"),
-            format!("insert into w2 select g, 'n' || g from generate_series(1, 3000) g"),
+            "insert into w2 select g, 'n' || g from generate_series(1, 3000) g".into(),
             "vacuum w".into(),
             "vacuum full w2".into(),
             "truncate w2".into(),

@@ -306,6 +306,31 @@ fn parse_blkref(item: &str) -> Result<WaldumpBlock, String> {
     })
 }
 
+/// The segment size from the long header of the first segment in `dir` that
+/// has one (`xlp_seg_size` at offset 32 of a page whose info has
+/// `XLP_LONG_HEADER`).
+fn segment_size_in(dir: &Path) -> Option<u32> {
+    use std::io::Read;
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.len() == 24 && n.bytes().all(|b| b.is_ascii_hexdigit())
+        })
+        .map(|e| e.path())
+        .collect();
+    names.sort();
+    names.into_iter().find_map(|p| {
+        let mut head = [0u8; 40];
+        std::fs::File::open(&p).ok()?.read_exact(&mut head).ok()?;
+        let info = u16::from_le_bytes([head[2], head[3]]);
+        let size = u32::from_le_bytes([head[32], head[33], head[34], head[35]]);
+        (info & 0x0002 != 0 && size.is_power_of_two() && size >= 1 << 20).then_some(size)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -524,29 +549,4 @@ mod tests {
             None
         );
     }
-}
-
-/// The segment size from the long header of the first segment in `dir` that
-/// has one (`xlp_seg_size` at offset 32 of a page whose info has
-/// `XLP_LONG_HEADER`).
-fn segment_size_in(dir: &Path) -> Option<u32> {
-    use std::io::Read;
-    let mut names: Vec<_> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            let n = e.file_name();
-            let n = n.to_string_lossy();
-            n.len() == 24 && n.bytes().all(|b| b.is_ascii_hexdigit())
-        })
-        .map(|e| e.path())
-        .collect();
-    names.sort();
-    names.into_iter().find_map(|p| {
-        let mut head = [0u8; 40];
-        std::fs::File::open(&p).ok()?.read_exact(&mut head).ok()?;
-        let info = u16::from_le_bytes([head[2], head[3]]);
-        let size = u32::from_le_bytes([head[32], head[33], head[34], head[35]]);
-        (info & 0x0002 != 0 && size.is_power_of_two() && size >= 1 << 20).then_some(size)
-    })
 }

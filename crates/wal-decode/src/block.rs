@@ -31,11 +31,30 @@ pub enum FpiCompression {
     Zstd,
 }
 
+/// A byte range of a record. Records are under 1 GiB, so `u32` offsets
+/// suffice and keep [`BlockRef`] small (it is written once per block
+/// reference on the hot path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    pub(crate) start: u32,
+    pub(crate) end: u32,
+}
+
+impl Span {
+    pub(crate) fn range(self) -> Range<usize> {
+        self.start as usize..self.end as usize
+    }
+
+    pub(crate) fn len(self) -> usize {
+        self.end.saturating_sub(self.start) as usize
+    }
+}
+
 /// A full-page image as stored in the record: the page minus its hole,
 /// possibly compressed. `range` indexes the record's bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockImage {
-    pub(crate) range: Range<usize>,
+    pub(crate) range: Span,
     pub hole_offset: u16,
     pub hole_length: u16,
     pub bimg_info: u8,
@@ -119,7 +138,7 @@ impl BlockImage {
 }
 
 /// One block reference (`DecodedBkpBlock`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockRef {
     /// Block reference id, 0..=32.
     pub id: u8,
@@ -129,7 +148,7 @@ pub struct BlockRef {
     /// `fork_flags` as stored: fork number in the low nibble, `BKPBLOCK_*`.
     pub fork_flags: u8,
     pub image: Option<BlockImage>,
-    pub(crate) data: Range<usize>,
+    pub(crate) data: Span,
 }
 
 impl BlockRef {

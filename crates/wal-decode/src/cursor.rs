@@ -32,7 +32,7 @@ impl<'a> Cursor<'a> {
         Ok(out)
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], Truncated> {
+    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], Truncated> {
         let s = self.take(N)?;
         let mut a = [0u8; N];
         a.copy_from_slice(s);

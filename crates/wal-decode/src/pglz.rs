@@ -15,7 +15,9 @@ pub fn pglz_decompress(
     rawsize: usize,
     check_complete: bool,
 ) -> Result<Vec<u8>, PglzError> {
-    let mut out: Vec<u8> = Vec::with_capacity(rawsize);
+    // Reserve only what `src` could fill: `rawsize` may come from hostile
+    // bytes (a TOAST header), and one 3-byte tag yields at most 273 bytes.
+    let mut out: Vec<u8> = Vec::with_capacity(rawsize.min(src.len().saturating_mul(91)));
     let mut sp = src.iter().copied();
     let mut consumed_all = false;
     'outer: while out.len() < rawsize {

@@ -16,7 +16,7 @@ use walshadow_types::{ForkNumber, Lsn, RelFileLocator, Xid};
 use crate::block::{
     BKPBLOCK_FORK_MASK, BKPBLOCK_HAS_DATA, BKPBLOCK_HAS_IMAGE, BKPBLOCK_SAME_REL,
     BKPIMAGE_COMPRESS_LZ4, BKPIMAGE_COMPRESS_PGLZ, BKPIMAGE_COMPRESS_ZSTD, BKPIMAGE_HAS_HOLE,
-    BlockImage, BlockRef,
+    BlockImage, BlockRef, Span,
 };
 use crate::cursor::{Cursor, Truncated};
 use crate::error::WalErrorKind;
@@ -53,22 +53,46 @@ pub struct RecordHeader {
 impl RecordHeader {
     /// Parses the first 24 bytes of `raw`.
     pub(crate) fn parse(raw: &[u8]) -> Option<RecordHeader> {
-        let mut c = Cursor::new(raw);
-        let xl_tot_len = c.u32().ok()?;
-        let xl_xid = c.u32().ok()?;
-        let xl_prev = Lsn(c.u64().ok()?);
-        let xl_info = c.u8().ok()?;
-        let xl_rmid = RmgrId(c.u8().ok()?);
-        c.take(2).ok()?;
-        let xl_crc = c.u32().ok()?;
-        Some(RecordHeader {
-            xl_tot_len,
-            xl_xid,
-            xl_prev,
-            xl_info,
-            xl_rmid,
-            xl_crc,
-        })
+        let bytes: &[u8; SIZE_OF_XLOG_RECORD] = raw.get(..SIZE_OF_XLOG_RECORD)?.try_into().ok()?;
+        Some(RecordHeader::from_bytes(bytes))
+    }
+
+    /// The header from its 24 bytes, read in one go (no per-field checks).
+    pub(crate) fn from_bytes(bytes: &[u8; SIZE_OF_XLOG_RECORD]) -> RecordHeader {
+        let [
+            l0,
+            l1,
+            l2,
+            l3,
+            x0,
+            x1,
+            x2,
+            x3,
+            p0,
+            p1,
+            p2,
+            p3,
+            p4,
+            p5,
+            p6,
+            p7,
+            info,
+            rmid,
+            _,
+            _,
+            c0,
+            c1,
+            c2,
+            c3,
+        ] = *bytes;
+        RecordHeader {
+            xl_tot_len: u32::from_le_bytes([l0, l1, l2, l3]),
+            xl_xid: u32::from_le_bytes([x0, x1, x2, x3]),
+            xl_prev: Lsn(u64::from_le_bytes([p0, p1, p2, p3, p4, p5, p6, p7])),
+            xl_info: info,
+            xl_rmid: RmgrId(rmid),
+            xl_crc: u32::from_le_bytes([c0, c1, c2, c3]),
+        }
     }
 
     /// The rmgr-private bits of `xl_info` (`XLR_RMGR_INFO_MASK`).
@@ -147,7 +171,7 @@ impl<'a> RecordView<'a> {
 
     /// The rmgr data attached to block reference `b` (empty if none).
     pub fn block_data(&self, b: &BlockRef) -> &'a [u8] {
-        self.raw.get(b.data.clone()).unwrap_or_default()
+        self.raw.get(b.data.range()).unwrap_or_default()
     }
 
     /// Block reference with id `id`, if the record has one.
@@ -158,7 +182,7 @@ impl<'a> RecordView<'a> {
     /// The stored (possibly compressed, hole removed) image bytes of `b`.
     pub fn image_bytes(&self, b: &BlockRef) -> Option<&'a [u8]> {
         let img = b.image.as_ref()?;
-        self.raw.get(img.range.clone())
+        self.raw.get(img.range.range())
     }
 
     /// Rebuilds the full 8 KiB page of `b`'s image, decompressing on demand.
@@ -173,7 +197,7 @@ impl<'a> RecordView<'a> {
             .ok_or_else(|| bad("block has no image".into()))?;
         let stored = self
             .raw
-            .get(img.range.clone())
+            .get(img.range.range())
             .ok_or_else(|| bad("image outside the record".into()))?;
         img.restore(stored).map_err(bad)
     }
@@ -249,7 +273,7 @@ impl WalRecord {
     }
 
     pub fn block_data(&self, b: &BlockRef) -> &[u8] {
-        self.raw.get(b.data.clone()).unwrap_or_default()
+        self.raw.get(b.data.range()).unwrap_or_default()
     }
 
     pub fn block(&self, id: u8) -> Option<&BlockRef> {
@@ -285,6 +309,18 @@ pub fn decode_record<'a>(
     blocks: &'a mut Vec<BlockRef>,
 ) -> Result<RecordView<'a>, WalErrorKind> {
     let header = RecordHeader::parse(raw).ok_or(WalErrorKind::RecordTooShort(raw.len() as u32))?;
+    decode_with_header(lsn, end, raw, header, blocks)
+}
+
+/// [`decode_record`] for a caller that already parsed the fixed header
+/// (the stream decoder reads it to check the prev-link).
+pub(crate) fn decode_with_header<'a>(
+    lsn: Lsn,
+    end: Lsn,
+    raw: &'a [u8],
+    header: RecordHeader,
+    blocks: &'a mut Vec<BlockRef>,
+) -> Result<RecordView<'a>, WalErrorKind> {
     if header.xl_tot_len as usize != raw.len() {
         return Err(WalErrorKind::BadBody(format!(
             "record holds {} bytes but xl_tot_len says {}",
@@ -324,7 +360,6 @@ impl From<Truncated> for BodyError {
 fn parse_fragments(raw: &[u8], blocks: &mut Vec<BlockRef>) -> Result<Fragments, BodyError> {
     let mut c = Cursor::new(raw);
     c.take(SIZE_OF_XLOG_RECORD)?;
-    let mut remaining = c.remaining();
     // Sum of payload bytes the headers announce; headers end where the
     // announced payload fills the rest of the record.
     let mut datatotal: usize = 0;
@@ -334,7 +369,7 @@ fn parse_fragments(raw: &[u8], blocks: &mut Vec<BlockRef>) -> Result<Fragments, 
     let mut max_block_id: Option<u8> = None;
     let mut last_locator: Option<RelFileLocator> = None;
 
-    while remaining > datatotal {
+    while c.remaining() > datatotal {
         let block_id = c.u8()?;
         match block_id {
             XLR_BLOCK_ID_DATA_SHORT => {
@@ -354,126 +389,98 @@ fn parse_fragments(raw: &[u8], blocks: &mut Vec<BlockRef>) -> Result<Fragments, 
                     return Err(BodyError(format!("out-of-order block_id {id}")));
                 }
                 max_block_id = Some(id);
-                let fork_flags = c.u8()?;
-                let fork =
-                    ForkNumber::from_u8(fork_flags & BKPBLOCK_FORK_MASK).ok_or_else(|| {
-                        BodyError(format!(
-                            "invalid fork number {}",
-                            fork_flags & BKPBLOCK_FORK_MASK
-                        ))
-                    })?;
-                let has_image = fork_flags & BKPBLOCK_HAS_IMAGE != 0;
+                // fork_flags and data_length in one read.
+                let [fork_flags, dl0, dl1] = c.array::<3>()?;
+                let fork = ForkNumber::from_u8(fork_flags & BKPBLOCK_FORK_MASK)
+                    .ok_or_else(|| bad_fork(fork_flags))?;
                 let has_data = fork_flags & BKPBLOCK_HAS_DATA != 0;
-                let data_len = usize::from(c.u16()?);
-                if has_data && data_len == 0 {
-                    return Err(BodyError(
-                        "BKPBLOCK_HAS_DATA set, but no data included".into(),
-                    ));
+                let data_len = u16::from_le_bytes([dl0, dl1]);
+                if has_data != (data_len != 0) {
+                    return Err(bad_data_len(has_data, data_len));
                 }
-                if !has_data && data_len != 0 {
-                    return Err(BodyError(format!(
-                        "BKPBLOCK_HAS_DATA not set, but data length is {data_len}"
-                    )));
-                }
-                datatotal = datatotal.saturating_add(data_len);
-                let mut image = None;
-                if has_image {
-                    let bimg_len = c.u16()?;
-                    let hole_offset = c.u16()?;
-                    let bimg_info = c.u8()?;
-                    let compressed = bimg_info
-                        & (BKPIMAGE_COMPRESS_PGLZ | BKPIMAGE_COMPRESS_LZ4 | BKPIMAGE_COMPRESS_ZSTD)
-                        != 0;
-                    let has_hole = bimg_info & BKPIMAGE_HAS_HOLE != 0;
-                    let hole_length = if compressed {
-                        if has_hole { c.u16()? } else { 0 }
-                    } else {
-                        (XLOG_BLCKSZ as u16).wrapping_sub(bimg_len)
-                    };
-                    let blcksz = XLOG_BLCKSZ as u16;
-                    if has_hole && (hole_offset == 0 || hole_length == 0 || bimg_len == blcksz) {
-                        return Err(BodyError(format!(
-                            "BKPIMAGE_HAS_HOLE set, but hole offset {hole_offset} length {hole_length} block image length {bimg_len}"
-                        )));
-                    }
-                    if !has_hole && (hole_offset != 0 || hole_length != 0) {
-                        return Err(BodyError(format!(
-                            "BKPIMAGE_HAS_HOLE not set, but hole offset {hole_offset} length {hole_length}"
-                        )));
-                    }
-                    if compressed && bimg_len == blcksz {
-                        return Err(BodyError(format!(
-                            "BKPIMAGE_COMPRESSED set, but block image length {bimg_len}"
-                        )));
-                    }
-                    if !has_hole && !compressed && bimg_len != blcksz {
-                        return Err(BodyError(format!(
-                            "neither BKPIMAGE_HAS_HOLE nor BKPIMAGE_COMPRESSED set, but block image length is {bimg_len}"
-                        )));
-                    }
-                    if u32::from(hole_offset) + u32::from(hole_length) > XLOG_BLCKSZ {
-                        return Err(BodyError(format!(
-                            "hole offset {hole_offset} length {hole_length} exceed the block"
-                        )));
-                    }
-                    let image_len = usize::from(bimg_len);
-                    datatotal = datatotal.saturating_add(image_len);
-                    image = Some(BlockImage {
-                        // Length for now; placed after the headers are read.
-                        range: 0..image_len,
-                        hole_offset,
-                        hole_length,
-                        bimg_info,
-                    });
-                }
+                datatotal = datatotal.saturating_add(usize::from(data_len));
+                let image = if fork_flags & BKPBLOCK_HAS_IMAGE != 0 {
+                    let img = parse_image_header(&mut c)?;
+                    datatotal = datatotal.saturating_add(img.range.len());
+                    Some(img)
+                } else {
+                    None
+                };
                 let locator = if fork_flags & BKPBLOCK_SAME_REL == 0 {
+                    // RelFileLocator and BlockNumber in one read.
+                    let [
+                        s0,
+                        s1,
+                        s2,
+                        s3,
+                        d0,
+                        d1,
+                        d2,
+                        d3,
+                        r0,
+                        r1,
+                        r2,
+                        r3,
+                        b0,
+                        b1,
+                        b2,
+                        b3,
+                    ] = c.array::<16>()?;
                     let l = RelFileLocator {
-                        spc_oid: c.u32()?,
-                        db_oid: c.u32()?,
-                        rel_number: c.u32()?,
+                        spc_oid: u32::from_le_bytes([s0, s1, s2, s3]),
+                        db_oid: u32::from_le_bytes([d0, d1, d2, d3]),
+                        rel_number: u32::from_le_bytes([r0, r1, r2, r3]),
                     };
                     last_locator = Some(l);
-                    l
+                    blocks.push(block_ref(
+                        id,
+                        l,
+                        fork,
+                        fork_flags,
+                        [b0, b1, b2, b3],
+                        image,
+                        data_len,
+                    ));
+                    continue;
                 } else {
                     last_locator.ok_or_else(|| {
                         BodyError("BKPBLOCK_SAME_REL set but no previous rel".into())
                     })?
                 };
-                let blkno = c.u32()?;
-                blocks.push(BlockRef {
-                    id,
-                    locator,
-                    fork,
-                    blkno,
-                    fork_flags,
-                    image,
-                    // Length for now; placed after the headers are read.
-                    data: 0..data_len,
-                });
+                let blkno = c.array::<4>()?;
+                blocks.push(block_ref(
+                    id, locator, fork, fork_flags, blkno, image, data_len,
+                ));
             }
             other => return Err(BodyError(format!("invalid block_id {other}"))),
         }
-        remaining = c.remaining();
     }
-    remaining = c.remaining();
+    let remaining = c.remaining();
     if remaining != datatotal {
         return Err(BodyError(format!(
             "record with invalid length: {remaining} payload bytes, headers announce {datatotal}"
         )));
     }
-    // Payload: per block its image then its data, then the main data.
-    let mut pos = c.position();
+    // Payload: per block its image then its data, then the main data. The
+    // sums fit: they add up to `remaining`, which is under `raw.len()`.
+    let mut pos = c.position() as u32;
     for b in blocks.iter_mut() {
         if let Some(img) = b.image.as_mut() {
-            let image_len = img.range.len();
-            img.range = pos..pos + image_len;
+            let image_len = img.range.end;
+            img.range = Span {
+                start: pos,
+                end: pos + image_len,
+            };
             pos += image_len;
         }
-        let data_len = b.data.len();
-        b.data = pos..pos + data_len;
+        let data_len = b.data.end;
+        b.data = Span {
+            start: pos,
+            end: pos + data_len,
+        };
         pos += data_len;
     }
-    let main_data = (pos, pos + main_data_len);
+    let main_data = (pos as usize, pos as usize + main_data_len);
     if main_data.1 != raw.len() {
         return Err(BodyError("payload does not end with the record".into()));
     }
@@ -481,5 +488,102 @@ fn parse_fragments(raw: &[u8], blocks: &mut Vec<BlockRef>) -> Result<Fragments, 
         origin,
         toplevel_xid,
         main_data,
+    })
+}
+
+/// A block reference whose image and data spans still hold only lengths
+/// (`0..len`); [`parse_fragments`] places them once the headers are read.
+#[inline(always)]
+fn block_ref(
+    id: u8,
+    locator: RelFileLocator,
+    fork: ForkNumber,
+    fork_flags: u8,
+    blkno: [u8; 4],
+    image: Option<BlockImage>,
+    data_len: u16,
+) -> BlockRef {
+    BlockRef {
+        id,
+        locator,
+        fork,
+        blkno: u32::from_le_bytes(blkno),
+        fork_flags,
+        image,
+        data: Span {
+            start: 0,
+            end: u32::from(data_len),
+        },
+    }
+}
+
+#[cold]
+fn bad_fork(fork_flags: u8) -> BodyError {
+    BodyError(format!(
+        "invalid fork number {}",
+        fork_flags & BKPBLOCK_FORK_MASK
+    ))
+}
+
+#[cold]
+fn bad_data_len(has_data: bool, data_len: u16) -> BodyError {
+    if has_data {
+        BodyError("BKPBLOCK_HAS_DATA set, but no data included".into())
+    } else {
+        BodyError(format!(
+            "BKPBLOCK_HAS_DATA not set, but data length is {data_len}"
+        ))
+    }
+}
+
+/// `XLogRecordBlockImageHeader` (and `XLogRecordBlockCompressHeader`) with
+/// `DecodeXLogRecord`'s checks; the image span holds only its length.
+fn parse_image_header(c: &mut Cursor<'_>) -> Result<BlockImage, BodyError> {
+    let [l0, l1, o0, o1, bimg_info] = c.array::<5>()?;
+    let bimg_len = u16::from_le_bytes([l0, l1]);
+    let hole_offset = u16::from_le_bytes([o0, o1]);
+    let compressed =
+        bimg_info & (BKPIMAGE_COMPRESS_PGLZ | BKPIMAGE_COMPRESS_LZ4 | BKPIMAGE_COMPRESS_ZSTD) != 0;
+    let has_hole = bimg_info & BKPIMAGE_HAS_HOLE != 0;
+    let hole_length = if compressed {
+        if has_hole { c.u16()? } else { 0 }
+    } else {
+        (XLOG_BLCKSZ as u16).wrapping_sub(bimg_len)
+    };
+    let blcksz = XLOG_BLCKSZ as u16;
+    if has_hole && (hole_offset == 0 || hole_length == 0 || bimg_len == blcksz) {
+        return Err(BodyError(format!(
+            "BKPIMAGE_HAS_HOLE set, but hole offset {hole_offset} length {hole_length} block image length {bimg_len}"
+        )));
+    }
+    if !has_hole && (hole_offset != 0 || hole_length != 0) {
+        return Err(BodyError(format!(
+            "BKPIMAGE_HAS_HOLE not set, but hole offset {hole_offset} length {hole_length}"
+        )));
+    }
+    if compressed && bimg_len == blcksz {
+        return Err(BodyError(format!(
+            "BKPIMAGE_COMPRESSED set, but block image length {bimg_len}"
+        )));
+    }
+    if !has_hole && !compressed && bimg_len != blcksz {
+        return Err(BodyError(format!(
+            "neither BKPIMAGE_HAS_HOLE nor BKPIMAGE_COMPRESSED set, but block image length is {bimg_len}"
+        )));
+    }
+    if u32::from(hole_offset) + u32::from(hole_length) > XLOG_BLCKSZ {
+        return Err(BodyError(format!(
+            "hole offset {hole_offset} length {hole_length} exceed the block"
+        )));
+    }
+    Ok(BlockImage {
+        // Length for now; placed after the headers are read.
+        range: Span {
+            start: 0,
+            end: u32::from(bimg_len),
+        },
+        hole_offset,
+        hole_length,
+        bimg_info,
     })
 }

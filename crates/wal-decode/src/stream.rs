@@ -21,7 +21,7 @@ use crate::block::BlockRef;
 use crate::error::{WalDecodeError, WalErrorKind};
 use crate::page::{PageHeader, XLOG_BLCKSZ, valid_segment_size};
 use crate::record::{
-    RecordHeader, RecordParts, RecordView, SIZE_OF_XLOG_RECORD, WalRecord, decode_record,
+    RecordHeader, RecordParts, RecordView, SIZE_OF_XLOG_RECORD, WalRecord, decode_with_header,
 };
 
 /// PostgreSQL never writes a record over 1 GiB (`XLogRecordMaxSize` is
@@ -55,9 +55,22 @@ enum Found {
         lsn: Lsn,
         end: Lsn,
         len: usize,
+        header: RecordHeader,
     },
     /// In `assembly`: it crossed pages.
-    Assembled { lsn: Lsn, end: Lsn },
+    Assembled {
+        lsn: Lsn,
+        end: Lsn,
+        header: RecordHeader,
+    },
+}
+
+impl Found {
+    fn lsn(&self) -> Lsn {
+        match *self {
+            Found::InBuffer { lsn, .. } | Found::Assembled { lsn, .. } => lsn,
+        }
+    }
 }
 
 /// Capacity the assembly buffer keeps between records; a larger record's
@@ -118,8 +131,8 @@ impl WalStreamDecoder {
                 WalErrorKind::BadSegmentSize(u64::from(seg_size)),
             ));
         }
-        let at_page = feed_start.0 % BLCKSZ == 0;
-        if !at_page && feed_start.0 % 8 != 0 {
+        let at_page = feed_start.0.is_multiple_of(BLCKSZ);
+        if !at_page && !feed_start.0.is_multiple_of(8) {
             return Err(WalDecodeError::new(
                 feed_start,
                 WalErrorKind::BadBody("a record start must be 8-byte aligned".into()),
@@ -298,20 +311,28 @@ impl WalStreamDecoder {
         let Some(found) = self.find_next()? else {
             return Ok(None);
         };
-        let (lsn, end, raw) = match found {
-            Found::InBuffer { off, lsn, end, len } => (
+        let (lsn, end, header, raw) = match found {
+            Found::InBuffer {
+                off,
                 lsn,
                 end,
+                len,
+                header,
+            } => (
+                lsn,
+                end,
+                header,
                 self.buf
                     .get(off..off.saturating_add(len))
                     .unwrap_or_default(),
             ),
-            Found::Assembled { lsn, end } => (lsn, end, self.assembly.as_slice()),
+            Found::Assembled { lsn, end, header } => (lsn, end, header, self.assembly.as_slice()),
         };
-        match decode_record(lsn, end, raw, &mut self.blocks) {
+        match decode_with_header(lsn, end, raw, header, &mut self.blocks) {
             Ok(view) => {
-                self.last = Some((found, view.parts()));
-                Ok(self.last_record())
+                let parts = view.parts();
+                self.last = Some((found, parts));
+                Ok(Some(RecordView::from_parts(&parts, raw, &self.blocks)))
             }
             Err(kind) => {
                 self.last = None;
@@ -341,22 +362,27 @@ impl WalStreamDecoder {
             let Some(found) = self.next_record()? else {
                 return Ok(None);
             };
-            let lsn = match found {
-                Found::InBuffer { lsn, .. } | Found::Assembled { lsn, .. } => lsn,
-            };
+            let lsn = found.lsn();
             if lsn >= self.emit_from {
                 return Ok(Some(found));
             }
-            let (end, raw) = match found {
-                Found::InBuffer { off, end, len, .. } => (
+            let (end, header, raw) = match found {
+                Found::InBuffer {
+                    off,
                     end,
+                    len,
+                    header,
+                    ..
+                } => (
+                    end,
+                    header,
                     self.buf
                         .get(off..off.saturating_add(len))
                         .unwrap_or_default(),
                 ),
-                Found::Assembled { end, .. } => (end, self.assembly.as_slice()),
+                Found::Assembled { end, header, .. } => (end, header, self.assembly.as_slice()),
             };
-            if let Err(kind) = decode_record(lsn, end, raw, &mut self.blocks) {
+            if let Err(kind) = decode_with_header(lsn, end, raw, header, &mut self.blocks) {
                 return Err(self.fail(lsn, kind));
             }
         }
@@ -365,7 +391,7 @@ impl WalStreamDecoder {
     /// Finds the next record's bytes; `Ok(None)` when more input is needed.
     fn next_record(&mut self) -> Result<Option<Found>, WalDecodeError> {
         loop {
-            if self.pos.0 % BLCKSZ == 0 {
+            if self.pos.0.is_multiple_of(BLCKSZ) {
                 match self.read_page_header()? {
                     true => continue,
                     false => return Ok(None),
@@ -387,7 +413,7 @@ impl WalStreamDecoder {
                     }
                 }
                 State::Idle => {
-                    if self.pos.0 % 8 != 0 {
+                    if !self.pos.0.is_multiple_of(8) {
                         return Err(self.fail(
                             self.pos,
                             WalErrorKind::BadBody("record start is not 8-byte aligned".into()),
@@ -425,6 +451,7 @@ impl WalStreamDecoder {
                                 lsn: start,
                                 end,
                                 len,
+                                header: h,
                             }));
                         }
                     }
@@ -455,7 +482,8 @@ impl WalStreamDecoder {
         if h.is_xlog_switch() {
             // The rest of the segment is zero padding: jump to the next one.
             let seg = u64::from(self.seg_size);
-            let next = end.0.saturating_sub(1) / seg * seg + seg;
+            // Saturates in the last segment of the LSN space (no next one).
+            let next = (end.0.saturating_sub(1) / seg * seg).saturating_add(seg);
             self.skip_to(Lsn(next));
         } else {
             self.skip_to(end.align8());
@@ -490,20 +518,22 @@ impl WalStreamDecoder {
         }
         self.consume(n);
         let header = RecordHeader::parse(&self.assembly);
-        if check_now {
-            if let Some(h) = &header {
-                self.check_header(start, h)?;
-            }
+        if check_now && let Some(h) = &header {
+            self.check_header(start, h)?;
         }
         if self.assembly.len() < tot_len as usize {
             return Ok(Step::Continue);
         }
         let end = self.pos;
-        match header {
-            Some(h) => self.finish_record(start, end, &h),
-            None => return Err(self.fail(start, WalErrorKind::RecordTooShort(tot_len))),
-        }
-        Ok(Step::Record(Found::Assembled { lsn: start, end }))
+        let Some(header) = header else {
+            return Err(self.fail(start, WalErrorKind::RecordTooShort(tot_len)));
+        };
+        self.finish_record(start, end, &header);
+        Ok(Step::Record(Found::Assembled {
+            lsn: start,
+            end,
+            header,
+        }))
     }
 
     /// `ValidXLogRecordHeader`: rmgr id and prev-link.
@@ -620,7 +650,7 @@ impl WalStreamDecoder {
                 },
             ));
         }
-        let seg_start = page.0 % u64::from(self.seg_size) == 0;
+        let seg_start = page.0.is_multiple_of(u64::from(self.seg_size));
         match hdr.long {
             Some((sysid, seg_size, blcksz)) => {
                 match self.system_id {
@@ -654,16 +684,17 @@ impl WalStreamDecoder {
             }
             None => {}
         }
-        if let Some((latest_page, latest_tli)) = self.latest_page {
-            if page > latest_page && hdr.tli < latest_tli {
-                return Err(self.fail(
-                    page,
-                    WalErrorKind::TimelineBackwards {
-                        found: hdr.tli,
-                        latest: latest_tli,
-                    },
-                ));
-            }
+        if let Some((latest_page, latest_tli)) = self.latest_page
+            && page > latest_page
+            && hdr.tli < latest_tli
+        {
+            return Err(self.fail(
+                page,
+                WalErrorKind::TimelineBackwards {
+                    found: hdr.tli,
+                    latest: latest_tli,
+                },
+            ));
         }
         self.latest_page = Some((page, hdr.tli));
         Ok(())

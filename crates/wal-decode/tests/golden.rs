@@ -5,9 +5,7 @@
 
 use std::io::Read;
 
-use walshadow_testkit::{
-    DumpRecord, assert_parity, parse_dump_output, parse_waldump_output,
-};
+use walshadow_testkit::{DumpRecord, assert_parity, parse_dump_output, parse_waldump_output};
 use walshadow_types::Lsn;
 use walshadow_wal_decode::{RecordSummary, WalDecodeError, WalErrorKind, WalStreamDecoder};
 
@@ -45,7 +43,9 @@ fn golden(major: &str) -> Golden {
         let name = entry.path().unwrap().to_string_lossy().into_owned();
         let segno = u64::from_str_radix(&name[16..24], 16).unwrap()
             + (u64::from_str_radix(&name[8..16], 16).unwrap() << 12);
-        let expected = first.map_or(segno, |f: Lsn| f.0 / u64::from(SEG) + (wal.len() as u64 / u64::from(SEG)));
+        let expected = first.map_or(segno, |f: Lsn| {
+            f.0 / u64::from(SEG) + (wal.len() as u64 / u64::from(SEG))
+        });
         assert_eq!(segno, expected, "segments must be consecutive");
         first.get_or_insert(Lsn(segno * u64::from(SEG)));
         entry.read_to_end(&mut wal).unwrap();
@@ -99,7 +99,10 @@ fn parity(major: &str) {
     assert_parity(&ours, &theirs).unwrap();
     // Records spanning segments and an XLOG_SWITCH are in the range.
     assert!(ours.iter().any(|r| r.tot_len > 2 * SEG));
-    assert!(ours.iter().any(|r| r.rmgr == "XLOG" && r.info & 0xF0 == 0x40));
+    assert!(
+        ours.iter()
+            .any(|r| r.rmgr == "XLOG" && r.info & 0xF0 == 0x40)
+    );
 }
 
 #[test]
@@ -116,10 +119,19 @@ fn chunking(major: &str) {
     let g = golden(major);
     let (whole, err) = decode(&g, &g.wal, &[g.wal.len()]);
     assert!(err.is_none());
-    for chunks in [&[1usize][..], &[7, 8191, 8193], &[24, 40, 4096], &[65_537, 3]] {
+    for chunks in [
+        &[1usize][..],
+        &[7, 8191, 8193],
+        &[24, 40, 4096],
+        &[65_537, 3],
+    ] {
         // Byte-at-a-time over the whole capture is slow; 1-byte chunks run
         // over the first 256 KiB only.
-        let wal = if chunks == [1] { &g.wal[..256 << 10] } else { &g.wal[..] };
+        let wal = if chunks == [1] {
+            &g.wal[..256 << 10]
+        } else {
+            &g.wal[..]
+        };
         let (got, err) = decode(&g, wal, chunks);
         assert!(err.is_none(), "chunks {chunks:?}: {err:?}");
         assert_eq!(got[..], whole[..got.len()], "chunks {chunks:?}");
@@ -158,7 +170,11 @@ fn images(major: &str) {
                 let version = u16::from_le_bytes([page[18], page[19]]);
                 if page.iter().any(|&b| b != 0) {
                     assert_eq!(version, 8192 | 4, "image of {}", rec.lsn);
-                    assert!(lower <= upper && upper <= special && special <= 8192, "image of {}", rec.lsn);
+                    assert!(
+                        lower <= upper && upper <= special && special <= 8192,
+                        "image of {}",
+                        rec.lsn
+                    );
                 }
                 restored += 1;
             }
@@ -221,7 +237,10 @@ fn damage_is_an_error_naming_the_lsn() {
         let (_, err) = decode(&g, &wal, &[1 << 20]);
         let err = err.unwrap();
         assert_eq!(err.lsn, lsn);
-        assert!(matches!(err.kind, WalErrorKind::BadPrevLink { .. }), "{err}");
+        assert!(
+            matches!(err.kind, WalErrorKind::BadPrevLink { .. }),
+            "{err}"
+        );
 
         // An invalid rmgr id.
         let mut wal = g.wal.clone();
@@ -243,7 +262,10 @@ fn damage_is_an_error_naming_the_lsn() {
         wal[page + 8] ^= 0x01; // xlp_pageaddr
         let (_, err) = decode(&g, &wal, &[1 << 20]);
         let err = err.unwrap();
-        assert!(matches!(err.kind, WalErrorKind::UnexpectedPageAddr { .. }), "{err}");
+        assert!(
+            matches!(err.kind, WalErrorKind::UnexpectedPageAddr { .. }),
+            "{err}"
+        );
         assert!(err.is_end_of_wal());
 
         // Zeroed WAL from a page on: end of WAL.
@@ -284,6 +306,8 @@ fn feed_at_refuses_a_gap() {
     let g = golden("pg15");
     let mut d = WalStreamDecoder::new(g.first, g.first, SEG).unwrap();
     d.feed_at(g.first, &g.wal[..8192]).unwrap();
-    let err = d.feed_at(Lsn(g.first.0 + 16384), &g.wal[16384..24576]).unwrap_err();
+    let err = d
+        .feed_at(Lsn(g.first.0 + 16384), &g.wal[16384..24576])
+        .unwrap_err();
     assert!(matches!(err.kind, WalErrorKind::NonContiguous { .. }));
 }

@@ -36,3 +36,10 @@ pub use follower::{FollowEvent, WalFollower};
 pub use messages::PgTimestamp;
 pub use stream::{StandbyPositions, WalEvent, WalStream};
 pub use timeline::{TimelineHistory, TimelineHistoryEntry, parse_timeline_history};
+
+/// Parses one CopyData payload of the replication stream, discarding the
+/// message: an entry point for the fuzz targets, not part of the API.
+#[doc(hidden)]
+pub fn fuzz_parse_server_copy(payload: bytes::Bytes) -> Result<()> {
+    messages::parse_server_copy(payload).map(drop)
+}
