@@ -32,6 +32,11 @@ struct Args {
     /// Approximate MB of WAL to generate.
     #[arg(long, default_value_t = 256)]
     wal_mb: u64,
+    /// Workload: `narrow` (pgbench-like small rows, ~100-byte records) or
+    /// `wide` (2 KB rows and frequent checkpoints: large records and
+    /// full-page images).
+    #[arg(long, default_value = "narrow")]
+    mix: Mix,
     /// Measure existing segments instead of generating (needs --start, --end).
     #[arg(long, requires_all = ["start", "end"])]
     wal_dir: Option<PathBuf>,
@@ -45,6 +50,13 @@ struct Args {
     /// Also write the figures as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Mix {
+    Narrow,
+    Wide,
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -70,7 +82,7 @@ fn main() -> Result<()> {
                     .conf("wal_keep_size", "4GB")
                     .conf("max_wal_size", "4GB"),
             )?;
-            let (s, e) = generate(&c, args.wal_mb)?;
+            let (s, e) = generate(&c, args.wal_mb, args.mix)?;
             let dir = c.wal_dir();
             _cluster = Some(c);
             (dir, s, e)
@@ -113,9 +125,11 @@ fn main() -> Result<()> {
         .map(|n| n.get())
         .unwrap_or(0);
     println!(
-        "WAL parse throughput, PostgreSQL {} ({}), {mb:.1} MB, {records} records, {} runs each, {cores} cores",
+        "WAL parse throughput, PostgreSQL {} ({}), {:?} mix, {mb:.1} MB, {records} records ({:.0} bytes avg), {} runs each, {cores} cores",
         major,
         install.version(),
+        args.mix,
+        bytes as f64 / records.max(1) as f64,
         args.runs
     );
     println!("{:<28} {:>12} {:>10}", "tool", "median s", "MB/s");
@@ -132,6 +146,7 @@ fn main() -> Result<()> {
     if let Some(path) = &args.json {
         let doc = serde_json::json!({
             "benchmark": "wal-parse",
+            "mix": args.mix,
             "postgres": install.version(),
             "cores": cores,
             "wal_bytes": bytes,
@@ -153,7 +168,10 @@ fn median(v: &mut [Duration]) -> Duration {
 }
 
 /// Writes about `mb` of WAL; returns the range.
-fn generate(c: &Cluster, mb: u64) -> Result<(Lsn, Lsn)> {
+fn generate(c: &Cluster, mb: u64, mix: Mix) -> Result<(Lsn, Lsn)> {
+    if mix == Mix::Wide {
+        return generate_wide(c, mb);
+    }
     c.checkpoint()?;
     let start = c.insert_lsn()?;
     c.psql(
@@ -178,6 +196,33 @@ fn generate(c: &Cluster, mb: u64) -> Result<(Lsn, Lsn)> {
         if round % 4 == 3 {
             c.checkpoint()?;
         }
+        round += 1;
+    }
+    let end = c.insert_lsn()?;
+    c.switch_wal()?;
+    Ok((start, end))
+}
+
+/// Wide rows (about 2 KB of incompressible text each, so 3 to 4 per page)
+/// and a checkpoint every round, so records are large and pages are logged
+/// whole after each checkpoint.
+fn generate_wide(c: &Cluster, mb: u64) -> Result<(Lsn, Lsn)> {
+    c.checkpoint()?;
+    let start = c.insert_lsn()?;
+    c.psql("create table bench_rows (id bigint primary key, a text, b text, n numeric)")?;
+    let target = start.0 + mb * 1_000_000;
+    let mut round: u64 = 0;
+    while c.insert_lsn()?.0 < target {
+        let base = round * 20_000;
+        c.psql(&format!(
+            "insert into bench_rows select g,
+                 (select string_agg(md5((g * 64 + i)::text), '') from generate_series(1, 32) i),
+                 md5(g::text), g from generate_series({}, {}) g;
+             update bench_rows set n = n + 1 where id % 4 = 0 and id > {base};",
+            base + 1,
+            base + 20_000,
+        ))?;
+        c.checkpoint()?;
         round += 1;
     }
     let end = c.insert_lsn()?;
