@@ -4,4 +4,6 @@
 //! no user data lands on its disk. `ShadowCatalog` answers "what did relation R
 //! look like at LSN L" from it.
 //!
-//! Empty until the shadow issue; the folder marks its place in the design.
+//! - [`filter`]: which records reach the shadow, and their NOOP rewrite.
+
+pub mod filter;
