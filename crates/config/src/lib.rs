@@ -112,7 +112,9 @@ impl Config {
             key,
             problem,
         };
-        if !(self.source.url.starts_with("postgres://") || self.source.url.starts_with("postgresql://")) {
+        if !(self.source.url.starts_with("postgres://")
+            || self.source.url.starts_with("postgresql://"))
+        {
             return Err(invalid(
                 "source.url",
                 "expected a URL such as postgres://user@host:5432/postgres".into(),
@@ -136,7 +138,10 @@ impl Config {
             ("state.dir", &self.state.dir),
         ] {
             if !dir.is_absolute() {
-                return Err(invalid(key, format!("{}: use an absolute path", dir.display())));
+                return Err(invalid(
+                    key,
+                    format!("{}: use an absolute path", dir.display()),
+                ));
             }
         }
         if !self.shadow.pg_bin.join("postgres").is_file() {
