@@ -70,8 +70,9 @@ pub struct ReplicationClient {
     pub(crate) conn: Connection,
     pub(crate) config: ConnConfig,
     /// Set when a command was abandoned mid-flight and the connection could
-    /// not be brought back to ReadyForQuery.
-    poisoned: Option<String>,
+    /// not be brought back to ReadyForQuery; also for the duration of a
+    /// `base_backup`, so that dropping its future leaves the client poisoned.
+    pub(crate) poisoned: Option<String>,
     identified: bool,
 }
 
@@ -144,7 +145,7 @@ impl ReplicationClient {
                 Err(e)
             }
             Err(_) => {
-                self.recover_after_timeout(command).await;
+                self.recover_by_cancel(command, "timed out").await;
                 Err(ReplicationError::CommandTimeout {
                     command: command.to_owned(),
                     timeout,
@@ -154,10 +155,12 @@ impl ReplicationClient {
         }
     }
 
-    async fn recover_after_timeout(&mut self, command: &str) {
+    /// Cancels the running command and drains to ReadyForQuery; poisons the
+    /// client if that fails. `why` says how the command was interrupted.
+    pub(crate) async fn recover_by_cancel(&mut self, command: &str, why: &str) {
         const GRACE: Duration = Duration::from_secs(5);
         let Some(key) = self.conn.cancel_key else {
-            self.poisoned = Some(format!("{command} timed out (no cancel key)"));
+            self.poisoned = Some(format!("{command} {why} (no cancel key)"));
             return;
         };
         let cfg = self.config.clone();
@@ -165,12 +168,12 @@ impl ReplicationClient {
         let drained = match cancelled {
             Ok(Ok(())) => tokio::time::timeout(GRACE, self.drain_to_ready()).await,
             _ => {
-                self.poisoned = Some(format!("{command} timed out and could not be cancelled"));
+                self.poisoned = Some(format!("{command} {why} and could not be cancelled"));
                 return;
             }
         };
         if !matches!(drained, Ok(Ok(()))) {
-            self.poisoned = Some(format!("{command} timed out and did not stop after cancel"));
+            self.poisoned = Some(format!("{command} {why} and did not stop after cancel"));
         }
     }
 

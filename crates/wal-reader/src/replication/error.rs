@@ -62,6 +62,14 @@ pub enum ReplicationError {
         remedy: String,
     },
     #[error(
+        "{command} sent nothing for {idle:?} while {phase}; the connection or the server stalled: retry, or raise the timeout if the server is just slow"
+    )]
+    Stalled {
+        command: String,
+        idle: Duration,
+        phase: String,
+    },
+    #[error(
         "replication slot {slot:?} is in use by another connection: {error}; stop the other consumer (see pg_replication_slots.active_pid) or wait for it to time out"
     )]
     SlotActive { slot: String, error: Box<DbError> },
@@ -86,6 +94,12 @@ pub enum ReplicationError {
         command: String,
         error: Box<DbError>,
     },
+    #[error("the base backup's sink failed on archive {archive}{}: {source}", path.as_deref().map(|p| format!(", file {p}")).unwrap_or_default())]
+    Sink {
+        archive: String,
+        path: Option<String>,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("protocol violation: {0}")]
     Protocol(String),
     #[error("the connection is unusable after an earlier failure ({0}); reconnect")]
@@ -102,6 +116,7 @@ impl ReplicationError {
             | ReplicationError::Io(_)
             | ReplicationError::ConnectionClosed { .. }
             | ReplicationError::CommandTimeout { .. }
+            | ReplicationError::Stalled { .. }
             | ReplicationError::SlotActive { .. }
             | ReplicationError::Poisoned(_) => true,
             ReplicationError::Server { error, .. } => error.is_transient(),
@@ -110,6 +125,7 @@ impl ReplicationError {
             | ReplicationError::Tls(_)
             | ReplicationError::SlotMissing { .. }
             | ReplicationError::SlotExists { .. }
+            | ReplicationError::Sink { .. }
             | ReplicationError::Protocol(_) => false,
         }
     }

@@ -11,6 +11,9 @@
 //!                              │                      ▲ set_positions(write, flush, apply) → 'r' updates
 //!                              ▼
 //!                           WalFollower::next ──▶ Wal{timeline, start, bytes} | TimelineSwitch | ServerWalEnd
+//!
+//!                           base_backup(opts, sink) ──▶ BackupSink: archives parsed into files
+//!                                                       (UstarReader), Keep or Skip per file
 //! ```
 //!
 //! Bytes come out exactly as the server sent them, contiguous and tagged with
@@ -19,6 +22,7 @@
 //! panics. Errors say whether reconnecting can help
 //! ([`ReplicationError::is_transient`]).
 
+mod base_backup;
 mod client;
 mod config;
 mod conn;
@@ -28,7 +32,12 @@ mod messages;
 mod stream;
 mod timeline;
 mod tls;
+mod ustar;
 
+pub use base_backup::{
+    ArchiveInfo, BackupResult, BackupSink, BaseBackupOptions, Checkpoint, FileAction,
+    MAX_RATE_RANGE, SinkError, TablespaceInfo,
+};
 pub use client::{QueryResult, ReplicationClient, SlotInfo, SystemIdentity};
 pub use config::{ConnConfig, Host, SslMode};
 pub use error::{DbError, ReplicationError, Result};
@@ -36,6 +45,7 @@ pub use follower::{FollowEvent, WalFollower};
 pub use messages::PgTimestamp;
 pub use stream::{StandbyPositions, WalEvent, WalStream};
 pub use timeline::{TimelineHistory, TimelineHistoryEntry, parse_timeline_history};
+pub use ustar::{EntryKind, TarEntry, TarError, TarEvent, UstarReader};
 
 /// Parses one CopyData payload of the replication stream, discarding the
 /// message: an entry point for the fuzz targets, not part of the API.
