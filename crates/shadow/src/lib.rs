@@ -6,4 +6,6 @@
 //!
 //! - [`filter`]: which records reach the shadow, and their NOOP rewrite.
 
+pub mod feeder;
 pub mod filter;
+pub mod segment_store;

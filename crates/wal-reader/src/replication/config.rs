@@ -78,6 +78,10 @@ pub struct ConnConfig {
     /// How often a streaming connection sends a standby status update
     /// unprompted (the walreceiver's `wal_receiver_status_interval`).
     pub status_interval: Duration,
+    /// `true` (default): a physical walsender (`replication=true`). `false`:
+    /// an ordinary SQL session on `dbname`, for the catalog checks walshadow
+    /// runs before it replicates (simple queries only).
+    pub physical: bool,
 }
 
 impl fmt::Debug for ConnConfig {
@@ -94,6 +98,7 @@ impl fmt::Debug for ConnConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("command_timeout", &self.command_timeout)
             .field("status_interval", &self.status_interval)
+            .field("physical", &self.physical)
             .finish()
     }
 }
@@ -227,6 +232,7 @@ impl ConnConfig {
             connect_timeout,
             command_timeout: Self::DEFAULT_COMMAND_TIMEOUT,
             status_interval: Self::DEFAULT_STATUS_INTERVAL,
+            physical: true,
         })
     }
 

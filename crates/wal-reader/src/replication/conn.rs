@@ -142,13 +142,13 @@ impl Connection {
     }
 
     async fn startup(&mut self, cfg: &ConnConfig) -> Result<()> {
-        let mut params: Vec<(&str, &str)> = vec![
-            ("user", cfg.user.as_str()),
+        let mut params: Vec<(&str, &str)> =
+            vec![("user", cfg.user.as_str()), ("client_encoding", "UTF8")];
+        if cfg.physical {
             // Physical replication: the walsender accepts only replication
             // commands and SHOW (exec_replication_command in walsender.c).
-            ("replication", "true"),
-            ("client_encoding", "UTF8"),
-        ];
+            params.push(("replication", "true"));
+        }
         if let Some(db) = &cfg.dbname {
             params.push(("database", db));
         }

@@ -1,0 +1,303 @@
+//! The feeder: the walsender side of PostgreSQL's streaming replication protocol,
+//! serving the shadow standby from a [`SegmentStore`] over a private unix socket.
+//!
+//! ```text
+//!  SegmentStore ──durable end (watch)──▶ Feeder ══ <socket_dir>/.s.PGSQL.<port> ══▶ shadow PG walreceiver
+//!     read_at(tli, lsn) ◀──────────────── │  startup, IDENTIFY_SYSTEM, TIMELINE_HISTORY,
+//!                                         │  START_REPLICATION → CopyBoth: 'w' / 'k'  ──▶
+//!                                         │                       ◀── 'r' write/flush/apply, 'h'
+//!  walshadow ◀── watch<StandbyPositions> ─┘  wait_for_replay(lsn, timeout)
+//! ```
+//!
+//! What the standby needs from us, and where PostgreSQL says so:
+//!
+//! - The startup reply (`AuthenticationOk`, `ParameterStatus`, `BackendKeyData`,
+//!   `ReadyForQuery`); libpq's `PQserverVersion` reads `server_version`, which
+//!   libpqwalreceiver.c's `libpqrcv_server_version` hands to walreceiver.c.
+//! - `IDENTIFY_SYSTEM`: `systemid` must equal the standby's pg_control (walreceiver.c
+//!   `WalReceiverMain`), `timeline` must be ≥ the standby's recovery timeline.
+//! - `TIMELINE_HISTORY n` for each missing timeline history (`WalRcvFetchTimeLineHistoryFiles`).
+//! - `START_REPLICATION ... X/X TIMELINE t`: the start is a segment start
+//!   (walreceiverfuncs.c `RequestXLogStreaming`), so the store serves whole segments
+//!   byte-identically. Answered with CopyBothResponse, then CopyData `w` messages of at
+//!   most 128 KiB (walsender.c `MAX_SEND_SIZE`) and `k` keepalives.
+//! - The standby replies `r` after each write/flush and *immediately* on a `k` with the
+//!   reply flag (walreceiver.c `XLogWalRcvProcessMsg`); its `apply` is the replay
+//!   position. Replay happens in the startup process after the flush, so the feeder keeps
+//!   asking (`k` with reply requested, backing off from 1 ms to 32 ms) while `apply` is
+//!   behind what it sent, and once a status interval when idle.
+//! - End of an old timeline: CopyDone, wait for the standby's CopyDone, then a
+//!   `(next_tli int8, next_tli_startpos text)` row, CommandComplete `START_STREAMING` and
+//!   the duplicate CommandComplete `START_REPLICATION` that libpqwalreceiver.c
+//!   `libpqrcv_endstreaming` expects (walsender.c `StartReplication`,
+//!   `exec_replication_command`).
+//!
+//! The feeder never sends bytes past the store's durable end, and the `walEnd` it
+//! advertises is never past what the store holds durably, so a crash of walshadow never
+//! leaves the standby ahead of the store. One standby is served at a time; a second
+//! connection gets a FATAL `too_many_connections`.
+
+mod command;
+mod messages;
+mod session;
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use tokio::net::UnixListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use walshadow_types::Lsn;
+
+use crate::segment_store::SegmentStore;
+
+pub use command::{CommandSyntaxError, ReplCommand};
+pub use messages::ProtocolError;
+
+/// How the feeder presents itself and paces its keepalives.
+#[derive(Debug, Clone)]
+pub struct FeederConfig {
+    /// Directory of the unix socket; the socket is `.s.PGSQL.<port>` inside. The
+    /// directory's permissions guard access (the socket itself is mode 0777, as
+    /// PostgreSQL's default `unix_socket_permissions`), so keep it private to the user
+    /// the shadow runs as.
+    pub socket_dir: PathBuf,
+    pub port: u16,
+    /// The source's system identifier (pg_control); the standby checks it.
+    pub system_identifier: u64,
+    /// The source's `server_version`, e.g. `15.8` or `18.1`.
+    pub server_version: String,
+    /// Keepalive with reply requested when idle (also keeps the standby's
+    /// `wal_receiver_timeout` from firing).
+    pub status_interval: Duration,
+    /// Drop a standby that said nothing for this long (`wal_sender_timeout`).
+    pub standby_timeout: Duration,
+}
+
+impl FeederConfig {
+    pub fn new(
+        socket_dir: impl Into<PathBuf>,
+        port: u16,
+        system_identifier: u64,
+        server_version: impl Into<String>,
+    ) -> Self {
+        FeederConfig {
+            socket_dir: socket_dir.into(),
+            port,
+            system_identifier,
+            server_version: server_version.into(),
+            status_interval: Duration::from_secs(1),
+            standby_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// `<socket_dir>/.s.PGSQL.<port>`.
+    pub fn socket_path(&self) -> PathBuf {
+        self.socket_dir.join(format!(".s.PGSQL.{}", self.port))
+    }
+}
+
+/// The positions the standby last reported in an `r` message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StandbyPositions {
+    /// Received and written to its pg_wal.
+    pub write: Lsn,
+    /// Flushed to its pg_wal.
+    pub flush: Lsn,
+    /// Replayed (`GetXLogReplayRecPtr`).
+    pub apply: Lsn,
+    /// When the feeder received the report; `None` before the first.
+    pub reported_at: Option<Instant>,
+}
+
+/// What the feeder is doing, for observability and tests.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FeederStatus {
+    /// A standby is connected (past startup).
+    pub connected: bool,
+    /// `application_name` of the connected standby.
+    pub application_name: Option<String>,
+    /// `(timeline, start)` of each `START_REPLICATION` served, oldest first (capped).
+    pub streams: Vec<(u32, Lsn)>,
+    /// End of the WAL sent on the current stream.
+    pub sent: Lsn,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FeederError {
+    #[error("feeder: binding the unix socket {path}: {source}")]
+    Bind {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("feeder: {path} exists and is not a socket; choose another socket directory or port")]
+    NotASocket { path: PathBuf },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayWaitError {
+    #[error(
+        "the shadow standby did not replay up to {target} within {waited:?} (it reported apply {apply})"
+    )]
+    Timeout {
+        target: Lsn,
+        apply: Lsn,
+        waited: Duration,
+    },
+    #[error("the feeder stopped before the shadow standby replayed up to {target}")]
+    Stopped { target: Lsn },
+}
+
+/// State shared by the accept loop and the sessions.
+#[derive(Debug)]
+struct Shared {
+    config: FeederConfig,
+    store: Arc<SegmentStore>,
+    positions: watch::Sender<StandbyPositions>,
+    status: watch::Sender<FeederStatus>,
+    busy: AtomicBool,
+    shutdown: watch::Receiver<bool>,
+}
+
+/// A running feeder. Dropping it stops the accept loop and the session.
+#[derive(Debug)]
+pub struct Feeder {
+    socket_path: PathBuf,
+    positions: watch::Receiver<StandbyPositions>,
+    status: watch::Receiver<FeederStatus>,
+    shutdown: watch::Sender<bool>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Feeder {
+    /// Binds the socket and starts serving. Must run inside a tokio runtime.
+    pub async fn start(
+        config: FeederConfig,
+        store: Arc<SegmentStore>,
+    ) -> Result<Feeder, FeederError> {
+        let path = config.socket_path();
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_socket() => {
+                // A stale socket from an earlier run: ours, in our private directory.
+                let _ = std::fs::remove_file(&path);
+            }
+            Ok(_) => return Err(FeederError::NotASocket { path }),
+            Err(_) => {}
+        }
+        let bind_err = |source| FeederError::Bind {
+            path: path.clone(),
+            source,
+        };
+        let listener = UnixListener::bind(&path).map_err(bind_err)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777))
+            .map_err(bind_err)?;
+
+        let (positions_tx, positions) = watch::channel(StandbyPositions::default());
+        let (status_tx, status) = watch::channel(FeederStatus::default());
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            config,
+            store,
+            positions: positions_tx,
+            status: status_tx,
+            busy: AtomicBool::new(false),
+            shutdown: shutdown_rx,
+        });
+        let task = tokio::spawn(accept_loop(listener, shared, path.clone()));
+        Ok(Feeder {
+            socket_path: path,
+            positions,
+            status,
+            shutdown,
+            task: Some(task),
+        })
+    }
+
+    pub fn socket_path(&self) -> &Path {
+        &self.socket_path
+    }
+
+    /// The standby's reported positions; `changed()` wakes on each report.
+    pub fn positions(&self) -> watch::Receiver<StandbyPositions> {
+        self.positions.clone()
+    }
+
+    pub fn status(&self) -> watch::Receiver<FeederStatus> {
+        self.status.clone()
+    }
+
+    /// Waits until the standby reports `apply >= lsn`; returns the reported apply.
+    /// Event-driven: it wakes on the standby's reports, which the session solicits while
+    /// the standby is behind what was sent.
+    pub async fn wait_for_replay(
+        &self,
+        lsn: Lsn,
+        timeout: Duration,
+    ) -> Result<Lsn, ReplayWaitError> {
+        let mut rx = self.positions.clone();
+        let waited = tokio::time::timeout(timeout, async {
+            rx.wait_for(|p| p.apply >= lsn).await.map(|p| p.apply)
+        })
+        .await;
+        match waited {
+            Ok(Ok(apply)) => Ok(apply),
+            Ok(Err(_)) => Err(ReplayWaitError::Stopped { target: lsn }),
+            Err(_) => Err(ReplayWaitError::Timeout {
+                target: lsn,
+                apply: rx.borrow().apply,
+                waited: timeout,
+            }),
+        }
+    }
+
+    /// Stops accepting, ends the session, removes the socket file.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Feeder {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = std::fs::remove_file(&self.socket_path);
+        }
+    }
+}
+
+async fn accept_loop(listener: UnixListener, shared: Arc<Shared>, path: PathBuf) {
+    let mut sessions = JoinSet::new();
+    let mut shutdown = shared.shutdown.clone();
+    loop {
+        tokio::select! {
+            _ = stopped(&mut shutdown) => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let shared = Arc::clone(&shared);
+                    sessions.spawn(session::run(stream, shared));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "feeder: accept failed");
+                    // Out of file descriptors and the like: do not spin.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
+        }
+    }
+    sessions.shutdown().await;
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Resolves once shutdown is requested (or the feeder is gone).
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await.map(|_| ());
+}
