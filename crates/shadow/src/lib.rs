@@ -4,8 +4,15 @@
 //! no user data lands on its disk. `ShadowCatalog` answers "what did relation R
 //! look like at LSN L" from it.
 //!
+//! - [`bootstrap`]: `walshadow init` — base backup landed catalog-only, the
+//!   filter's seed, the shadow's configuration.
 //! - [`filter`]: which records reach the shadow, and their NOOP rewrite.
+//! - [`segment_store`]: the filtered WAL, durable, served from segment starts.
+//! - [`feeder`]: the walsender the shadow's walreceiver connects to.
+//! - [`process`]: running PostgreSQL binaries as the unprivileged user.
 
+pub mod bootstrap;
 pub mod feeder;
 pub mod filter;
+pub mod process;
 pub mod segment_store;

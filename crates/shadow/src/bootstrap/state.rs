@@ -1,0 +1,44 @@
+//! What `walshadow init` leaves in the state directory for `walshadow run`.
+//!
+//! ```text
+//! <state>/init.json          InitState (format version, checksum)
+//! <state>/seed/              the filter's starting knowledge, as of the backup:
+//!     global.map             global/pg_filenode.map
+//!     <db>.map               base/<db>/pg_filenode.map
+//!     <db>.pg_class          base/<db>/<pg_class file>, whole
+//!     classes.json           (db, file) → class and oid → class from the
+//!                            source's catalog at init
+//! <state>/wal/               the filtered WAL (SegmentStore)
+//! <state>/feeder/            the feeder's socket directory
+//! ```
+
+use serde::{Deserialize, Serialize};
+use walshadow_types::Lsn;
+
+/// Written once by `init`, read by every `run`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InitState {
+    pub format_version: u32,
+    pub system_id: u64,
+    /// PostgreSQL major number (15..18).
+    pub major: u32,
+    /// The source's `server_version` (the feeder reports it to the shadow).
+    pub server_version: String,
+    pub timeline: u32,
+    pub segment_size: u32,
+    /// The base backup's start (its checkpoint's redo pointer): the shadow
+    /// replays from here, the filter learns from here.
+    pub backup_start: Lsn,
+    /// The base backup's end: the shadow is consistent from here.
+    pub backup_end: Lsn,
+    pub slot: String,
+    /// The shadow's port (on its private socket directory only).
+    pub shadow_port: u16,
+    /// The feeder's port (on its private socket directory).
+    pub feeder_port: u16,
+}
+
+impl InitState {
+    pub const FORMAT_VERSION: u32 = 1;
+    pub const FILE: &'static str = "init.json";
+}

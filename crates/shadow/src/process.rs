@@ -1,0 +1,122 @@
+//! Running the shadow's PostgreSQL binaries: as the configured unprivileged
+//! user when walshadow runs as root (PostgreSQL refuses to run as root), and
+//! handing that user the files it must own.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Who the shadow's server processes run as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// `false` when walshadow already runs as this user.
+    pub switch: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error(
+        "walshadow runs as root and PostgreSQL refuses to: set [shadow] run_as to an unprivileged user \
+         (e.g. run_as = \"postgres\")"
+    )]
+    RootWithoutRunAs,
+    #[error("[shadow] run_as = {0:?}: no such user in /etc/passwd")]
+    NoSuchUser(String),
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl ServerUser {
+    /// Resolves `run_as` (needed when running as root; ignored otherwise
+    /// unless it names another user, which needs root).
+    pub fn resolve(run_as: Option<&str>) -> Result<ServerUser, ProcessError> {
+        let euid = effective_uid();
+        match run_as {
+            Some(name) => {
+                let (uid, gid) = lookup_user(name)?;
+                Ok(ServerUser {
+                    name: name.to_owned(),
+                    uid,
+                    gid,
+                    switch: uid != euid,
+                })
+            }
+            None if euid == 0 => Err(ProcessError::RootWithoutRunAs),
+            None => Ok(ServerUser {
+                name: std::env::var("USER").unwrap_or_else(|_| euid.to_string()),
+                uid: euid,
+                gid: effective_gid(),
+                switch: false,
+            }),
+        }
+    }
+
+    /// A command for `program` that runs as this user.
+    pub fn command(&self, program: &Path) -> Command {
+        let mut cmd = Command::new(program);
+        if self.switch {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(self.uid).gid(self.gid);
+        }
+        cmd
+    }
+
+    /// Gives `path` (recursively) to this user, when it is another one.
+    pub fn own_recursive(&self, path: &Path) -> Result<(), ProcessError> {
+        if !self.switch {
+            return Ok(());
+        }
+        let io = |source| ProcessError::Io {
+            what: "chown",
+            path: path.to_owned(),
+            source,
+        };
+        std::os::unix::fs::lchown(path, Some(self.uid), Some(self.gid)).map_err(io)?;
+        let meta = std::fs::symlink_metadata(path).map_err(io)?;
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(path).map_err(io)? {
+                self.own_recursive(&entry.map_err(io)?.path())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The effective uid: the owner of `/proc/self` (no libc call, no unsafe).
+fn effective_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX)
+}
+
+fn effective_gid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .map(|m| m.gid())
+        .unwrap_or(u32::MAX)
+}
+
+/// `(uid, gid)` of `name` from /etc/passwd.
+fn lookup_user(name: &str) -> Result<(u32, u32), ProcessError> {
+    let passwd = std::fs::read_to_string("/etc/passwd").map_err(|source| ProcessError::Io {
+        what: "reading",
+        path: "/etc/passwd".into(),
+        source,
+    })?;
+    passwd
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() >= 4 && f[0] == name)
+                .then(|| Some((f[2].parse().ok()?, f[3].parse().ok()?)))?
+        })
+        .next()
+        .ok_or_else(|| ProcessError::NoSuchUser(name.to_owned()))
+}
