@@ -1,6 +1,8 @@
 //! The `walshadow` binary: parses the command line and wires the library
 //! crates together. No processing logic lives here.
 
+mod catalog_cmd;
+mod shadow_cmd;
 mod wal_dump;
 
 use clap::{Parser, Subcommand};
@@ -17,9 +19,30 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Prepare a shadow: check the source, create the physical slot, take a
+    /// base backup and land only the catalog (user files never touch disk),
+    /// and write the shadow's configuration. Does nothing on an initialised
+    /// state unless --force.
+    Init(shadow_cmd::InitArgs),
+    /// Run: start the shadow and keep it fed with the source's WAL, user
+    /// data filtered out, until interrupted (Ctrl-C / SIGTERM).
+    Run(shadow_cmd::RunArgs),
+    /// Read relation descriptors from the shadow's catalog.
+    #[command(subcommand)]
+    Catalog(CatalogCommand),
+    /// Export the source's schema from the shadow (pg_dump --schema-only).
+    ExportSchema(catalog_cmd::ExportArgs),
     /// Inspect WAL.
     #[command(subcommand)]
     Wal(WalCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum CatalogCommand {
+    /// Print a relation as the shadow's catalog describes it, as JSON: oid,
+    /// schema, name, relkind, relfilenode, replica identity and attributes
+    /// in attnum order (dropped ones included).
+    Show(catalog_cmd::ShowArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -45,6 +68,10 @@ fn main() -> std::process::ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Init(args) => shadow_cmd::init(args),
+        Command::Run(args) => shadow_cmd::run(args),
+        Command::Catalog(CatalogCommand::Show(args)) => catalog_cmd::show(args),
+        Command::ExportSchema(args) => catalog_cmd::export(args),
         Command::Wal(WalCommand::Dump(args)) => wal_dump::run(args),
     };
     match result {

@@ -10,9 +10,13 @@
 //! - [`segment_store`]: the filtered WAL, durable, served from segment starts.
 //! - [`feeder`]: the walsender the shadow's walreceiver connects to.
 //! - [`process`]: running PostgreSQL binaries as the unprivileged user.
+//! - [`run`]: `walshadow run`: the shadow started and fed.
+//! - [`catalog`]: `ShadowCatalog`, relation descriptors from the shadow.
 
 pub mod bootstrap;
+pub mod catalog;
 pub mod feeder;
 pub mod filter;
 pub mod process;
+pub mod run;
 pub mod segment_store;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use walshadow_shadow::feeder::{Feeder, FeederConfig};
 use walshadow_shadow::segment_store::{CreateOptions, SegmentStore, segment_file_name};
-use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, ServerUser, wait_until};
+use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, ServerUser, WorkDir, wait_until};
 use walshadow_types::Lsn;
 
 const IDLE_LAG_TARGET: Duration = Duration::from_millis(100);
@@ -29,43 +29,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("tokio runtime")
-}
-
-/// A private work directory owned by the server user (so the standby and the feeder's
-/// socket directory are reachable by it when tests run as root).
-struct WorkDir {
-    path: PathBuf,
-}
-
-impl WorkDir {
-    fn new(tag: &str) -> Result<WorkDir> {
-        let user = ServerUser::get()?;
-        let parent = if user.switches_user {
-            PathBuf::from("/tmp")
-        } else {
-            std::env::temp_dir()
-        };
-        let path = parent.join(format!("walshadow-feeder-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        user.create_private_dir(&path)?;
-        Ok(WorkDir { path })
-    }
-
-    fn sub(&self, name: &str) -> Result<PathBuf> {
-        let p = self.path.join(name);
-        ServerUser::get()?.create_private_dir(&p)?;
-        Ok(p)
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        if std::env::var("WALSHADOW_KEEP_CLUSTERS").is_ok_and(|v| v == "1") {
-            eprintln!("kept {}", self.path.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.path);
-        }
-    }
 }
 
 /// Copies the source's WAL from its pg_wal (timeline 1) into the store up to `upto`.
@@ -276,7 +239,7 @@ fn drill(major: PgMajor) -> Result<()> {
         .parse()?;
     let server_version = source.query_one("show server_version")?;
 
-    let work = WorkDir::new(&format!("pg{}", major.number()))?;
+    let work = WorkDir::new(&format!("feeder-pg{}", major.number()))?;
     let feeder_sock = work.sub("feeder")?;
     let feeder_port = 5432;
     let first = oldest_segment(&source.wal_dir(), seg_size)?;

@@ -29,6 +29,7 @@ mod server_user;
 mod tls;
 mod wait;
 mod waldump;
+mod workdir;
 
 pub use cluster::{Auth, Cluster, ClusterOptions};
 pub use install::{PgInstall, tools_dirs};
@@ -39,5 +40,6 @@ pub use waldump::{
     WaldumpBlock, WaldumpRecord, parse_waldump_line, parse_waldump_output, waldump,
     waldump_on_timeline,
 };
+pub use workdir::{WorkDir, write_walshadow_config};
 
 pub use walshadow_types::{Lsn, PgMajor};

@@ -1,8 +1,11 @@
 //! What `walshadow init` leaves in the state directory for `walshadow run`.
 //!
 //! ```text
-//! <state>/init.json          InitState (format version, checksum)
-//! <state>/seed/              the filter's starting knowledge, as of the backup:
+//! <state>/init.json          InitState (format version, crc32c), written last
+//! <state>/init.partial       present while an init runs (names the data dir
+//!                            it fills, so a rerun may clear it)
+//! <state>/seed/              the filter's starting knowledge, as of the backup
+//!                            (see `seed.rs`):
 //!     global.map             global/pg_filenode.map
 //!     <db>.map               base/<db>/pg_filenode.map
 //!     <db>.pg_class          base/<db>/<pg_class file>, whole
@@ -10,6 +13,7 @@
 //!                            source's catalog at init
 //! <state>/wal/               the filtered WAL (SegmentStore)
 //! <state>/feeder/            the feeder's socket directory
+//! <state>/shadow-socket/     the shadow's socket directory (owned by run_as)
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -41,4 +45,88 @@ pub struct InitState {
 impl InitState {
     pub const FORMAT_VERSION: u32 = 1;
     pub const FILE: &'static str = "init.json";
+}
+
+/// Why `init.json` could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StateFileError {
+    #[error("{path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {problem}; re-run `walshadow init --force`")]
+    Invalid {
+        path: std::path::PathBuf,
+        problem: String,
+    },
+}
+
+/// `init.json` on disk: the state's fields plus `crc32c`, the CRC-32C of
+/// the state serialized without it (so a reader that only knows
+/// [`InitState`] still parses the file, and a torn or edited file is
+/// caught by [`InitState::read`]).
+#[derive(Serialize, Deserialize)]
+struct InitFile {
+    #[serde(flatten)]
+    state: InitState,
+    crc32c: u32,
+}
+
+impl InitState {
+    fn checksum(&self) -> u32 {
+        crc32c::crc32c(&serde_json::to_vec(self).unwrap_or_default())
+    }
+
+    /// Writes `<dir>/init.json` durably: temp file, fsync, rename, fsync of
+    /// the directory. A crash leaves either the old file or the new one.
+    pub fn write(&self, dir: &std::path::Path) -> Result<(), StateFileError> {
+        use std::io::Write;
+        let path = dir.join(Self::FILE);
+        let tmp = dir.join(format!("{}.tmp", Self::FILE));
+        let io = |path: &std::path::Path| {
+            let path = path.to_owned();
+            move |source| StateFileError::Io { path, source }
+        };
+        let file = InitFile {
+            state: self.clone(),
+            crc32c: self.checksum(),
+        };
+        let text = serde_json::to_vec_pretty(&file).map_err(|e| StateFileError::Invalid {
+            path: path.clone(),
+            problem: e.to_string(),
+        })?;
+        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(&text).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io(&path))?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io(dir))
+    }
+
+    /// Reads and checks `<dir>/init.json`.
+    pub fn read(dir: &std::path::Path) -> Result<InitState, StateFileError> {
+        let path = dir.join(Self::FILE);
+        let text = std::fs::read(&path).map_err(|source| StateFileError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let invalid = |problem: String| StateFileError::Invalid {
+            path: path.clone(),
+            problem,
+        };
+        let file: InitFile = serde_json::from_slice(&text).map_err(|e| invalid(e.to_string()))?;
+        if file.state.format_version != Self::FORMAT_VERSION {
+            return Err(invalid(format!(
+                "format version {} (this walshadow reads {})",
+                file.state.format_version,
+                Self::FORMAT_VERSION
+            )));
+        }
+        if file.state.checksum() != file.crc32c {
+            return Err(invalid("checksum mismatch (torn or edited file)".into()));
+        }
+        Ok(file.state)
+    }
 }

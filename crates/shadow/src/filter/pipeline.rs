@@ -66,6 +66,10 @@ pub struct FilterPipeline {
     /// released.
     pending: VecDeque<Pending>,
     pending_bytes: usize,
+    /// Records before this are never replayed by the shadow (they precede
+    /// its base backup's redo pointer): they become NOOPs unjudged, so no
+    /// user data sits in its pg_wal and the filter learns nothing stale.
+    replay_start: Lsn,
 }
 
 impl FilterPipeline {
@@ -82,7 +86,15 @@ impl FilterPipeline {
             judged_upto: start,
             pending: VecDeque::new(),
             pending_bytes: 0,
+            replay_start: start,
         })
+    }
+
+    /// Records starting before `lsn` (the shadow's redo pointer) are
+    /// rewritten to NOOPs without being judged.
+    pub fn with_replay_start(mut self, lsn: Lsn) -> Self {
+        self.replay_start = lsn;
+        self
     }
 
     pub fn filter(&self) -> &RecordFilter {
@@ -104,7 +116,18 @@ impl FilterPipeline {
                 Ok(None) => break,
                 Err(e) => return Err(e.into()),
             };
-            let verdict = self.filter.process(&rec)?;
+            let verdict = if rec.lsn < self.replay_start {
+                // XLOG records (checkpoints, switches) carry no user data and
+                // keep the stream's shape; everything else goes.
+                let xlog_fpi = matches!(rec.header.rmgr_info(), 0xA0 | 0xB0);
+                if rec.rmgr() == walshadow_wal_decode::RmgrId::XLOG && !xlog_fpi {
+                    Verdict::Keep
+                } else {
+                    Verdict::Noop
+                }
+            } else {
+                self.filter.process(&rec)?
+            };
             let (rec_lsn, end) = (rec.lsn, rec.end);
             match verdict {
                 Verdict::Keep => {}

@@ -1,0 +1,262 @@
+//! `ShadowCatalog`: relation descriptors read from the shadow's catalog, never
+//! from the source.
+//!
+//! The shadow replays the source's catalog continuously; a lookup "at LSN L"
+//! first waits until the shadow has replayed L. (The exact-LSN history of
+//! relation files, for records written before a rewrite's commit, comes with
+//! the streaming issue.)
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use walshadow_types::{Lsn, Oid};
+use walshadow_wal_reader::replication::{
+    ConnConfig, Host, QueryResult, ReplicationClient, ReplicationError, SslMode,
+};
+
+/// Why a lookup failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("shadow catalog: {0}")]
+    Query(#[from] ReplicationError),
+    #[error("the shadow has replayed up to {replayed}, not yet {wanted}, after {waited:?}")]
+    NotReplayed {
+        wanted: Lsn,
+        replayed: Lsn,
+        waited: Duration,
+    },
+    #[error("shadow catalog: unexpected answer: {0}")]
+    Unexpected(String),
+}
+
+/// One column.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttributeDesc {
+    pub attnum: i16,
+    pub name: String,
+    pub type_oid: Oid,
+    pub typmod: i32,
+    /// `attlen`: byte length, -1 varlena, -2 C string.
+    pub len: i16,
+    pub by_value: bool,
+    /// `attalign`: c, s, i or d.
+    pub align: String,
+    /// `attstorage`: p, e, m or x.
+    pub storage: String,
+    pub not_null: bool,
+    pub dropped: bool,
+    /// `attmissingval` in text form, for columns added with a default
+    /// without a rewrite.
+    pub missing_value: Option<String>,
+}
+
+/// A relation as the decoders need it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RelationDesc {
+    pub oid: Oid,
+    pub schema: String,
+    pub name: String,
+    pub relkind: String,
+    pub relfilenode: Oid,
+    pub persistence: String,
+    /// Column names of the replica identity (primary key, the chosen index,
+    /// or every column for FULL); empty for NOTHING or no key.
+    pub replica_identity: Vec<String>,
+    /// `relreplident`: d, n, f or i.
+    pub replica_identity_kind: String,
+    pub toast_relid: Option<Oid>,
+    pub partition_parent: Option<Oid>,
+    /// In attnum order, dropped columns included.
+    pub attributes: Vec<AttributeDesc>,
+}
+
+/// A SQL session on the shadow.
+#[derive(Debug)]
+pub struct ShadowCatalog {
+    client: ReplicationClient,
+}
+
+fn quote_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+impl ShadowCatalog {
+    /// Connects to database `db` on the shadow's private socket as `user`
+    /// (a role of the source: the shadow holds the source's roles).
+    pub async fn connect(
+        socket_dir: &Path,
+        port: u16,
+        user: &str,
+        db: &str,
+    ) -> Result<Self, CatalogError> {
+        let mut cfg = ConnConfig::from_url(&format!("postgres://{user}@localhost/{db}"))?;
+        cfg.host = Host::UnixDir(socket_dir.to_owned());
+        cfg.port = port;
+        cfg.sslmode = SslMode::Disable;
+        cfg.physical = false;
+        cfg.application_name = Some("walshadow-catalog".into());
+        Ok(ShadowCatalog {
+            client: ReplicationClient::connect(&cfg).await?,
+        })
+    }
+
+    async fn query(&mut self, sql: &str) -> Result<QueryResult, CatalogError> {
+        Ok(self.client.simple_query(sql).await?)
+    }
+
+    /// `pg_last_wal_replay_lsn()`.
+    pub async fn replay_lsn(&mut self) -> Result<Lsn, CatalogError> {
+        let r = self
+            .query("select coalesce(pg_last_wal_replay_lsn(), '0/0')")
+            .await?;
+        r.text(0, 0)
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| CatalogError::Unexpected("replay LSN".into()))
+    }
+
+    /// Waits until the shadow has replayed `lsn`. In-process users have the
+    /// feeder's `wait_for_replay` (no polling); this is for other processes.
+    pub async fn wait_for_lsn(&mut self, lsn: Lsn, timeout: Duration) -> Result<Lsn, CatalogError> {
+        let started = Instant::now();
+        loop {
+            let replayed = self.replay_lsn().await?;
+            if replayed >= lsn {
+                return Ok(replayed);
+            }
+            if started.elapsed() >= timeout {
+                return Err(CatalogError::NotReplayed {
+                    wanted: lsn,
+                    replayed,
+                    waited: started.elapsed(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The relation `schema.name`, if it exists.
+    pub async fn relation_by_name(
+        &mut self,
+        schema: &str,
+        name: &str,
+    ) -> Result<Option<RelationDesc>, CatalogError> {
+        let r = self
+            .query(&format!(
+                "select c.oid from pg_class c join pg_namespace n on n.oid = c.relnamespace
+                  where n.nspname = {} and c.relname = {}",
+                quote_literal(schema),
+                quote_literal(name)
+            ))
+            .await?;
+        match r.text(0, 0).and_then(|t| t.parse::<Oid>().ok()) {
+            Some(oid) => self.relation(oid).await,
+            None => Ok(None),
+        }
+    }
+
+    /// The relation stored in file `relfilenode` of tablespace `spc` (0 for
+    /// the database's default), mapped catalogs included.
+    pub async fn relation_by_file(
+        &mut self,
+        spc: Oid,
+        relfilenode: Oid,
+    ) -> Result<Option<RelationDesc>, CatalogError> {
+        let r = self
+            .query(&format!(
+                "select pg_filenode_relation({spc}, {relfilenode})::oid"
+            ))
+            .await?;
+        match r.text(0, 0).and_then(|t| t.parse::<Oid>().ok()) {
+            Some(oid) => self.relation(oid).await,
+            None => Ok(None),
+        }
+    }
+
+    /// The descriptor of relation `oid`.
+    pub async fn relation(&mut self, oid: Oid) -> Result<Option<RelationDesc>, CatalogError> {
+        let r = self
+            .query(&format!(
+                "select c.oid, n.nspname, c.relname, c.relkind, coalesce(pg_relation_filenode(c.oid), 0),
+                        c.relpersistence, c.relreplident, c.reltoastrelid,
+                        (select inhparent from pg_inherits i where i.inhrelid = c.oid and c.relispartition)
+                   from pg_class c join pg_namespace n on n.oid = c.relnamespace where c.oid = {oid}"
+            ))
+            .await?;
+        if r.rows.is_empty() {
+            return Ok(None);
+        }
+        let t = |c| r.text(0, c).unwrap_or_default().to_owned();
+        let num = |c| r.text(0, c).and_then(|s| s.parse::<Oid>().ok());
+        let replica_identity_kind = t(6);
+        let attrs = self
+            .query(&format!(
+                "select a.attnum, a.attname, a.atttypid, a.atttypmod, a.attlen, a.attbyval, a.attalign,
+                        a.attstorage, a.attnotnull, a.attisdropped,
+                        case when a.atthasmissing then a.attmissingval::text end
+                   from pg_attribute a where a.attrelid = {oid} and a.attnum > 0 order by a.attnum"
+            ))
+            .await?;
+        let mut attributes = Vec::new();
+        for row in 0..attrs.rows.len() {
+            let at = |c| attrs.text(row, c).unwrap_or_default();
+            attributes.push(AttributeDesc {
+                attnum: at(0).parse().unwrap_or(0),
+                name: at(1).to_owned(),
+                type_oid: at(2).parse().unwrap_or(0),
+                typmod: at(3).parse().unwrap_or(-1),
+                len: at(4).parse().unwrap_or(0),
+                by_value: at(5) == "t",
+                align: at(6).to_owned(),
+                storage: at(7).to_owned(),
+                not_null: at(8) == "t",
+                dropped: at(9) == "t",
+                missing_value: attrs.text(row, 10).map(str::to_owned),
+            });
+        }
+        let key_sql = match replica_identity_kind.as_str() {
+            "f" => None,
+            "n" => Some(String::new()),
+            "i" => Some(format!(
+                "select indexrelid from pg_index where indrelid = {oid} and indisreplident"
+            )),
+            _ => Some(format!(
+                "select indexrelid from pg_index where indrelid = {oid} and indisprimary"
+            )),
+        };
+        let replica_identity = match key_sql {
+            None => attributes
+                .iter()
+                .filter(|a| !a.dropped)
+                .map(|a| a.name.clone())
+                .collect(),
+            Some(sql) if sql.is_empty() => Vec::new(),
+            Some(sql) => {
+                let r = self
+                    .query(&format!(
+                        "select a.attname from pg_index i
+                           join lateral unnest(i.indkey::int2[]) with ordinality k(attnum, n) on true
+                           join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
+                          where i.indexrelid = ({sql}) order by k.n"
+                    ))
+                    .await?;
+                (0..r.rows.len())
+                    .filter_map(|i| r.text(i, 0).map(str::to_owned))
+                    .collect()
+            }
+        };
+        Ok(Some(RelationDesc {
+            oid: num(0).unwrap_or(oid),
+            schema: t(1),
+            name: t(2),
+            relkind: t(3),
+            relfilenode: num(4).unwrap_or(0),
+            persistence: t(5),
+            replica_identity,
+            replica_identity_kind,
+            toast_relid: num(7).filter(|o| *o != 0),
+            partition_parent: num(8),
+            attributes,
+        }))
+    }
+}
