@@ -51,6 +51,33 @@ pub struct AttributeDesc {
     pub missing_value: Option<String>,
 }
 
+/// A type, with what a decoder needs to read its values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TypeDesc {
+    pub oid: Oid,
+    pub schema: String,
+    pub name: String,
+    /// `typtype`: b base, c composite, d domain, e enum, p pseudo, r range,
+    /// m multirange.
+    pub typtype: String,
+    pub category: String,
+    pub len: i16,
+    pub by_value: bool,
+    pub align: String,
+    pub storage: String,
+    /// Arrays: the element type.
+    pub element: Option<Oid>,
+    /// Domains: the base type and its typmod.
+    pub base_type: Option<Oid>,
+    pub base_typmod: Option<i32>,
+    /// Enums: labels in sort order.
+    pub enum_labels: Vec<String>,
+    /// Composites: the relation holding the fields.
+    pub composite_relid: Option<Oid>,
+    /// Ranges: the subtype.
+    pub range_subtype: Option<Oid>,
+}
+
 /// A relation as the decoders need it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RelationDesc {
@@ -69,6 +96,10 @@ pub struct RelationDesc {
     pub partition_parent: Option<Oid>,
     /// In attnum order, dropped columns included.
     pub attributes: Vec<AttributeDesc>,
+    /// Every type the columns use, and the types those are built from
+    /// (domain bases, array elements, composite fields, range subtypes),
+    /// by OID; built-in scalar types included.
+    pub types: Vec<TypeDesc>,
 }
 
 /// A SQL session on the shadow.
@@ -245,7 +276,14 @@ impl ShadowCatalog {
                     .collect()
             }
         };
+        let mut wanted: Vec<Oid> = attributes
+            .iter()
+            .filter(|a| !a.dropped)
+            .map(|a| a.type_oid)
+            .collect();
+        let types = self.types_closure(&mut wanted).await?;
         Ok(Some(RelationDesc {
+            types,
             oid: num(0).unwrap_or(oid),
             schema: t(1),
             name: t(2),
@@ -258,5 +296,80 @@ impl ShadowCatalog {
             partition_parent: num(8),
             attributes,
         }))
+    }
+}
+
+impl ShadowCatalog {
+    /// The type `oid`.
+    pub async fn type_desc(&mut self, oid: Oid) -> Result<Option<TypeDesc>, CatalogError> {
+        let r = self
+            .query(&format!(
+                "select t.oid, n.nspname, t.typname, t.typtype, t.typcategory, t.typlen, t.typbyval,
+                        t.typalign, t.typstorage,
+                        case when t.typelem <> 0 and t.typsubscript = 'array_subscript_handler'::regproc
+                             then t.typelem end,
+                        nullif(t.typbasetype, 0), case when t.typtype = 'd' then t.typtypmod end,
+                        nullif(t.typrelid, 0),
+                        (select rngsubtype from pg_range where rngtypid = t.oid),
+                        (select string_agg(e.enumlabel, E'\\n' order by e.enumsortorder)
+                           from pg_enum e where e.enumtypid = t.oid)
+                   from pg_type t join pg_namespace n on n.oid = t.typnamespace where t.oid = {oid}"
+            ))
+            .await?;
+        if r.rows.is_empty() {
+            return Ok(None);
+        }
+        let t = |c| r.text(0, c).unwrap_or_default().to_owned();
+        let num = |c| r.text(0, c).and_then(|s| s.parse::<Oid>().ok());
+        Ok(Some(TypeDesc {
+            oid: num(0).unwrap_or(oid),
+            schema: t(1),
+            name: t(2),
+            typtype: t(3),
+            category: t(4),
+            len: t(5).parse().unwrap_or(0),
+            by_value: t(6) == "t",
+            align: t(7),
+            storage: t(8),
+            element: num(9),
+            base_type: num(10),
+            base_typmod: r.text(0, 11).and_then(|s| s.parse().ok()),
+            composite_relid: num(12),
+            range_subtype: num(13),
+            enum_labels: r
+                .text(0, 14)
+                .map(|s| s.split('\n').map(str::to_owned).collect())
+                .unwrap_or_default(),
+        }))
+    }
+
+    /// The types in `wanted` and everything they are built from, sorted by
+    /// OID.
+    async fn types_closure(
+        &mut self,
+        wanted: &mut Vec<Oid>,
+    ) -> Result<Vec<TypeDesc>, CatalogError> {
+        let mut seen = std::collections::BTreeMap::new();
+        while let Some(oid) = wanted.pop() {
+            if seen.contains_key(&oid) {
+                continue;
+            }
+            let Some(t) = self.type_desc(oid).await? else {
+                continue;
+            };
+            wanted.extend(t.element);
+            wanted.extend(t.base_type);
+            wanted.extend(t.range_subtype);
+            if let Some(rel) = t.composite_relid {
+                let r = self
+                    .query(&format!(
+                        "select atttypid from pg_attribute where attrelid = {rel} and attnum > 0 and not attisdropped"
+                    ))
+                    .await?;
+                wanted.extend((0..r.rows.len()).filter_map(|i| r.text(i, 0)?.parse::<Oid>().ok()));
+            }
+            seen.insert(oid, t);
+        }
+        Ok(seen.into_values().collect())
     }
 }

@@ -126,6 +126,20 @@ async fn run(major: PgMajor) -> Result<()> {
                 "{schema}.{table}: source {a:?}\nshadow {b:?}"
             );
         }
+        let t1 = theirs
+            .relation_by_name("public", "t1")
+            .await?
+            .context("t1 on the shadow")?;
+        let mood = t1
+            .types
+            .iter()
+            .find(|t| t.name == "mood")
+            .context("enum mood")?;
+        ensure!(mood.enum_labels == ["sad", "ok", "happy"], "{mood:?}");
+        ensure!(
+            t1.attributes.iter().any(|a| a.dropped),
+            "the dropped column is listed"
+        );
         let mut found = Vec::new();
         files_containing(shadow.data_dir(), MARKER.as_bytes(), &mut found)?;
         ensure!(found.is_empty(), "the marker is in {found:?}");
