@@ -1,0 +1,137 @@
+//! The shadow stays catalog-sized while the source loads user data: after
+//! `WALSHADOW_FOOTPRINT_MB` (default 2048) of rows, TOASTed and not, the
+//! shadow's data directory (pg_wal aside) is under 100 MB, and the marker
+//! in every row is in no file under it, pg_wal included.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use walshadow_config::Config;
+use walshadow_shadow::run::{Shadow, feed};
+use walshadow_testkit::{Cluster, ClusterOptions, Lsn, PgMajor, WorkDir, write_walshadow_config};
+
+const MARKER: &str = "narwhal-marker-31c7";
+
+/// Bytes of the files under `dir`, skipping `pg_wal`; and whether any file
+/// (pg_wal included) contains `needle`.
+fn scan(
+    dir: &Path,
+    needle: &[u8],
+    size: &mut u64,
+    hits: &mut Vec<String>,
+    in_wal: bool,
+) -> Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let meta = std::fs::symlink_metadata(&path)?;
+        if meta.is_dir() {
+            let wal = in_wal || entry.file_name() == "pg_wal";
+            scan(&path, needle, size, hits, wal)?;
+        } else if meta.is_file() {
+            if !in_wal {
+                *size += meta.len();
+            }
+            let bytes = std::fs::read(&path)?;
+            if bytes.windows(needle.len()).any(|w| w == needle) {
+                hits.push(path.display().to_string());
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn run(major: PgMajor) -> Result<()> {
+    let mb: u64 = std::env::var("WALSHADOW_FOOTPRINT_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2048);
+    let source = Cluster::start(
+        major,
+        ClusterOptions::default()
+            .conf("autovacuum", "off")
+            .conf("max_wal_size", "8GB")
+            .conf("checkpoint_timeout", "30min"),
+    )?;
+    source.psql(
+        "create table narrow (id bigint primary key, v text);
+         create table wide (id bigint primary key, v text);
+         alter table wide alter column v set storage external;",
+    )?;
+    let work = WorkDir::new(&format!("footprint-pg{}", major.number()))?;
+    let config = Config::load(&write_walshadow_config(
+        &source,
+        work.path(),
+        &work.path().join("shadow"),
+        "walshadow_footprint",
+    )?)?;
+    walshadow_shadow::bootstrap::init(&config, false).await?;
+    let shadow = Shadow::start(&config).await?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let source = std::sync::Arc::new(source);
+    let src = source.clone();
+    let load = tokio::task::spawn_blocking(move || -> Result<Lsn> {
+        let start = src.insert_lsn()?;
+        let mut round = 0u64;
+        while src.insert_lsn()?.distance_from(start) < mb << 20 {
+            let base = round * 20_000;
+            // ~20 MB of narrow rows and ~80 MB of TOASTed ones per round.
+            src.psql(&format!(
+                "insert into narrow select g, '{MARKER}' || md5(g::text) from generate_series({}, {}) g;
+                 insert into wide select g, repeat('{MARKER}' || md5(g::text), 80) from generate_series({}, {}) g;",
+                base * 10 + 1,
+                base * 10 + 200_000,
+                base + 1,
+                base + 20_000,
+            ))?;
+            round += 1;
+        }
+        let mut target = src.flush_lsn()?;
+        if target.0 % 8192 == 24 || target.0 % 8192 == 40 {
+            target = Lsn(target.0 - target.0 % 8192);
+        }
+        Ok(target)
+    });
+    {
+        let stop = async {
+            let _ = stop_rx.await;
+        };
+        let fed = feed(&config, &shadow, stop);
+        tokio::pin!(fed);
+        let target = tokio::select! {
+            r = &mut fed => { r?; anyhow::bail!("feeding stopped early") }
+            t = load => t??,
+        };
+        tokio::select! {
+            r = &mut fed => { r?; anyhow::bail!("feeding stopped early") }
+            w = shadow.feeder.wait_for_replay(target, Duration::from_secs(600)) => {
+                w.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            }
+        };
+        let _ = stop_tx.send(());
+        fed.await?;
+    }
+    let data_dir = shadow.data_dir().to_owned();
+    shadow.stop().await?;
+    let (mut size, mut hits) = (0u64, Vec::new());
+    scan(&data_dir, MARKER.as_bytes(), &mut size, &mut hits, false)
+        .context("scanning the shadow")?;
+    eprintln!(
+        "PostgreSQL {major}: {mb} MB loaded; shadow data directory {:.1} MB without pg_wal",
+        size as f64 / 1e6
+    );
+    ensure!(hits.is_empty(), "the marker is in {hits:?}");
+    ensure!(size < 100 << 20, "shadow data directory is {size} bytes");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg15_shadow_stays_catalog_sized() -> Result<()> {
+    run(PgMajor::V15).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg18_shadow_stays_catalog_sized() -> Result<()> {
+    run(PgMajor::V18).await
+}
