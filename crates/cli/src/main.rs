@@ -30,7 +30,8 @@ enum Command {
     /// Read relation descriptors from the shadow's catalog.
     #[command(subcommand)]
     Catalog(CatalogCommand),
-    /// Export the source's schema from the shadow (pg_dump --schema-only).
+    // No doc comment here: it would replace ExportArgs' own, which names
+    // what the export leaves out.
     ExportSchema(catalog_cmd::ExportArgs),
     /// Inspect WAL.
     #[command(subcommand)]

@@ -9,6 +9,8 @@
 //! data_dir = "/var/lib/walshadow/shadow"    # the catalog-only standby's PGDATA
 //! pg_bin   = "/usr/lib/postgresql/15/bin"   # binaries of the source's major
 //! # run_as = "postgres"                     # when walshadow runs as root
+//! # checkpoint_every_mb = 64                # filter-state checkpoint every N MB of WAL
+//! # checkpoint_every_secs = 30              # ... or every T seconds, whichever first
 //!
 //! [state]
 //! dir = "/var/lib/walshadow/state"          # progress, filtered WAL, feeder socket
@@ -73,6 +75,14 @@ pub struct ShadowConfig {
     /// (PostgreSQL refuses to run as root).
     #[serde(default)]
     pub run_as: Option<String>,
+    /// A checkpoint of the shadow filter's state is taken after this many
+    /// MB of WAL (and at clean shutdown); the slot advances only to the
+    /// last checkpoint, so this bounds the WAL a restart re-reads.
+    #[serde(default = "default_checkpoint_every_mb")]
+    pub checkpoint_every_mb: u64,
+    /// ... or after this many seconds, whichever comes first.
+    #[serde(default = "default_checkpoint_every_secs")]
+    pub checkpoint_every_secs: u64,
 }
 
 /// `[state]`: where walshadow keeps what must survive a restart.
@@ -84,6 +94,14 @@ pub struct StateConfig {
 
 fn default_slot() -> String {
     "walshadow".into()
+}
+
+fn default_checkpoint_every_mb() -> u64 {
+    64
+}
+
+fn default_checkpoint_every_secs() -> u64 {
+    30
 }
 
 impl Config {
@@ -144,6 +162,20 @@ impl Config {
                 ));
             }
         }
+        for (key, v) in [
+            (
+                "shadow.checkpoint_every_mb",
+                self.shadow.checkpoint_every_mb,
+            ),
+            (
+                "shadow.checkpoint_every_secs",
+                self.shadow.checkpoint_every_secs,
+            ),
+        ] {
+            if v == 0 {
+                return Err(invalid(key, "must be at least 1".into()));
+            }
+        }
         if !self.shadow.pg_bin.join("postgres").is_file() {
             return Err(invalid(
                 "shadow.pg_bin",
@@ -183,6 +215,10 @@ mod tests {
         let c = parse(GOOD).unwrap();
         assert_eq!(c.source.slot, "walshadow");
         assert_eq!(c.shadow.run_as, None);
+        assert_eq!(
+            (c.shadow.checkpoint_every_mb, c.shadow.checkpoint_every_secs),
+            (64, 30)
+        );
     }
 
     #[test]

@@ -7,10 +7,11 @@
 //! ```
 //!
 //! The shadow is started here (`pg_ctl start` as the unprivileged user) and
-//! stopped on shutdown. The filter restarts from its seed: until its state is
-//! checkpointed (a later step), every start streams again from the base
-//! backup's segment, and the slot is held there so the source keeps that WAL;
-//! bytes the store already holds are not appended twice.
+//! stopped on shutdown. The filter resumes from its last checkpoint
+//! (`<state>/filter.ckpt`), or from its seed at the base backup's segment
+//! when there is none; the slot's flush position is the last checkpoint, so
+//! the source keeps only the WAL since then. Bytes the store already holds
+//! are checked, not appended twice.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,6 +22,7 @@ use walshadow_wal_reader::replication::{ConnConfig, FollowEvent, ReplicationClie
 
 use crate::bootstrap::InitState;
 use crate::feeder::{Feeder, FeederConfig};
+use crate::filter::checkpoint;
 use crate::filter::pipeline::FilterPipeline;
 use crate::process::ServerUser;
 use crate::segment_store::{CreateOptions, SegmentStore};
@@ -46,6 +48,22 @@ pub enum RunError {
     Shadow(String),
     #[error(transparent)]
     Seed(#[from] crate::bootstrap::InitError),
+    #[error(transparent)]
+    Checkpoint(#[from] checkpoint::CheckpointError),
+    #[error(
+        "the filter checkpoint is at {checkpoint} but the filtered-WAL store holds only \
+         [{start}, {end}): the store lost data the checkpoint covers; rebuild with `walshadow init --force`"
+    )]
+    StoreBehindCheckpoint {
+        checkpoint: Lsn,
+        start: Lsn,
+        end: Lsn,
+    },
+    #[error(
+        "filtered WAL at {lsn} differs from what the store already holds ({problem}): the \
+         filter's state and the store disagree; rebuild with `walshadow init --force`"
+    )]
+    Diverged { lsn: Lsn, problem: String },
 }
 
 /// Paths of a state directory.
@@ -144,6 +162,17 @@ impl Shadow {
         shadow.user.own_recursive(&shadow.socket_dir)?;
         // The log lives in the data directory: the server user owns it.
         let log = shadow.data_dir.join("shadow.log");
+        // A shadow left up by a `run` that died (SIGKILL) would make the
+        // start below a no-op (pg_ctl -W reports success, the new postmaster
+        // exits on the lock file) and reconnect to the new feeder only after
+        // wal_retrieve_retry_interval: restart it, so this run owns it.
+        if shadow.is_running() {
+            tracing::warn!(
+                data_dir = %shadow.data_dir.display(),
+                "the shadow is still up from an earlier run; stopping it first"
+            );
+            shadow.pg_ctl(&["stop", "-m", "fast", "-w"])?;
+        }
         shadow.pg_ctl(&["start", "-W", "-l", &log.display().to_string()])?;
         tracing::info!(
             data_dir = %shadow.data_dir.display(),
@@ -174,6 +203,18 @@ impl Shadow {
         Ok(())
     }
 
+    /// `pg_ctl status`: a postmaster holds the data directory.
+    fn is_running(&self) -> bool {
+        self.user
+            .command(&self.pg_bin.join("pg_ctl"))
+            .arg("status")
+            .arg("-D")
+            .arg(&self.data_dir)
+            .current_dir("/")
+            .output()
+            .is_ok_and(|out| out.status.success())
+    }
+
     /// Stops the shadow (fast) and the feeder.
     pub async fn stop(self) -> Result<(), RunError> {
         let r = self.pg_ctl(&["stop", "-m", "fast", "-w"]);
@@ -195,44 +236,121 @@ pub fn segment_start(lsn: Lsn, seg_size: u32) -> Lsn {
     Lsn(lsn.0 - lsn.0 % u64::from(seg_size))
 }
 
+/// Where streaming resumes and what the slot may be told.
+#[derive(Debug, Clone, Copy)]
+struct ResumePoint {
+    /// `START_REPLICATION` position and timeline.
+    stream_from: Lsn,
+    timeline: u32,
+    /// The last checkpoint (or the base backup's segment without one): the
+    /// slot's flush position.
+    durable: Lsn,
+}
+
 /// Streams from the source through the filter into the shadow's store until
 /// `stop` resolves.
+///
+/// The filter resumes from its last checkpoint (`<state>/filter.ckpt`, see
+/// [`checkpoint`]) or, without one, from the seed at the base backup's
+/// segment. Bytes the store already holds are not appended again; they are
+/// compared with what the filter produces now, and a difference stops the
+/// stream (the store and the filter's state no longer agree). A checkpoint is
+/// taken every `checkpoint_every_mb` of WAL or `checkpoint_every_secs`,
+/// whichever comes first, and at a clean stop; the slot's flush position
+/// (which a physical slot's `restart_lsn` follows) is the last checkpoint,
+/// never more (invariant 4).
 pub async fn feed(
     config: &Config,
     shadow: &Shadow,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
     let state = &shadow.state;
+    let store = &shadow.store;
     let major = PgMajor::from_number(state.major).map_err(|e| RunError::State {
         path: config.state.dir.join(InitState::FILE),
         message: e.to_string(),
     })?;
-    let filter = crate::bootstrap::load_seed(&config.state.dir, major)?;
-    let seg_start = segment_start(state.backup_start, state.segment_size);
-    let mut pipeline = FilterPipeline::new(filter, seg_start, state.segment_size)?
-        .with_replay_start(state.backup_start);
+    let identity = checkpoint::Identity {
+        system_id: state.system_id,
+        major,
+        backup_start: state.backup_start,
+    };
+    let (pipeline, resume) = match checkpoint::read(&config.state.dir, identity)? {
+        Some(c) => {
+            if c.lsn > store.flushed_end() || c.lsn < store.start() {
+                return Err(RunError::StoreBehindCheckpoint {
+                    checkpoint: c.lsn,
+                    start: store.start(),
+                    end: store.flushed_end(),
+                });
+            }
+            let pipeline = FilterPipeline::resume(c.filter, c.lsn, state.segment_size)?;
+            let resume = ResumePoint {
+                stream_from: FilterPipeline::resume_page(c.lsn),
+                timeline: c.timeline,
+                durable: c.lsn,
+            };
+            (pipeline, resume)
+        }
+        None => {
+            let filter = crate::bootstrap::load_seed(&config.state.dir, major)?;
+            let seg_start = segment_start(state.backup_start, state.segment_size);
+            let pipeline = FilterPipeline::new(filter, seg_start, state.segment_size)?;
+            let resume = ResumePoint {
+                stream_from: seg_start,
+                timeline: state.timeline,
+                durable: seg_start,
+            };
+            (pipeline, resume)
+        }
+    };
+    let mut pipeline = pipeline.with_replay_start(state.backup_start);
+    tracing::info!(
+        from = %resume.stream_from,
+        timeline = resume.timeline,
+        checkpoint = %resume.durable,
+        store_end = %store.flushed_end(),
+        "streaming from the source"
+    );
     let mut conn = ConnConfig::from_url(&config.source.url)?;
     conn.application_name
         .get_or_insert_with(|| "walshadow".into());
     let client = ReplicationClient::connect(&conn).await?;
-    let mut follower =
-        WalFollower::start(client, Some(&config.source.slot), seg_start, state.timeline).await?;
-    // The slot stays at the backup's segment until the filter's state is
-    // checkpointed: a restart re-reads from there.
-    follower.set_positions(seg_start, seg_start, seg_start);
-    let already = shadow.store.written_end();
+    let mut follower = WalFollower::start(
+        client,
+        Some(&config.source.slot),
+        resume.stream_from,
+        resume.timeline,
+    )
+    .await?;
+    follower.set_positions(resume.stream_from, resume.durable, resume.durable);
+    let mut ckpt = Checkpointer {
+        dir: config.state.dir.clone(),
+        identity,
+        every_bytes: config.shadow.checkpoint_every_mb.saturating_mul(1 << 20),
+        every: Duration::from_secs(config.shadow.checkpoint_every_secs),
+        last: resume.durable,
+        last_try: tokio::time::Instant::now(),
+    };
+    // What the store held before this run: the filter must produce the
+    // same bytes again.
+    let already = store.written_end();
     tokio::pin!(stop);
     let mut last_flush = tokio::time::Instant::now();
     loop {
         // Unflushed bytes are flushed once the stream pauses for a moment,
         // and at least every 10 ms while it flows (group fsync).
-        let dirty = shadow.store.written_end() > shadow.store.flushed_end();
+        let dirty = store.written_end() > store.flushed_end();
         let event = tokio::select! {
             _ = &mut stop => break,
             e = follower.next() => e?,
             _ = tokio::time::sleep(Duration::from_millis(2)), if dirty => {
-                shadow.store.flush()?;
+                store.flush()?;
                 last_flush = tokio::time::Instant::now();
+                continue;
+            }
+            _ = tokio::time::sleep_until(ckpt.last_try + ckpt.every) => {
+                ckpt.take(&pipeline, store, &mut follower).await?;
                 continue;
             }
         };
@@ -240,14 +358,20 @@ pub async fn feed(
             FollowEvent::Wal { start, data, .. } => {
                 let (from, bytes) = pipeline.push(start, &data)?;
                 let end = Lsn(from.0 + bytes.len() as u64);
+                let overlap = already.distance_from(from).min(bytes.len() as u64) as usize;
+                if overlap > 0 {
+                    verify_stored(store, from, bytes.get(..overlap).unwrap_or_default())?;
+                }
                 if end > already {
-                    let skip = already.distance_from(from) as usize;
-                    let fresh = bytes.get(skip.min(bytes.len())..).unwrap_or_default();
-                    shadow.store.append(Lsn(from.0 + skip as u64), fresh)?;
+                    let fresh = bytes.get(overlap..).unwrap_or_default();
+                    store.append(Lsn(from.0 + overlap as u64), fresh)?;
                 }
                 if last_flush.elapsed() >= Duration::from_millis(10) {
-                    shadow.store.flush()?;
+                    store.flush()?;
                     last_flush = tokio::time::Instant::now();
+                }
+                if ckpt.due(&pipeline) {
+                    ckpt.take(&pipeline, store, &mut follower).await?;
                 }
             }
             FollowEvent::ServerWalEnd(_) => {}
@@ -260,13 +384,108 @@ pub async fn feed(
                 tracing::info!(
                     "source timeline {from} ended at {switch_lsn}; following timeline {to}"
                 );
-                shadow.store.flush()?;
-                shadow
-                    .store
-                    .switch_timeline(to, switch_lsn, &history.content)?;
+                store.flush()?;
+                // Re-streaming what the store holds: it switched already.
+                let known = store
+                    .lineage()
+                    .iter()
+                    .any(|s| s.tli == to && s.begin == switch_lsn);
+                if !known {
+                    store.switch_timeline(to, switch_lsn, &history.content)?;
+                }
             }
         }
     }
-    shadow.store.flush()?;
+    store.flush()?;
+    // A clean stop checkpoints and tells the source at once, so the slot
+    // does not hold WAL until the next run.
+    ckpt.take(&pipeline, store, &mut follower).await?;
     Ok(())
+}
+
+/// Takes filter checkpoints and advances the slot behind them.
+#[derive(Debug)]
+struct Checkpointer {
+    dir: PathBuf,
+    identity: checkpoint::Identity,
+    every_bytes: u64,
+    every: Duration,
+    /// The last checkpoint's LSN: what the slot's flush position reports.
+    last: Lsn,
+    last_try: tokio::time::Instant,
+}
+
+impl Checkpointer {
+    fn due(&self, pipeline: &FilterPipeline) -> bool {
+        self.last_try.elapsed() >= self.every
+            || pipeline
+                .checkpoint_lsn()
+                .is_some_and(|l| l.distance_from(self.last) >= self.every_bytes)
+    }
+
+    /// Checkpoints at the pipeline's checkpoint point if it moved: the
+    /// store is flushed past it first, the slot's flush position follows the
+    /// file and is sent at once. Returns whether a checkpoint was written.
+    async fn take(
+        &mut self,
+        pipeline: &FilterPipeline,
+        store: &SegmentStore,
+        follower: &mut WalFollower,
+    ) -> Result<bool, RunError> {
+        self.last_try = tokio::time::Instant::now();
+        let Some(l) = pipeline.checkpoint_lsn().filter(|&l| l > self.last) else {
+            return Ok(false);
+        };
+        if store.flushed_end() < l {
+            store.flush()?;
+        }
+        if store.flushed_end() < l {
+            // Released bytes always reach the store; nothing to cover yet.
+            return Ok(false);
+        }
+        let timeline = timeline_at(store, FilterPipeline::resume_page(l));
+        checkpoint::write(&self.dir, self.identity, timeline, l, pipeline.filter())?;
+        self.last = l;
+        let received = follower.received_upto().unwrap_or(l);
+        follower.set_positions(received, l, l);
+        // At once, not at the next periodic status update: the source may
+        // recycle its WAL before `l` from now on.
+        if let Err(e) = follower.send_status(false).await {
+            tracing::warn!("could not report checkpoint {l} to the source: {e}");
+        }
+        tracing::debug!(lsn = %l, timeline, "filter checkpoint");
+        Ok(true)
+    }
+}
+
+/// The timeline the store's history has at `lsn`.
+fn timeline_at(store: &SegmentStore, lsn: Lsn) -> u32 {
+    store
+        .lineage()
+        .iter()
+        .find(|s| s.begin <= lsn && s.end.is_none_or(|e| lsn < e))
+        .map_or_else(|| store.timeline(), |s| s.tli)
+}
+
+/// Checks that `bytes`, filtered again at `lsn`, equal what the store holds.
+fn verify_stored(store: &SegmentStore, lsn: Lsn, bytes: &[u8]) -> Result<(), RunError> {
+    let mut held = vec![0u8; bytes.len()];
+    let n = store.read_at(store.timeline(), lsn, &mut held)?;
+    let differs = held
+        .get(..n)
+        .unwrap_or_default()
+        .iter()
+        .zip(bytes)
+        .position(|(a, b)| a != b);
+    match differs {
+        None if n == bytes.len() => Ok(()),
+        None => Err(RunError::Diverged {
+            lsn: Lsn(lsn.0 + n as u64),
+            problem: "the store ends there".into(),
+        }),
+        Some(i) => Err(RunError::Diverged {
+            lsn: Lsn(lsn.0 + i as u64),
+            problem: "the bytes differ".into(),
+        }),
+    }
 }

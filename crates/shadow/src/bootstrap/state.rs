@@ -11,6 +11,8 @@
 //!     <db>.pg_class          base/<db>/<pg_class file>, whole
 //!     classes.json           (db, file) → class and oid → class from the
 //!                            source's catalog at init
+//! <state>/filter.ckpt        the filter's state at a record boundary, written
+//!                            by `run` (see `filter/checkpoint.rs`)
 //! <state>/wal/               the filtered WAL (SegmentStore)
 //! <state>/feeder/            the feeder's socket directory
 //! <state>/shadow-socket/     the shadow's socket directory (owned by run_as)

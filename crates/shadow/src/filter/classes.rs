@@ -53,7 +53,7 @@ impl FileClass {
 }
 
 /// The classes of all files walshadow knows, and of relations by OID.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Classes {
     files: HashMap<(Oid, Oid), FileClass>,
     relations: HashMap<Oid, FileClass>,
@@ -104,6 +104,16 @@ impl Classes {
 
     pub fn drop_database(&mut self, db: Oid) {
         self.files.retain(|(d, _), _| *d != db);
+    }
+
+    /// Every known file: `((database, file number), class)`.
+    pub fn files(&self) -> impl Iterator<Item = ((Oid, Oid), FileClass)> + '_ {
+        self.files.iter().map(|(&k, &c)| (k, c))
+    }
+
+    /// Every known relation: `(OID, class)`.
+    pub fn relations(&self) -> impl Iterator<Item = (Oid, FileClass)> + '_ {
+        self.relations.iter().map(|(&o, &c)| (o, c))
     }
 
     pub fn file_count(&self) -> usize {

@@ -17,6 +17,7 @@
 //! classify stops the stream with an error naming it: guessing either way
 //! would corrupt the shadow's catalog or put user data on its disk.
 
+pub mod checkpoint;
 pub mod classes;
 pub mod noop;
 pub mod pg_class;
@@ -24,7 +25,7 @@ pub mod pipeline;
 
 use std::collections::HashMap;
 
-use walshadow_types::{BlockNumber, Lsn, Oid, PgMajor, RelFileLocator};
+use walshadow_types::{BlockNumber, ForkNumber, Lsn, Oid, PgMajor, RelFileLocator};
 use walshadow_wal_decode::{BlockRef, RecordView, RmgrId};
 
 use classes::{Classes, FIRST_NORMAL_OBJECT_ID, FileClass};
@@ -127,7 +128,8 @@ pub struct FilterStats {
 }
 
 /// The filter's knowledge: file classes, relation maps, pg_class rows.
-#[derive(Debug, Clone)]
+/// [`checkpoint`] saves and restores all of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordFilter {
     major: PgMajor,
     classes: Classes,
@@ -308,9 +310,12 @@ impl RecordFilter {
         // pg_class pages: images first (they show the page after the change),
         // then the change itself where no image covers it.
         let mut imaged = Vec::new();
+        // Only main-fork pages hold rows: a full-page image of pg_class's
+        // visibility map (logged with heap changes that clear all-visible)
+        // must not replace the rows of the heap block with the same number.
         for b in rec.blocks {
             let (db, file) = (b.locator.db_oid, b.locator.rel_number);
-            if !self.holds_pg_class(db, file) || !b.apply_image() {
+            if b.fork != ForkNumber::Main || !self.holds_pg_class(db, file) || !b.apply_image() {
                 continue;
             }
             if let Ok(page) = rec.restore_page(b) {
@@ -322,7 +327,7 @@ impl RecordFilter {
             return Ok(());
         };
         let (db, file) = (b0.locator.db_oid, b0.locator.rel_number);
-        if !self.holds_pg_class(db, file) || imaged.contains(&0) {
+        if b0.fork != ForkNumber::Main || !self.holds_pg_class(db, file) || imaged.contains(&0) {
             return Ok(());
         }
         match rec.rmgr() {

@@ -125,7 +125,7 @@ pub fn tuple_data(tuple: &[u8]) -> Option<&[u8]> {
 
 /// `pg_class` rows of one database by position, for rebuilding rows that
 /// records log only in part.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RowCache {
     rows: HashMap<(BlockNumber, u16), Vec<u8>>,
 }
@@ -152,6 +152,11 @@ impl RowCache {
             }
         }
         out
+    }
+
+    /// Every row: `((block, offset), data)`.
+    pub fn iter(&self) -> impl Iterator<Item = ((BlockNumber, u16), &[u8])> + '_ {
+        self.rows.iter().map(|(&k, v)| (k, v.as_slice()))
     }
 
     pub fn len(&self) -> usize {

@@ -10,6 +10,13 @@
 //! A record still being reassembled holds back the bytes from its start, so
 //! the shadow is never handed part of a record that might yet be rewritten
 //! (a record spanning segments is rewritten consistently on both sides).
+//!
+//! Checkpoints ([`super::checkpoint`]): [`FilterPipeline::checkpoint_lsn`]
+//! names a point `L` where nothing waits undecided and every byte before `L`
+//! has been released; [`FilterPipeline::resume`] rebuilds the pipeline there
+//! from the saved filter, fed from the page holding `L` (the decoder skips
+//! the records before `L`, and the bytes before `L` are dropped, not
+//! released: they are already in the store).
 
 use std::collections::VecDeque;
 
@@ -29,11 +36,15 @@ pub enum PipelineError {
     #[error("WAL at {0}: record cannot be rewritten to XLOG_NOOP")]
     Unrewritable(Lsn),
     #[error(
-        "WAL at {lsn}: {bytes} bytes of records wait for their relation files to be classified, \
-         more than the {limit}-byte budget"
+        "WAL at {lsn}: a record touching relation file {db}/{rel}, created in the stream and not \
+         yet classified, holds back {bytes} bytes of WAL, more than the {limit}-byte budget \
+         (spilling held-back WAL is not implemented); the transaction that created the file is \
+         too large for the shadow: finish or cancel it, then rebuild with `walshadow init --force`"
     )]
     TooMuchUndecided {
         lsn: Lsn,
+        db: Oid,
+        rel: Oid,
         bytes: usize,
         limit: usize,
     },
@@ -47,9 +58,12 @@ struct Pending {
     files: Vec<(Oid, Oid)>,
 }
 
-/// Bytes of undecided records held in memory before giving up.
+/// Bytes held back in memory by undecided records (the framed WAL from the
+/// first of them on, and their NOOP copies) before giving up.
 /// TODO(shadow issue): spill to the segment store instead.
 const UNDECIDED_BUDGET: usize = 256 << 20;
+/// `XLOG_BLCKSZ`.
+const XLOG_BLCKSZ: u64 = 8192;
 
 /// Filters a contiguous WAL stream for the shadow.
 #[derive(Debug)]
@@ -70,6 +84,9 @@ pub struct FilterPipeline {
     /// its base backup's redo pointer): they become NOOPs unjudged, so no
     /// user data sits in its pg_wal and the filter learns nothing stale.
     replay_start: Lsn,
+    /// Bytes before this are dropped unreleased (resuming at a checkpoint:
+    /// they were judged and released by an earlier run).
+    discard_before: Lsn,
 }
 
 impl FilterPipeline {
@@ -87,7 +104,41 @@ impl FilterPipeline {
             pending: VecDeque::new(),
             pending_bytes: 0,
             replay_start: start,
+            discard_before: start,
         })
+    }
+
+    /// A pipeline resuming at checkpoint `at` (a record boundary named by
+    /// [`Self::checkpoint_lsn`]) with the filter saved there. Its input
+    /// starts at the page holding `at`; the first bytes it releases are at
+    /// `at`.
+    pub fn resume(filter: RecordFilter, at: Lsn, seg_size: u32) -> Result<Self, PipelineError> {
+        let page = Self::resume_page(at);
+        let decoder = WalStreamDecoder::new(page, at, seg_size)?;
+        Ok(FilterPipeline {
+            decoder,
+            filter,
+            seg_size,
+            buf: Vec::new(),
+            buf_start: page,
+            judged_upto: at,
+            pending: VecDeque::new(),
+            pending_bytes: 0,
+            replay_start: page,
+            discard_before: at,
+        })
+    }
+
+    /// Where the input of a pipeline resuming at `at` starts: its page.
+    pub fn resume_page(at: Lsn) -> Lsn {
+        Lsn(at.0 - at.0 % XLOG_BLCKSZ)
+    }
+
+    /// A point a checkpoint may be taken at: the end of the last judged
+    /// record, when no record waits undecided and everything before it has
+    /// been released. `None` while something is pending.
+    pub fn checkpoint_lsn(&self) -> Option<Lsn> {
+        (self.pending.is_empty() && self.buf_start == self.judged_upto).then_some(self.judged_upto)
     }
 
     /// Records starting before `lsn` (the shadow's redo pointer) are
@@ -110,6 +161,12 @@ impl FilterPipeline {
     pub fn push(&mut self, lsn: Lsn, chunk: &[u8]) -> Result<(Lsn, Vec<u8>), PipelineError> {
         self.decoder.feed_at(lsn, chunk)?;
         self.buf.extend_from_slice(chunk);
+        if self.buf_start < self.discard_before {
+            let n =
+                (self.discard_before.distance_from(self.buf_start) as usize).min(self.buf.len());
+            self.buf.drain(..n);
+            self.buf_start = Lsn(self.buf_start.0 + n as u64);
+        }
         loop {
             let rec = match self.decoder.poll_ref() {
                 Ok(Some(rec)) => rec,
@@ -152,13 +209,6 @@ impl FilterPipeline {
                         noop,
                         files,
                     });
-                    if self.pending_bytes > UNDECIDED_BUDGET {
-                        return Err(PipelineError::TooMuchUndecided {
-                            lsn: rec_lsn,
-                            bytes: self.pending_bytes,
-                            limit: UNDECIDED_BUDGET,
-                        });
-                    }
                 }
             }
             self.judged_upto = end;
@@ -174,6 +224,26 @@ impl FilterPipeline {
         let out: Vec<u8> = self.buf.drain(..n.min(self.buf.len())).collect();
         let from = self.buf_start;
         self.buf_start = Lsn(from.0 + out.len() as u64);
+        // Held back: the framed bytes from the first undecided record on,
+        // plus the NOOP copies of the undecided records.
+        let held = self.buf.len() + self.pending_bytes;
+        if let Some(first) = self.pending.front()
+            && held > UNDECIDED_BUDGET
+        {
+            let (db, rel) = first
+                .files
+                .iter()
+                .copied()
+                .find(|(db, rel)| self.filter.class_of(*db, *rel).is_none())
+                .unwrap_or_default();
+            return Err(PipelineError::TooMuchUndecided {
+                lsn: first.lsn,
+                db,
+                rel,
+                bytes: held,
+                limit: UNDECIDED_BUDGET,
+            });
+        }
         Ok((from, out))
     }
 
