@@ -814,19 +814,15 @@ fn pg18_init_twice_and_export_help() -> Result<()> {
     init_twice_and_help(PgMajor::V18)
 }
 
-// Known bug: the filter turns every page the WAL_LOG strategy logs for the
-// template's pg_statistic into a NOOP, index metapage included, so the new
-// database's pg_statistic_relid_att_inh_index (2696) is an empty file on the
-// shadow and every query there fails with `could not read block 0 in file
-// "base/<db>/2696"`. The drill uses STRATEGY FILE_COPY meanwhile.
+// WAL_LOG copies the template's statistics catalogs page by page: the filter
+// drops their rows and replaces the image of each statistics index's
+// metapage by an empty btree's, so the new database's catalog lookups work.
 #[test]
-#[ignore = "known filter bug: CREATE DATABASE (WAL_LOG) leaves the new database's pg_statistic index empty on the shadow"]
 fn pg15_create_database_wal_log() -> Result<()> {
     new_database_wal_log(PgMajor::V15)
 }
 
 #[test]
-#[ignore = "known filter bug: CREATE DATABASE (WAL_LOG) leaves the new database's pg_statistic index empty on the shadow"]
 fn pg18_create_database_wal_log() -> Result<()> {
     new_database_wal_log(PgMajor::V18)
 }

@@ -144,6 +144,8 @@ fn truth(c: &Cluster) -> Result<HashMap<(Oid, Oid), FileClass>> {
         let base_class = |oid: Oid, nsp: &str, kind: &str| {
             if kind == "S" {
                 FileClass::Sequence
+            } else if stats.contains(&oid) && kind == "i" {
+                FileClass::StatisticsIndex
             } else if stats.contains(&oid) {
                 FileClass::UserData
             } else if oid < 16384 || nsp == "pg_catalog" {
@@ -166,6 +168,10 @@ fn truth(c: &Cluster) -> Result<HashMap<(Oid, Oid), FileClass>> {
                     .map(|p| p.5)
                     .unwrap_or(owner);
                 class = by_oid.get(&owner).copied().unwrap_or(class);
+                // The TOAST index of a statistics catalog is a statistics index.
+                if class == FileClass::UserData && kind == "i" && stats.contains(&owner) {
+                    class = FileClass::StatisticsIndex;
+                }
             }
             out.insert((if *shared { 0 } else { db_oid }, *file), class);
         }

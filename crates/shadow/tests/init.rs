@@ -307,6 +307,8 @@ fn run_init(major: PgMajor) -> Result<()> {
         let class = filter.class_of(r.db, r.file);
         let want = if r.relkind == 'S' {
             FileClass::Sequence
+        } else if STATS_OIDS.contains(&r.oid) && r.relkind == 'i' {
+            FileClass::StatisticsIndex
         } else if r.oid < 16384 && !STATS_OIDS.contains(&r.oid) {
             FileClass::Catalog
         } else {

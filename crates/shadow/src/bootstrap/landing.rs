@@ -226,7 +226,7 @@ impl<'a> Landing<'a> {
             }
             (Some(_), _) => Decision::Skip,
             (None, FileClass::Catalog | FileClass::Sequence) => Decision::Keep,
-            (None, FileClass::UserData) => {
+            (None, FileClass::UserData | FileClass::StatisticsIndex) => {
                 if !self.classes.is_listed(db) {
                     self.unlisted_skipped.push((db, name.clone()));
                 }

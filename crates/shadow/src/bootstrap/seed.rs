@@ -37,6 +37,7 @@ pub enum SeedClass {
     Catalog,
     Sequence,
     UserData,
+    StatisticsIndex,
 }
 
 impl From<FileClass> for SeedClass {
@@ -45,6 +46,7 @@ impl From<FileClass> for SeedClass {
             FileClass::Catalog => SeedClass::Catalog,
             FileClass::Sequence => SeedClass::Sequence,
             FileClass::UserData => SeedClass::UserData,
+            FileClass::StatisticsIndex => SeedClass::StatisticsIndex,
         }
     }
 }
@@ -55,6 +57,7 @@ impl From<SeedClass> for FileClass {
             SeedClass::Catalog => FileClass::Catalog,
             SeedClass::Sequence => FileClass::Sequence,
             SeedClass::UserData => FileClass::UserData,
+            SeedClass::StatisticsIndex => FileClass::StatisticsIndex,
         }
     }
 }

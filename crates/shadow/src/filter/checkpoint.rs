@@ -188,6 +188,7 @@ fn class_byte(c: FileClass) -> u8 {
         FileClass::Catalog => 0,
         FileClass::Sequence => 1,
         FileClass::UserData => 2,
+        FileClass::StatisticsIndex => 3,
     }
 }
 
@@ -196,6 +197,7 @@ fn byte_class(b: u8) -> Result<FileClass, String> {
         0 => Ok(FileClass::Catalog),
         1 => Ok(FileClass::Sequence),
         2 => Ok(FileClass::UserData),
+        3 => Ok(FileClass::StatisticsIndex),
         other => Err(format!("unknown file class {other}")),
     }
 }

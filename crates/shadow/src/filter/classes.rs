@@ -44,11 +44,16 @@ pub enum FileClass {
     Sequence,
     /// User rows (or statistics on them): never reaches the shadow.
     UserData,
+    /// An index of a statistics catalog (or of its TOAST table): its keys
+    /// point at rows the shadow never gets, so it stays an empty btree on
+    /// the shadow — `init` lands a bare metapage, and a page image of its
+    /// metapage (CREATE DATABASE copying a template) is replaced by one.
+    StatisticsIndex,
 }
 
 impl FileClass {
     pub fn reaches_shadow(self) -> bool {
-        !matches!(self, FileClass::UserData)
+        matches!(self, FileClass::Catalog | FileClass::Sequence)
     }
 }
 
@@ -146,8 +151,15 @@ impl Classes {
         if row.relkind == b'S' {
             return FileClass::Sequence;
         }
+        let stats = |kind: u8| {
+            if kind == b'i' {
+                FileClass::StatisticsIndex
+            } else {
+                FileClass::UserData
+            }
+        };
         if STATISTICS_CATALOGS.contains(&row.oid) {
-            return FileClass::UserData;
+            return stats(row.relkind);
         }
         if row.relnamespace == PG_TOAST_NAMESPACE {
             // pg_toast_<owner> and pg_toast_<owner>_index follow their owner.
@@ -158,7 +170,7 @@ impl Classes {
                 .and_then(|n| n.parse::<Oid>().ok());
             if let Some(owner) = owner {
                 if STATISTICS_CATALOGS.contains(&owner) {
-                    return FileClass::UserData;
+                    return stats(row.relkind);
                 }
                 if owner < FIRST_NORMAL_OBJECT_ID {
                     return FileClass::Catalog;

@@ -76,6 +76,10 @@ pub enum Verdict {
     /// map update written at commit. The record waits ([`pipeline`]) until
     /// [`RecordFilter::class_of`] knows all its files.
     Undecided,
+    /// A page image of a statistics index's metapage (CREATE DATABASE
+    /// copying its template, a rebuild): replaced by an image of an empty
+    /// btree's metapage, so the index stays valid and empty on the shadow.
+    EmptyMetapage,
 }
 
 /// Why the filter cannot go on.
@@ -250,7 +254,7 @@ impl RecordFilter {
         let v = self.verdict(rec)?;
         match v {
             Verdict::Keep => self.stats.kept += 1,
-            Verdict::Noop => self.stats.nooped += 1,
+            Verdict::Noop | Verdict::EmptyMetapage => self.stats.nooped += 1,
             Verdict::Undecided => {}
         }
         Ok(v)
@@ -520,6 +524,7 @@ impl RecordFilter {
         let mut catalog: Option<RelFileLocator> = None;
         let mut user: Option<RelFileLocator> = None;
         let mut undecided = false;
+        let mut stats_index_meta = false;
         for b in rec.blocks {
             let l = b.locator;
             let class = match self.class_of(l.db_oid, l.rel_number) {
@@ -541,6 +546,15 @@ impl RecordFilter {
             } else {
                 user.get_or_insert(l);
             }
+            stats_index_meta = class == FileClass::StatisticsIndex
+                && b.blkno == 0
+                && b.fork == walshadow_types::ForkNumber::Main
+                && b.apply_image();
+        }
+        let image_record =
+            rec.rmgr() == RmgrId::XLOG && (info == XLOG_FPI || info == XLOG_FPI_FOR_HINT);
+        if stats_index_meta && image_record && rec.blocks.len() == 1 && !undecided {
+            return Ok(Verdict::EmptyMetapage);
         }
         match (catalog, user) {
             (_, None) if undecided => Ok(Verdict::Undecided),

@@ -36,6 +36,12 @@ pub enum PipelineError {
     #[error("WAL at {0}: record cannot be rewritten to XLOG_NOOP")]
     Unrewritable(Lsn),
     #[error(
+        "WAL at {0}: the page image of a statistics index's metapage cannot be replaced by an \
+         empty one of the same record length (a compressed image, or a record with other \
+         fragments); use CREATE DATABASE ... STRATEGY FILE_COPY, or wal_compression = off"
+    )]
+    MetapageDoesNotFit(Lsn),
+    #[error(
         "WAL at {lsn}: a record touching relation file {db}/{rel}, created in the stream and not \
          yet classified, holds back {bytes} bytes of WAL, more than the {limit}-byte budget \
          (spilling held-back WAL is not implemented); the transaction that created the file is \
@@ -49,6 +55,10 @@ pub enum PipelineError {
         limit: usize,
     },
 }
+
+/// The zeros of an empty btree metapage: after the page header and
+/// `BTMetaPageData` (pd_lower 72), before the special space (8176).
+const EMPTY_META_HOLE: (usize, usize) = (72, 8176);
 
 /// A record waiting for its files' class.
 #[derive(Debug)]
@@ -188,6 +198,29 @@ impl FilterPipeline {
             let (rec_lsn, end) = (rec.lsn, rec.end);
             match verdict {
                 Verdict::Keep => {}
+                Verdict::EmptyMetapage => {
+                    let replaced = (rec.toplevel_xid.is_none() && rec.origin.is_none())
+                        .then(|| {
+                            let b = rec.blocks.first()?;
+                            let original = rec.restore_page(b).ok()?;
+                            let page = crate::bootstrap::page::empty_btree_metapage(
+                                Some(&original),
+                                false,
+                            );
+                            super::noop::replace_single_image(rec.raw(), &page, EMPTY_META_HOLE)
+                        })
+                        .flatten()
+                        .ok_or(PipelineError::MetapageDoesNotFit(rec_lsn))?;
+                    if !write_framed(
+                        &mut self.buf,
+                        self.buf_start,
+                        rec_lsn,
+                        &replaced,
+                        self.seg_size,
+                    ) {
+                        return Err(PipelineError::Unrewritable(rec_lsn));
+                    }
+                }
                 Verdict::Noop => {
                     let noop =
                         noop_record(rec.raw()).ok_or(PipelineError::Unrewritable(rec_lsn))?;
