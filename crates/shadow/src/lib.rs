@@ -12,7 +12,9 @@
 //! - [`process`]: running PostgreSQL binaries as the unprivileged user.
 //! - [`run`]: `walshadow run`: the shadow started and fed.
 //! - [`catalog`]: `ShadowCatalog`, relation descriptors from the shadow.
+//! - [`access`]: reaching the shadow from other processes; schema export.
 
+pub mod access;
 pub mod bootstrap;
 pub mod catalog;
 pub mod feeder;
