@@ -4,33 +4,17 @@
 //! while no user value (a marker written before and after init) is in any
 //! file under the shadow's data directory, pg_wal included.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_config::Config;
 use walshadow_shadow::catalog::ShadowCatalog;
-use walshadow_shadow::run::{Shadow, feed};
-use walshadow_testkit::{Cluster, ClusterOptions, Lsn, PgMajor, WorkDir, write_walshadow_config};
+use walshadow_shadow::run::Shadow;
+
+mod common;
+use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir, write_walshadow_config};
 
 const MARKER: &str = "okapi-marker-5be1";
-
-fn files_containing(dir: &Path, needle: &[u8], out: &mut Vec<PathBuf>) -> Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let path = entry.path();
-        let meta = std::fs::symlink_metadata(&path)?;
-        if meta.is_dir() {
-            files_containing(&path, needle, out)?;
-        } else if meta.is_file() {
-            let bytes = std::fs::read(&path)?;
-            if bytes.windows(needle.len()).any(|w| w == needle) {
-                out.push(path);
-            }
-        }
-    }
-    Ok(())
-}
 
 async fn run(major: PgMajor) -> Result<()> {
     let source = Cluster::start(
@@ -55,98 +39,71 @@ async fn run(major: PgMajor) -> Result<()> {
     eprintln!("init: {report}");
 
     let shadow = Shadow::start(&config).await?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-
     let source = std::sync::Arc::new(source);
     let src = source.clone();
-    let drill = tokio::task::spawn_blocking(move || -> Result<Lsn> {
-        for sql in [
-            "create type mood as enum ('sad', 'ok', 'happy')".to_owned(),
-            "create domain posint as int check (value > 0)".into(),
-            "create table t1 (id int primary key, v text, m mood, p posint)".into(),
-            format!("insert into t1 select g, '{MARKER}', 'ok', g from generate_series(1, 3000) g"),
-            "alter table t1 add column d int default 7".into(),
-            "alter table t1 drop column p".into(),
-            "alter table t1 rename column v to v2".into(),
-            "create index on t1 (v2)".into(),
-            "vacuum full t1".into(),
-            "vacuum full pg_constraint".into(),
-            "create table parent (id int, k int) partition by range (k)".into(),
-            "create table part1 partition of parent for values from (0) to (100)".into(),
-            "insert into parent select g, g % 100 from generate_series(1, 500) g".into(),
-            "truncate part1".into(),
-            "create sequence s2".into(),
-            "select nextval('s2')".into(),
-            "alter table before_init replica identity full".into(),
-        ] {
-            src.psql(&sql).with_context(|| sql.clone())?;
-        }
-        let mut target = src.flush_lsn()?;
-        // Replay stops at a page boundary when the next record starts after
-        // the page header.
-        if target.0 % 8192 == 24 || target.0 % 8192 == 40 {
-            target = Lsn(target.0 - target.0 % 8192);
-        }
-        Ok(target)
-    });
-    let stop = async {
-        let _ = stop_rx.await;
-    };
-    {
-        let fed = feed(&config, &shadow, stop);
-        tokio::pin!(fed);
-        let target = tokio::select! {
-            r = &mut fed => { r?; anyhow::bail!("feeding stopped early") }
-            t = drill => t??,
-        };
-        tokio::select! {
-            r = &mut fed => { r?; anyhow::bail!("feeding stopped early") }
-            w = shadow.feeder.wait_for_replay(target, Duration::from_secs(120)) => {
-                w.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let target = common::feed_until_replayed(
+        &config,
+        &shadow,
+        move || {
+            for sql in [
+                "create type mood as enum ('sad', 'ok', 'happy')".to_owned(),
+                "create domain posint as int check (value > 0)".into(),
+                "create table t1 (id int primary key, v text, m mood, p posint)".into(),
+                format!(
+                    "insert into t1 select g, '{MARKER}', 'ok', g from generate_series(1, 3000) g"
+                ),
+                "alter table t1 add column d int default 7".into(),
+                "alter table t1 drop column p".into(),
+                "alter table t1 rename column v to v2".into(),
+                "create index on t1 (v2)".into(),
+                "vacuum full t1".into(),
+                "vacuum full pg_constraint".into(),
+                "create table parent (id int, k int) partition by range (k)".into(),
+                "create table part1 partition of parent for values from (0) to (100)".into(),
+                "insert into parent select g, g % 100 from generate_series(1, 500) g".into(),
+                "truncate part1".into(),
+                "create sequence s2".into(),
+                "select nextval('s2')".into(),
+                "alter table before_init replica identity full".into(),
+            ] {
+                src.psql(&sql).with_context(|| sql.clone())?;
             }
-        };
-        eprintln!("shadow replayed {target}");
-
-        let mut theirs =
-            ShadowCatalog::connect(&shadow.socket_dir, shadow.port, "postgres", "postgres").await?;
-        let mut ours =
-            ShadowCatalog::connect(&source.socket_dir(), source.port(), "postgres", "postgres")
-                .await?;
-        for (schema, table) in [
+            common::replay_target(&src)
+        },
+        Duration::from_secs(120),
+    )
+    .await?;
+    eprintln!("shadow replayed {target}");
+    common::assert_same_relations(
+        &source,
+        &shadow,
+        &[
             ("public", "before_init"),
             ("public", "t1"),
             ("public", "parent"),
             ("public", "part1"),
             ("public", "s2"),
-        ] {
-            let a = ours.relation_by_name(schema, table).await?;
-            let b = theirs.relation_by_name(schema, table).await?;
-            ensure!(
-                a.is_some() && a == b,
-                "{schema}.{table}: source {a:?}\nshadow {b:?}"
-            );
-        }
-        let t1 = theirs
-            .relation_by_name("public", "t1")
-            .await?
-            .context("t1 on the shadow")?;
-        let mood = t1
-            .types
-            .iter()
-            .find(|t| t.name == "mood")
-            .context("enum mood")?;
-        ensure!(mood.enum_labels == ["sad", "ok", "happy"], "{mood:?}");
-        ensure!(
-            t1.attributes.iter().any(|a| a.dropped),
-            "the dropped column is listed"
-        );
-        let mut found = Vec::new();
-        files_containing(shadow.data_dir(), MARKER.as_bytes(), &mut found)?;
-        ensure!(found.is_empty(), "the marker is in {found:?}");
-
-        let _ = stop_tx.send(());
-        fed.await?;
-    }
+        ],
+    )
+    .await?;
+    let mut theirs =
+        ShadowCatalog::connect(&shadow.socket_dir, shadow.port, "postgres", "postgres").await?;
+    let t1 = theirs
+        .relation_by_name("public", "t1")
+        .await?
+        .context("t1 on the shadow")?;
+    let mood = t1
+        .types
+        .iter()
+        .find(|t| t.name == "mood")
+        .context("enum mood")?;
+    ensure!(mood.enum_labels == ["sad", "ok", "happy"], "{mood:?}");
+    ensure!(
+        t1.attributes.iter().any(|a| a.dropped),
+        "the dropped column is listed"
+    );
+    let found = common::files_containing(shadow.data_dir(), MARKER.as_bytes())?;
+    ensure!(found.is_empty(), "the marker is in {found:?}");
     shadow.stop().await?;
     Ok(())
 }

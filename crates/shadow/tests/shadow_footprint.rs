@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_config::Config;
-use walshadow_shadow::run::{Shadow, feed};
+use walshadow_shadow::run::Shadow;
+
+mod common;
 use walshadow_testkit::{Cluster, ClusterOptions, Lsn, PgMajor, WorkDir, write_walshadow_config};
 
 const MARKER: &str = "narwhal-marker-31c7";
@@ -68,50 +70,32 @@ async fn run(major: PgMajor) -> Result<()> {
     )?)?;
     walshadow_shadow::bootstrap::init(&config, false).await?;
     let shadow = Shadow::start(&config).await?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let source = std::sync::Arc::new(source);
     let src = source.clone();
-    let load = tokio::task::spawn_blocking(move || -> Result<Lsn> {
-        let start = src.insert_lsn()?;
-        let mut round = 0u64;
-        while src.insert_lsn()?.distance_from(start) < mb << 20 {
-            let base = round * 20_000;
-            // ~20 MB of narrow rows and ~80 MB of TOASTed ones per round.
-            src.psql(&format!(
-                "insert into narrow select g, '{MARKER}' || md5(g::text) from generate_series({}, {}) g;
-                 insert into wide select g, repeat('{MARKER}' || md5(g::text), 80) from generate_series({}, {}) g;",
-                base * 10 + 1,
-                base * 10 + 200_000,
-                base + 1,
-                base + 20_000,
-            ))?;
-            round += 1;
-        }
-        let mut target = src.flush_lsn()?;
-        if target.0 % 8192 == 24 || target.0 % 8192 == 40 {
-            target = Lsn(target.0 - target.0 % 8192);
-        }
-        Ok(target)
-    });
-    {
-        let stop = async {
-            let _ = stop_rx.await;
-        };
-        let fed = feed(&config, &shadow, stop);
-        tokio::pin!(fed);
-        let target = tokio::select! {
-            r = &mut fed => { r?; anyhow::bail!("feeding stopped early") }
-            t = load => t??,
-        };
-        tokio::select! {
-            r = &mut fed => { r?; anyhow::bail!("feeding stopped early") }
-            w = shadow.feeder.wait_for_replay(target, Duration::from_secs(600)) => {
-                w.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    common::feed_until_replayed(
+        &config,
+        &shadow,
+        move || -> Result<Lsn> {
+            let start = src.insert_lsn()?;
+            let mut round = 0u64;
+            while src.insert_lsn()?.distance_from(start) < mb << 20 {
+                let base = round * 20_000;
+                // ~20 MB of narrow rows and ~80 MB of TOASTed ones per round.
+                src.psql(&format!(
+                    "insert into narrow select g, '{MARKER}' || md5(g::text) from generate_series({}, {}) g;
+                     insert into wide select g, repeat('{MARKER}' || md5(g::text), 80) from generate_series({}, {}) g;",
+                    base * 10 + 1,
+                    base * 10 + 200_000,
+                    base + 1,
+                    base + 20_000,
+                ))?;
+                round += 1;
             }
-        };
-        let _ = stop_tx.send(());
-        fed.await?;
-    }
+            common::replay_target(&src)
+        },
+        Duration::from_secs(600),
+    )
+    .await?;
     let data_dir = shadow.data_dir().to_owned();
     shadow.stop().await?;
     let (mut size, mut hits) = (0u64, Vec::new());

@@ -10,53 +10,26 @@
 //! user table as the source's does; no user value (a marker) is in the
 //! shadow's data directory or the filtered WAL.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_config::Config;
-use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_shadow::filter::checkpoint::{self, Identity};
 use walshadow_shadow::run::{Shadow, feed};
 use walshadow_testkit::{
     Cluster, ClusterOptions, Lsn, PgMajor, WorkDir, wait_until, write_walshadow_config,
 };
 
+mod common;
+
 const MARKER: &str = "quokka-marker-91c2";
 const SLOT: &str = "walshadow_restart";
-
-fn files_containing(dir: &Path, needle: &[u8], out: &mut Vec<PathBuf>) -> Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        let meta = std::fs::symlink_metadata(&path)?;
-        if meta.is_dir() {
-            files_containing(&path, needle, out)?;
-        } else if meta.is_file() {
-            let bytes = std::fs::read(&path)?;
-            if bytes.windows(needle.len()).any(|w| w == needle) {
-                out.push(path);
-            }
-        }
-    }
-    Ok(())
-}
 
 fn slot_restart_lsn(source: &Cluster) -> Result<Lsn> {
     let text = source.query_one(&format!(
         "select restart_lsn from pg_replication_slots where slot_name = '{SLOT}'"
     ))?;
     text.trim().parse().context("restart_lsn")
-}
-
-/// The target a drill's end gives `wait_for_replay`: replay stops at a page
-/// boundary when the next record starts right after the page header.
-fn replay_target(source: &Cluster) -> Result<Lsn> {
-    let target = source.flush_lsn()?;
-    Ok(if target.0 % 8192 == 24 || target.0 % 8192 == 40 {
-        Lsn(target.0 - target.0 % 8192)
-    } else {
-        target
-    })
 }
 
 /// Runs `sqls` on the source while `feed` runs, waits until the shadow
@@ -75,7 +48,7 @@ async fn feed_through(
         for sql in &sqls {
             src.psql(sql).with_context(|| sql.clone())?;
         }
-        replay_target(&src)
+        common::replay_target(&src)
     });
     let result = async {
         let fed = feed(config, &shadow, async {
@@ -232,49 +205,37 @@ async fn run(major: PgMajor) -> Result<()> {
     // from the second checkpoint) and compare.
     let shadow = Shadow::start(&config).await?;
     let compared = async {
-        let target = replay_target(&source)?;
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let fed = feed(&config, &shadow, async {
-            let _ = stop_rx.await;
-        });
-        tokio::pin!(fed);
-        tokio::select! {
-            r = &mut fed => { r?; anyhow::bail!("feeding stopped early") }
-            w = shadow.feeder.wait_for_replay(target, Duration::from_secs(120)) => {
-                w.map_err(|e| anyhow::anyhow!("{e:?}"))?;
-            }
-        };
-        let mut theirs =
-            ShadowCatalog::connect(&shadow.socket_dir, shadow.port, "postgres", "postgres").await?;
-        let mut ours =
-            ShadowCatalog::connect(&source.socket_dir(), source.port(), "postgres", "postgres")
-                .await?;
-        for (schema, table) in [
-            ("public", "before_init"),
-            ("public", "t1"),
-            ("public", "parent"),
-            ("public", "part1"),
-            ("public", "s1"),
-        ] {
-            let a = ours.relation_by_name(schema, table).await?;
-            let b = theirs.relation_by_name(schema, table).await?;
-            ensure!(
-                a.is_some() && a == b,
-                "{schema}.{table}: source {a:?}\nshadow {b:?}"
-            );
-        }
-        let _ = stop_tx.send(());
-        fed.await?;
-        anyhow::Ok(())
+        let src = source.clone();
+        common::feed_until_replayed(
+            &config,
+            &shadow,
+            move || common::replay_target(&src),
+            Duration::from_secs(120),
+        )
+        .await?;
+        common::assert_same_relations(
+            &source,
+            &shadow,
+            &[
+                ("public", "before_init"),
+                ("public", "t1"),
+                ("public", "parent"),
+                ("public", "part1"),
+                ("public", "s1"),
+            ],
+        )
+        .await
     }
     .await;
     let stopped = shadow.stop().await;
     compared?;
     stopped?;
 
-    let mut found = Vec::new();
-    files_containing(&config.shadow.data_dir, MARKER.as_bytes(), &mut found)?;
-    files_containing(&config.state.dir.join("wal"), MARKER.as_bytes(), &mut found)?;
+    let mut found = common::files_containing(&config.shadow.data_dir, MARKER.as_bytes())?;
+    found.extend(common::files_containing(
+        &config.state.dir.join("wal"),
+        MARKER.as_bytes(),
+    )?);
     ensure!(found.is_empty(), "the marker is in {found:?}");
     Ok(())
 }
