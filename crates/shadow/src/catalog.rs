@@ -146,6 +146,17 @@ impl ShadowCatalog {
             .ok_or_else(|| CatalogError::Unexpected("replay LSN".into()))
     }
 
+    /// The redo position of the shadow's last restartpoint: where its replay
+    /// would start again after a crash (`pg_control_checkpoint()`).
+    pub async fn restartpoint_redo(&mut self) -> Result<Lsn, CatalogError> {
+        let r = self
+            .query("select redo_lsn from pg_control_checkpoint()")
+            .await?;
+        r.text(0, 0)
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| CatalogError::Unexpected("restartpoint redo LSN".into()))
+    }
+
     /// Waits until the shadow has replayed `lsn`. In-process users have the
     /// feeder's `wait_for_replay` (no polling); this is for other processes.
     pub async fn wait_for_lsn(&mut self, lsn: Lsn, timeout: Duration) -> Result<Lsn, CatalogError> {

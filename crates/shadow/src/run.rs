@@ -350,7 +350,9 @@ pub async fn feed(
                 continue;
             }
             _ = tokio::time::sleep_until(ckpt.last_try + ckpt.every) => {
-                ckpt.take(&pipeline, store, &mut follower).await?;
+                if ckpt.take(&pipeline, store, &mut follower).await? {
+                    recycle(config, shadow, store, ckpt.last).await;
+                }
                 continue;
             }
         };
@@ -370,8 +372,8 @@ pub async fn feed(
                     store.flush()?;
                     last_flush = tokio::time::Instant::now();
                 }
-                if ckpt.due(&pipeline) {
-                    ckpt.take(&pipeline, store, &mut follower).await?;
+                if ckpt.due(&pipeline) && ckpt.take(&pipeline, store, &mut follower).await? {
+                    recycle(config, shadow, store, ckpt.last).await;
                 }
             }
             FollowEvent::ServerWalEnd(_) => {}
@@ -401,6 +403,44 @@ pub async fn feed(
     // does not hold WAL until the next run.
     ckpt.take(&pipeline, store, &mut follower).await?;
     Ok(())
+}
+
+/// Drops filtered segments that neither the shadow nor a restarted `run`
+/// will read again: those before both the shadow's last restartpoint (its
+/// replay restarts there) and the filter checkpoint (a restart re-filters
+/// from there), with one segment of margin. Best effort: a shadow that does
+/// not answer yet (still reaching consistency) keeps everything.
+async fn recycle(config: &Config, shadow: &Shadow, store: &SegmentStore, checkpoint: Lsn) {
+    let Ok(source) = ConnConfig::from_url(&config.source.url) else {
+        return;
+    };
+    let db = source.dbname.as_deref().unwrap_or("postgres");
+    let redo = async {
+        let mut cat = crate::catalog::ShadowCatalog::connect(
+            &shadow.socket_dir,
+            shadow.port,
+            &source.user,
+            db,
+        )
+        .await?;
+        cat.restartpoint_redo().await
+    };
+    let redo = match redo.await {
+        Ok(r) if r.is_valid() => r,
+        Ok(_) => return,
+        Err(e) => {
+            tracing::debug!("not recycling filtered WAL yet: {e}");
+            return;
+        }
+    };
+    let seg = u64::from(store.segment_size());
+    let keep = redo.min(FilterPipeline::resume_page(checkpoint));
+    let keep_from = Lsn((keep.0 / seg).saturating_sub(1) * seg);
+    match store.remove_before(keep_from) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(segments = n, before = %keep_from, "recycled filtered WAL"),
+        Err(e) => tracing::warn!("recycling filtered WAL before {keep_from}: {e}"),
+    }
 }
 
 /// Takes filter checkpoints and advances the slot behind them.
