@@ -22,6 +22,7 @@ use walshadow_wal_reader::replication::{ConnConfig, FollowEvent, ReplicationClie
 
 use crate::bootstrap::InitState;
 use crate::feeder::{Feeder, FeederConfig};
+use crate::filter::ParameterChange;
 use crate::filter::checkpoint;
 use crate::filter::pipeline::FilterPipeline;
 use crate::process::ServerUser;
@@ -215,6 +216,58 @@ impl Shadow {
             .is_ok_and(|out| out.status.success())
     }
 
+    /// Makes the shadow run with at least the settings of a parameter change
+    /// on the source (a hot standby stops replaying at one above its own
+    /// settings): writes them to `walshadow.params.conf`, which the shadow's
+    /// postgresql.conf includes last, and restarts the shadow. Returns
+    /// whether it did.
+    pub fn raise_settings(&self, change: &ParameterChange) -> Result<bool, RunError> {
+        let read =
+            |name: &str| std::fs::read_to_string(self.data_dir.join(name)).unwrap_or_default();
+        let current = |setting: &str| -> i32 {
+            // The last assignment wins, as in PostgreSQL's own parsing.
+            [read("postgresql.conf"), read("walshadow.params.conf")]
+                .iter()
+                .flat_map(|text| text.lines())
+                .filter_map(|l| {
+                    let (k, v) = l.split_once('=')?;
+                    (k.trim() == setting)
+                        .then(|| v.trim().trim_matches('\'').parse::<i32>().ok())?
+                })
+                .next_back()
+                .unwrap_or(0)
+        };
+        let mut raise = false;
+        let mut text =
+            String::from("# Written by `walshadow run`: at least the source's settings.\n");
+        for (name, wanted) in change.settings() {
+            let have = current(name);
+            raise |= wanted > have;
+            text.push_str(&format!("{name} = {}\n", wanted.max(have)));
+        }
+        if !raise {
+            return Ok(false);
+        }
+        let path = self.data_dir.join("walshadow.params.conf");
+        std::fs::write(&path, text)
+            .map_err(|e| RunError::Shadow(format!("{}: {e}", path.display())))?;
+        self.user.own_recursive(&path)?;
+        tracing::info!(
+            lsn = %change.lsn,
+            "the source raised settings a hot standby must match; restarting the shadow with them"
+        );
+        let log = self.data_dir.join("shadow.log");
+        self.pg_ctl(&[
+            "restart",
+            "-m",
+            "fast",
+            "-W",
+            "-l",
+            &log.display().to_string(),
+        ])?;
+        Ok(true)
+    }
+
     /// Stops the shadow (fast) and the feeder.
     pub async fn stop(self) -> Result<(), RunError> {
         let r = self.pg_ctl(&["stop", "-m", "fast", "-w"]);
@@ -359,6 +412,9 @@ pub async fn feed(
         match event {
             FollowEvent::Wal { start, data, .. } => {
                 let (from, bytes) = pipeline.push(start, &data)?;
+                if let Some(change) = pipeline.take_parameter_change() {
+                    shadow.raise_settings(&change)?;
+                }
                 let end = Lsn(from.0 + bytes.len() as u64);
                 let overlap = already.distance_from(from).min(bytes.len() as u64) as usize;
                 if overlap > 0 {

@@ -67,6 +67,8 @@ impl ShadowConf<'_> {
         for (k, v) in lines {
             out.push_str(&format!("{k} = {v}\n"));
         }
+        // `run` raises settings here when the source does (XLOG_PARAMETER_CHANGE).
+        out.push_str("include_if_exists = 'walshadow.params.conf'\n");
         out
     }
 

@@ -38,6 +38,7 @@ const RELMAPPER_FILEMAGIC: u32 = 0x0059_2717;
 const MAX_MAPPINGS: usize = 64;
 
 const XLOG_FPI: u8 = 0xB0;
+const XLOG_PARAMETER_CHANGE: u8 = 0x60;
 const XLOG_FPI_FOR_HINT: u8 = 0xA0;
 const XLOG_HEAP_OPMASK: u8 = 0x70;
 const XLOG_HEAP_INSERT: u8 = 0x00;
@@ -123,6 +124,31 @@ pub enum FilterError {
     },
 }
 
+/// Settings a hot standby needs at least as high as its primary's
+/// (`xl_parameter_change` in pg_control.h; CheckRequiredParameterValues).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParameterChange {
+    pub lsn: Lsn,
+    pub max_connections: i32,
+    pub max_worker_processes: i32,
+    pub max_wal_senders: i32,
+    pub max_prepared_transactions: i32,
+    pub max_locks_per_transaction: i32,
+}
+
+impl ParameterChange {
+    /// `(setting name, value)` pairs.
+    pub fn settings(&self) -> [(&'static str, i32); 5] {
+        [
+            ("max_connections", self.max_connections),
+            ("max_worker_processes", self.max_worker_processes),
+            ("max_wal_senders", self.max_wal_senders),
+            ("max_prepared_transactions", self.max_prepared_transactions),
+            ("max_locks_per_transaction", self.max_locks_per_transaction),
+        ]
+    }
+}
+
 /// Counts for logs and metrics.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct FilterStats {
@@ -147,6 +173,8 @@ pub struct RecordFilter {
     /// (creating xid, LSN of the create).
     created: HashMap<(Oid, Oid), (u32, Lsn)>,
     stats: FilterStats,
+    /// The last `XLOG_PARAMETER_CHANGE` seen and not yet taken.
+    parameter_change: Option<ParameterChange>,
 }
 
 impl RecordFilter {
@@ -158,6 +186,7 @@ impl RecordFilter {
             rows: HashMap::new(),
             created: HashMap::new(),
             stats: FilterStats::default(),
+            parameter_change: None,
         }
     }
 
@@ -260,9 +289,31 @@ impl RecordFilter {
         Ok(v)
     }
 
+    /// The source's last `XLOG_PARAMETER_CHANGE` since the previous call:
+    /// the shadow must run with at least these settings to replay past it.
+    pub fn take_parameter_change(&mut self) -> Option<ParameterChange> {
+        self.parameter_change.take()
+    }
+
     fn learn(&mut self, rec: &RecordView<'_>) -> Result<(), FilterError> {
         let info = rec.header.rmgr_info();
         match rec.rmgr() {
+            RmgrId::XLOG if info == XLOG_PARAMETER_CHANGE => {
+                let m = rec.main_data();
+                let at = |i: usize| le_u32(m, i * 4).map(|v| v as i32);
+                if let (Some(c), Some(w), Some(s), Some(p), Some(l)) =
+                    (at(0), at(1), at(2), at(3), at(4))
+                {
+                    self.parameter_change = Some(ParameterChange {
+                        lsn: rec.lsn,
+                        max_connections: c,
+                        max_worker_processes: w,
+                        max_wal_senders: s,
+                        max_prepared_transactions: p,
+                        max_locks_per_transaction: l,
+                    });
+                }
+            }
             RmgrId::SMGR if info == XLOG_SMGR_CREATE => {
                 // xl_smgr_create: RelFileLocator (spc, db, rel), fork.
                 let main = rec.main_data();

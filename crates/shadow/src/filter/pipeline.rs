@@ -162,6 +162,11 @@ impl FilterPipeline {
         &self.filter
     }
 
+    /// See [`RecordFilter::take_parameter_change`].
+    pub fn take_parameter_change(&mut self) -> Option<super::ParameterChange> {
+        self.filter.take_parameter_change()
+    }
+
     pub fn major(&self) -> Option<PgMajor> {
         self.decoder.major()
     }
