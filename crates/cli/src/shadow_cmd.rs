@@ -43,7 +43,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
     runtime()?.block_on(async {
         let shadow = walshadow_shadow::run::Shadow::start(&config).await?;
-        let stop = async {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
             tokio::select! {
@@ -51,8 +52,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                 _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
             }
             tracing::info!("stopping");
-        };
-        let fed = walshadow_shadow::run::feed(&config, &shadow, stop).await;
+            let _ = stop_tx.send(true);
+        });
+        let fed = walshadow_shadow::run::feed_until_stopped(&config, &shadow, stop_rx).await;
         let stopped = shadow.stop().await;
         fed?;
         stopped?;

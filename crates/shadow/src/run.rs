@@ -67,6 +67,48 @@ pub enum RunError {
     Diverged { lsn: Lsn, problem: String },
 }
 
+impl RunError {
+    /// A lost or refused connection to the source (restart, failover,
+    /// network): feeding can start again from the last checkpoint.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, RunError::Replication(e) if e.is_transient())
+    }
+}
+
+/// Feeds the shadow until `stop` turns true, starting again from the last
+/// checkpoint after transient source errors (backing off from 1 s to 30 s;
+/// the shadow keeps running meanwhile). Definite errors end it.
+pub async fn feed_until_stopped(
+    config: &Config,
+    shadow: &Shadow,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), RunError> {
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let mut attempt_stop = stop.clone();
+        let started = tokio::time::Instant::now();
+        let result = feed(config, shadow, async move {
+            let _ = attempt_stop.wait_for(|s| *s).await;
+        })
+        .await;
+        match result {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_transient() => {
+                if started.elapsed() > Duration::from_secs(60) {
+                    backoff = Duration::from_secs(1);
+                }
+                tracing::warn!("source connection lost ({e}); feeding again in {backoff:?}");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = stop.wait_for(|s| *s) => return Ok(()),
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Paths of a state directory.
 #[derive(Debug, Clone)]
 pub struct StatePaths {

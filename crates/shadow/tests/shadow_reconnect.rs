@@ -1,0 +1,67 @@
+//! `run` survives losing the source: the walsender is terminated mid-stream,
+//! feeding starts again from the last checkpoint, and the shadow catches up.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use walshadow_config::Config;
+use walshadow_shadow::run::{Shadow, feed_until_stopped};
+use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir, write_walshadow_config};
+
+mod common;
+
+async fn run(major: PgMajor) -> Result<()> {
+    let source = Cluster::start(major, ClusterOptions::default().conf("autovacuum", "off"))?;
+    let work = WorkDir::new(&format!("reconnect-pg{}", major.number()))?;
+    let config = Config::load(&write_walshadow_config(
+        &source,
+        work.path(),
+        &work.path().join("shadow"),
+        "walshadow_reconnect",
+    )?)?;
+    walshadow_shadow::bootstrap::init(&config, false).await?;
+    let shadow = Shadow::start(&config).await?;
+    let source = std::sync::Arc::new(source);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let src = source.clone();
+    let work_done = tokio::task::spawn_blocking(move || -> Result<_> {
+        src.psql("create table one (id int primary key)")?;
+        // Wait for the walsender, then cut it.
+        walshadow_testkit::wait_until(Duration::from_secs(30), "walshadow streaming", || {
+            Ok(src.query_one("select count(*) from pg_stat_replication")? == "1")
+        })?;
+        src.psql("select pg_terminate_backend(pid) from pg_stat_replication")?;
+        src.psql("create table two (id int primary key, v text)")?;
+        common::replay_target(&src)
+    });
+    {
+        let fed = feed_until_stopped(&config, &shadow, stop_rx);
+        tokio::pin!(fed);
+        let target = tokio::select! {
+            r = &mut fed => { r?; anyhow::bail!("feeding stopped early") }
+            t = work_done => t??,
+        };
+        tokio::select! {
+            r = &mut fed => { r?; anyhow::bail!("feeding stopped early") }
+            w = shadow.feeder.wait_for_replay(target, Duration::from_secs(120)) => {
+                w.map_err(|e| anyhow::anyhow!("{e:?}")).context("after the walsender was terminated")?;
+            }
+        };
+        stop_tx.send(true)?;
+        fed.await?;
+    }
+    common::assert_same_relations(&source, &shadow, &[("public", "one"), ("public", "two")])
+        .await?;
+    shadow.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg15_feeding_survives_a_lost_source_connection() -> Result<()> {
+    run(PgMajor::V15).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg18_feeding_survives_a_lost_source_connection() -> Result<()> {
+    run(PgMajor::V18).await
+}
