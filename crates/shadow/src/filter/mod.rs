@@ -39,6 +39,7 @@ const MAX_MAPPINGS: usize = 64;
 
 const XLOG_FPI: u8 = 0xB0;
 const XLOG_PARAMETER_CHANGE: u8 = 0x60;
+const XLOG_TBLSPC_CREATE: u8 = 0x00;
 const XLOG_FPI_FOR_HINT: u8 = 0xA0;
 const XLOG_HEAP_OPMASK: u8 = 0x70;
 const XLOG_HEAP_INSERT: u8 = 0x00;
@@ -81,6 +82,11 @@ pub enum Verdict {
     /// copying its template, a rebuild): replaced by an image of an empty
     /// btree's metapage, so the index stays valid and empty on the shadow.
     EmptyMetapage,
+    /// `CREATE TABLESPACE`: the source's location means nothing on the
+    /// shadow's host, so the record is rewritten (same length) to create an
+    /// in-place tablespace (`pg_tblspc/<oid>` as a directory; the shadow runs
+    /// with `allow_in_place_tablespaces`).
+    InPlaceTablespace,
 }
 
 /// Why the filter cannot go on.
@@ -284,6 +290,7 @@ impl RecordFilter {
         match v {
             Verdict::Keep => self.stats.kept += 1,
             Verdict::Noop | Verdict::EmptyMetapage => self.stats.nooped += 1,
+            Verdict::InPlaceTablespace => self.stats.kept += 1,
             Verdict::Undecided => {}
         }
         Ok(v)
@@ -569,6 +576,9 @@ impl RecordFilter {
             }
             RmgrId::XLOG if info != XLOG_FPI && info != XLOG_FPI_FOR_HINT => {
                 return Ok(Verdict::Keep);
+            }
+            RmgrId::TBLSPC if info == XLOG_TBLSPC_CREATE => {
+                return Ok(Verdict::InPlaceTablespace);
             }
             _ => {}
         }

@@ -162,6 +162,19 @@ pub fn replace_single_image(raw: &[u8], page: &[u8], hole: (usize, usize)) -> Op
     Some(out)
 }
 
+/// `raw` (a record whose main data, the last `main_len` bytes, it ends
+/// with) with the main data after its first `keep` bytes zeroed (same
+/// length, CRC recomputed): for `xl_tblspc_create_rec`, keeping the
+/// tablespace OID and emptying its location (an in-place tablespace).
+pub fn zero_main_data_after(raw: &[u8], main_len: usize, keep: usize) -> Option<Vec<u8>> {
+    let mut out = raw.to_vec();
+    let start = out.len().checked_sub(main_len)?.checked_add(keep)?;
+    out.get_mut(start..)?.fill(0);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(out.get(24..)?), out.get(..20)?);
+    out.get_mut(20..24)?.copy_from_slice(&crc.to_le_bytes());
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

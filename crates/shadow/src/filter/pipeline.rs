@@ -203,6 +203,20 @@ impl FilterPipeline {
             let (rec_lsn, end) = (rec.lsn, rec.end);
             match verdict {
                 Verdict::Keep => {}
+                Verdict::InPlaceTablespace => {
+                    let rewritten =
+                        super::noop::zero_main_data_after(rec.raw(), rec.main_data().len(), 4)
+                            .ok_or(PipelineError::Unrewritable(rec_lsn))?;
+                    if !write_framed(
+                        &mut self.buf,
+                        self.buf_start,
+                        rec_lsn,
+                        &rewritten,
+                        self.seg_size,
+                    ) {
+                        return Err(PipelineError::Unrewritable(rec_lsn));
+                    }
+                }
                 Verdict::EmptyMetapage => {
                     let replaced = (rec.toplevel_xid.is_none() && rec.origin.is_none())
                         .then(|| {
