@@ -7,12 +7,11 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use walshadow_config::Config;
 use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_shadow::run::Shadow;
 
 mod common;
-use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir, write_walshadow_config};
+use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir};
 
 const MARKER: &str = "okapi-marker-5be1";
 
@@ -29,12 +28,7 @@ async fn run(major: PgMajor) -> Result<()> {
          create sequence before_seq;"
     ))?;
     let work = WorkDir::new(&format!("e2e-pg{}", major.number()))?;
-    let config = Config::load(&write_walshadow_config(
-        &source,
-        work.path(),
-        &work.path().join("shadow"),
-        "walshadow_e2e",
-    )?)?;
+    let config = common::shadow_config(&source, &work, "walshadow_e2e")?;
     let report = walshadow_shadow::bootstrap::init(&config, false).await?;
     eprintln!("init: {report}");
 

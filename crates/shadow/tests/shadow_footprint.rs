@@ -7,11 +7,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use walshadow_config::Config;
 use walshadow_shadow::run::Shadow;
 
 mod common;
-use walshadow_testkit::{Cluster, ClusterOptions, Lsn, PgMajor, WorkDir, write_walshadow_config};
+use walshadow_testkit::{Cluster, ClusterOptions, Lsn, PgMajor, WorkDir};
 
 const MARKER: &str = "narwhal-marker-31c7";
 
@@ -62,12 +61,7 @@ async fn run(major: PgMajor) -> Result<()> {
          alter table wide alter column v set storage external;",
     )?;
     let work = WorkDir::new(&format!("footprint-pg{}", major.number()))?;
-    let config = Config::load(&write_walshadow_config(
-        &source,
-        work.path(),
-        &work.path().join("shadow"),
-        "walshadow_footprint",
-    )?)?;
+    let config = common::shadow_config(&source, &work, "walshadow_footprint")?;
     walshadow_shadow::bootstrap::init(&config, false).await?;
     let shadow = Shadow::start(&config).await?;
     let source = std::sync::Arc::new(source);

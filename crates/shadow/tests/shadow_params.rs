@@ -5,22 +5,16 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use walshadow_config::Config;
 use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_shadow::run::Shadow;
-use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir, write_walshadow_config};
+use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir};
 
 mod common;
 
 async fn run(major: PgMajor) -> Result<()> {
     let source = Cluster::start(major, ClusterOptions::default().conf("autovacuum", "off"))?;
     let work = WorkDir::new(&format!("params-pg{}", major.number()))?;
-    let config = Config::load(&write_walshadow_config(
-        &source,
-        work.path(),
-        &work.path().join("shadow"),
-        "walshadow_params",
-    )?)?;
+    let config = common::shadow_config(&source, &work, "walshadow_params")?;
     walshadow_shadow::bootstrap::init(&config, false).await?;
     let shadow = Shadow::start(&config).await?;
     source.psql("create table before (id int primary key)")?;
@@ -42,12 +36,7 @@ async fn run(major: PgMajor) -> Result<()> {
     source.psql(&format!("alter system set max_connections = {raised}"))?;
     source.restart()?;
     // The testkit restarts on a new port: the config follows.
-    let config = Config::load(&write_walshadow_config(
-        &source,
-        work.path(),
-        &work.path().join("shadow"),
-        "walshadow_params",
-    )?)?;
+    let config = common::shadow_config(&source, &work, "walshadow_params")?;
     source.psql("create table after (id int primary key, v text)")?;
     let source = std::sync::Arc::new(source);
     let src = source.clone();

@@ -4,21 +4,15 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use walshadow_config::Config;
 use walshadow_shadow::run::{Shadow, feed_until_stopped};
-use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir, write_walshadow_config};
+use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir};
 
 mod common;
 
 async fn run(major: PgMajor) -> Result<()> {
     let source = Cluster::start(major, ClusterOptions::default().conf("autovacuum", "off"))?;
     let work = WorkDir::new(&format!("reconnect-pg{}", major.number()))?;
-    let config = Config::load(&write_walshadow_config(
-        &source,
-        work.path(),
-        &work.path().join("shadow"),
-        "walshadow_reconnect",
-    )?)?;
+    let config = common::shadow_config(&source, &work, "walshadow_reconnect")?;
     walshadow_shadow::bootstrap::init(&config, false).await?;
     let shadow = Shadow::start(&config).await?;
     let source = std::sync::Arc::new(source);

@@ -6,10 +6,9 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use walshadow_config::Config;
 use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_shadow::run::Shadow;
-use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir, write_walshadow_config};
+use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir};
 
 mod common;
 
@@ -18,12 +17,7 @@ const MARKER: &str = "tapir-marker-0d4e";
 async fn run(major: PgMajor) -> Result<()> {
     let source = Cluster::start(major, ClusterOptions::default().conf("autovacuum", "off"))?;
     let work = WorkDir::new(&format!("tblspc-pg{}", major.number()))?;
-    let config = Config::load(&write_walshadow_config(
-        &source,
-        work.path(),
-        &work.path().join("shadow"),
-        "walshadow_tblspc",
-    )?)?;
+    let config = common::shadow_config(&source, &work, "walshadow_tblspc")?;
     walshadow_shadow::bootstrap::init(&config, false).await?;
     let shadow = Shadow::start(&config).await?;
     let location = work.sub("source-tablespace")?;

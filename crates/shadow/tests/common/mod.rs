@@ -89,3 +89,19 @@ pub fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Result<Vec<Stri
     }
     Ok(out)
 }
+
+/// The walshadow config for `source` in `work` (shadow data directory
+/// `work/shadow`, slot `slot`).
+pub fn shadow_config(
+    source: &Cluster,
+    work: &walshadow_testkit::WorkDir,
+    slot: &str,
+) -> Result<Config> {
+    let path = walshadow_testkit::write_walshadow_config(
+        source,
+        work.path(),
+        &work.path().join("shadow"),
+        slot,
+    )?;
+    Ok(Config::load(&path)?)
+}
