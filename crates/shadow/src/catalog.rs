@@ -9,8 +9,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use walshadow_types::{Lsn, Oid};
+pub use walshadow_types::catalog::{AttributeDesc, RelationDesc, TypeDesc};
 use walshadow_wal_reader::replication::{
     ConnConfig, Host, QueryResult, ReplicationClient, ReplicationError, SslMode,
 };
@@ -28,78 +28,6 @@ pub enum CatalogError {
     },
     #[error("shadow catalog: unexpected answer: {0}")]
     Unexpected(String),
-}
-
-/// One column.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AttributeDesc {
-    pub attnum: i16,
-    pub name: String,
-    pub type_oid: Oid,
-    pub typmod: i32,
-    /// `attlen`: byte length, -1 varlena, -2 C string.
-    pub len: i16,
-    pub by_value: bool,
-    /// `attalign`: c, s, i or d.
-    pub align: String,
-    /// `attstorage`: p, e, m or x.
-    pub storage: String,
-    pub not_null: bool,
-    pub dropped: bool,
-    /// `attmissingval` in text form, for columns added with a default
-    /// without a rewrite.
-    pub missing_value: Option<String>,
-}
-
-/// A type, with what a decoder needs to read its values.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TypeDesc {
-    pub oid: Oid,
-    pub schema: String,
-    pub name: String,
-    /// `typtype`: b base, c composite, d domain, e enum, p pseudo, r range,
-    /// m multirange.
-    pub typtype: String,
-    pub category: String,
-    pub len: i16,
-    pub by_value: bool,
-    pub align: String,
-    pub storage: String,
-    /// Arrays: the element type.
-    pub element: Option<Oid>,
-    /// Domains: the base type and its typmod.
-    pub base_type: Option<Oid>,
-    pub base_typmod: Option<i32>,
-    /// Enums: labels in sort order.
-    pub enum_labels: Vec<String>,
-    /// Composites: the relation holding the fields.
-    pub composite_relid: Option<Oid>,
-    /// Ranges: the subtype.
-    pub range_subtype: Option<Oid>,
-}
-
-/// A relation as the decoders need it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RelationDesc {
-    pub oid: Oid,
-    pub schema: String,
-    pub name: String,
-    pub relkind: String,
-    pub relfilenode: Oid,
-    pub persistence: String,
-    /// Column names of the replica identity (primary key, the chosen index,
-    /// or every column for FULL); empty for NOTHING or no key.
-    pub replica_identity: Vec<String>,
-    /// `relreplident`: d, n, f or i.
-    pub replica_identity_kind: String,
-    pub toast_relid: Option<Oid>,
-    pub partition_parent: Option<Oid>,
-    /// In attnum order, dropped columns included.
-    pub attributes: Vec<AttributeDesc>,
-    /// Every type the columns use, and the types those are built from
-    /// (domain bases, array elements, composite fields, range subtypes),
-    /// by OID; built-in scalar types included.
-    pub types: Vec<TypeDesc>,
 }
 
 /// A SQL session on the shadow.
@@ -235,7 +163,7 @@ impl ShadowCatalog {
             .query(&format!(
                 "select a.attnum, a.attname, a.atttypid, a.atttypmod, a.attlen, a.attbyval, a.attalign,
                         a.attstorage, a.attnotnull, a.attisdropped,
-                        case when a.atthasmissing then a.attmissingval::text end
+                        case when a.atthasmissing then a.attmissingval::text end, a.attndims
                    from pg_attribute a where a.attrelid = {oid} and a.attnum > 0 order by a.attnum"
             ))
             .await?;
@@ -254,6 +182,7 @@ impl ShadowCatalog {
                 not_null: at(8) == "t",
                 dropped: at(9) == "t",
                 missing_value: attrs.text(row, 10).map(str::to_owned),
+                ndims: at(11).parse().unwrap_or(0),
             });
         }
         let key_sql = match replica_identity_kind.as_str() {
@@ -323,6 +252,8 @@ impl ShadowCatalog {
                         nullif(t.typrelid, 0),
                         (select rngsubtype from pg_range where rngtypid = t.oid),
                         (select string_agg(e.enumlabel, E'\\n' order by e.enumsortorder)
+                           from pg_enum e where e.enumtypid = t.oid),
+                        (select string_agg(e.oid::text, ',' order by e.enumsortorder)
                            from pg_enum e where e.enumtypid = t.oid)
                    from pg_type t join pg_namespace n on n.oid = t.typnamespace where t.oid = {oid}"
             ))
@@ -350,6 +281,10 @@ impl ShadowCatalog {
             enum_labels: r
                 .text(0, 14)
                 .map(|s| s.split('\n').map(str::to_owned).collect())
+                .unwrap_or_default(),
+            enum_oids: r
+                .text(0, 15)
+                .map(|s| s.split(',').filter_map(|o| o.parse().ok()).collect())
                 .unwrap_or_default(),
         }))
     }

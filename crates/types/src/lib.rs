@@ -4,6 +4,7 @@
 //! Names mirror PostgreSQL's (`XLogRecPtr` is [`Lsn`], `TransactionId` is
 //! [`Xid`], `RelFileLocator` is [`RelFileLocator`]).
 
+pub mod catalog;
 mod lsn;
 mod major;
 mod rel;
