@@ -14,12 +14,32 @@
 //!
 //! [state]
 //! dir = "/var/lib/walshadow/state"          # progress, filtered WAL, feeder socket
+//! # spill_dir = "/var/lib/walshadow/spill"  # default <state.dir>/spill
+//!
+//! [clickhouse]
+//! url = "http://127.0.0.1:8123"             # ClickHouse's HTTP interface
+//! database = "app"                          # destination database (created if missing)
+//! # user = "default"
+//! # password = ""
+//! # batch_rows = 100000                     # flush a table's batch at N rows,
+//! # batch_mb = 16                           # ... or N MB,
+//! # batch_ms = 1000                         # ... or after N ms, whichever first
+//! # lsn_column = "_lsn"                     # commit LSN (UInt64)
+//! # seq_column = "_seq"                     # the change's own LSN (UInt64)
+//! # xid_column = "_xid"                     # transaction id (UInt32)
+//! # commit_time_column = "_commit_time"     # commit timestamp (DateTime64(6,'UTC'))
+//! # deleted_column = "_is_deleted"          # 1 for a deleted row (UInt8)
+//!
+//! [stream]
+//! # memory_mb = 256                         # transaction buffers past this spill to disk
+//!
+//! [table."public.orders"]                   # a pinned table: streams from the start
 //! ```
 //!
 //! Unknown keys are errors (a typo must not silently fall back to a
 //! default); every error names the key and what to write instead. The
-//! source-side config table (tables opted in at runtime) comes with the
-//! streaming issues.
+//! source-side config table (tables opted in at runtime) comes with a later
+//! issue.
 
 use std::path::{Path, PathBuf};
 
@@ -50,6 +70,74 @@ pub struct Config {
     pub source: SourceConfig,
     pub shadow: ShadowConfig,
     pub state: StateConfig,
+    /// Where rows go; without it `run` only keeps the shadow fed.
+    #[serde(default)]
+    pub clickhouse: Option<ClickHouseConfig>,
+    #[serde(default)]
+    pub stream: StreamConfig,
+    /// Pinned tables by `schema.name`.
+    #[serde(default, rename = "table")]
+    pub tables: std::collections::BTreeMap<String, TableConfig>,
+}
+
+/// `[clickhouse]`: the destination.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClickHouseConfig {
+    /// `http://host:8123` (or https).
+    pub url: String,
+    pub database: String,
+    #[serde(default = "default_ch_user")]
+    pub user: String,
+    #[serde(default)]
+    pub password: String,
+    #[serde(default = "default_batch_rows")]
+    pub batch_rows: usize,
+    #[serde(default = "default_batch_mb")]
+    pub batch_mb: usize,
+    #[serde(default = "default_batch_ms")]
+    pub batch_ms: u64,
+    #[serde(default = "default_lsn_column")]
+    pub lsn_column: String,
+    #[serde(default = "default_seq_column")]
+    pub seq_column: String,
+    #[serde(default = "default_xid_column")]
+    pub xid_column: String,
+    #[serde(default = "default_commit_time_column")]
+    pub commit_time_column: String,
+    #[serde(default = "default_deleted_column")]
+    pub deleted_column: String,
+}
+
+/// `[stream]`: the streaming pipeline's resources.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamConfig {
+    /// Memory for buffered transactions, in MB; past it the largest spill
+    /// to `state.spill_dir`.
+    #[serde(default = "default_memory_mb")]
+    pub memory_mb: usize,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            memory_mb: default_memory_mb(),
+        }
+    }
+}
+
+/// `[table."schema.name"]`: one pinned table. Empty for now; later issues
+/// add the initial load mode.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableConfig {}
+
+/// A pinned table's name split in schema and name. Quoting is not needed:
+/// the split is at the first dot, so a schema may not contain one.
+pub fn split_table_name(key: &str) -> Option<(&str, &str)> {
+    let (schema, name) = key.split_once('.')?;
+    (!schema.is_empty() && !name.is_empty()).then_some((schema, name))
 }
 
 /// `[source]`: the PostgreSQL server walshadow replicates from.
@@ -90,6 +178,18 @@ pub struct ShadowConfig {
 #[serde(deny_unknown_fields)]
 pub struct StateConfig {
     pub dir: PathBuf,
+    /// Spill files of transactions past `stream.memory_mb`; default
+    /// `<dir>/spill`.
+    #[serde(default)]
+    pub spill_dir: Option<PathBuf>,
+}
+
+impl StateConfig {
+    pub fn spill_dir(&self) -> PathBuf {
+        self.spill_dir
+            .clone()
+            .unwrap_or_else(|| self.dir.join("spill"))
+    }
 }
 
 fn default_slot() -> String {
@@ -102,6 +202,37 @@ fn default_checkpoint_every_mb() -> u64 {
 
 fn default_checkpoint_every_secs() -> u64 {
     30
+}
+
+fn default_ch_user() -> String {
+    "default".into()
+}
+fn default_batch_rows() -> usize {
+    100_000
+}
+fn default_batch_mb() -> usize {
+    16
+}
+fn default_batch_ms() -> u64 {
+    1000
+}
+fn default_lsn_column() -> String {
+    "_lsn".into()
+}
+fn default_seq_column() -> String {
+    "_seq".into()
+}
+fn default_xid_column() -> String {
+    "_xid".into()
+}
+fn default_commit_time_column() -> String {
+    "_commit_time".into()
+}
+fn default_deleted_column() -> String {
+    "_is_deleted".into()
+}
+fn default_memory_mb() -> usize {
+    256
 }
 
 impl Config {
@@ -176,6 +307,71 @@ impl Config {
                 return Err(invalid(key, "must be at least 1".into()));
             }
         }
+        if self.stream.memory_mb == 0 {
+            return Err(invalid("stream.memory_mb", "must be at least 1".into()));
+        }
+        if let Some(sd) = &self.state.spill_dir
+            && !sd.is_absolute()
+        {
+            return Err(invalid(
+                "state.spill_dir",
+                format!("{}: use an absolute path", sd.display()),
+            ));
+        }
+        for key in self.tables.keys() {
+            if split_table_name(key).is_none() {
+                return Err(invalid(
+                    "table",
+                    format!(
+                        "[table.{key:?}]: name a table as \"schema.name\", e.g. [table.\"public.orders\"]"
+                    ),
+                ));
+            }
+        }
+        if !self.tables.is_empty() && self.clickhouse.is_none() {
+            return Err(invalid(
+                "clickhouse",
+                "tables are pinned but there is no [clickhouse] section (url, database) to stream them to".into(),
+            ));
+        }
+        if let Some(ch) = &self.clickhouse {
+            if !(ch.url.starts_with("http://") || ch.url.starts_with("https://")) {
+                return Err(invalid(
+                    "clickhouse.url",
+                    format!(
+                        "{:?}: expected ClickHouse's HTTP interface, e.g. http://127.0.0.1:8123",
+                        ch.url
+                    ),
+                ));
+            }
+            if ch.database.is_empty() {
+                return Err(invalid("clickhouse.database", "must not be empty".into()));
+            }
+            for (key, v) in [
+                ("clickhouse.batch_rows", ch.batch_rows as u64),
+                ("clickhouse.batch_mb", ch.batch_mb as u64),
+                ("clickhouse.batch_ms", ch.batch_ms),
+            ] {
+                if v == 0 {
+                    return Err(invalid(key, "must be at least 1".into()));
+                }
+            }
+            let meta = [
+                &ch.lsn_column,
+                &ch.seq_column,
+                &ch.xid_column,
+                &ch.commit_time_column,
+                &ch.deleted_column,
+            ];
+            for (i, c) in meta.iter().enumerate() {
+                if c.is_empty() || meta.iter().skip(i + 1).any(|o| o == c) {
+                    return Err(invalid(
+                        "clickhouse.*_column",
+                        format!("{c:?}: meta column names must be non-empty and distinct"),
+                    ));
+                }
+            }
+        }
         if !self.shadow.pg_bin.join("postgres").is_file() {
             return Err(invalid(
                 "shadow.pg_bin",
@@ -219,6 +415,26 @@ mod tests {
             (c.shadow.checkpoint_every_mb, c.shadow.checkpoint_every_secs),
             (64, 30)
         );
+    }
+
+    #[test]
+    fn streaming_sections() {
+        if !Path::new("/usr/lib/postgresql/15/bin/postgres").exists() {
+            return;
+        }
+        let text = format!(
+            "{GOOD}\n[clickhouse]\nurl = \"http://127.0.0.1:8123\"\ndatabase = \"app\"\n[table.\"public.orders\"]\n"
+        );
+        let c = parse(&text).unwrap();
+        let ch = c.clickhouse.as_ref().unwrap();
+        assert_eq!((ch.batch_rows, ch.lsn_column.as_str()), (100_000, "_lsn"));
+        assert_eq!(c.stream.memory_mb, 256);
+        assert_eq!(c.state.spill_dir(), Path::new("/tmp/state/spill"));
+        assert!(c.tables.contains_key("public.orders"));
+        let err = parse(&format!("{GOOD}\n[table.\"orders\"]\n")).unwrap_err();
+        assert!(err.to_string().contains("schema.name"), "{err}");
+        let err = parse(&format!("{GOOD}\n[table.\"public.orders\"]\n")).unwrap_err();
+        assert!(err.to_string().contains("[clickhouse]"), "{err}");
     }
 
     #[test]

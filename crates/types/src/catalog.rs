@@ -86,4 +86,3 @@ pub struct RelationDesc {
     /// by OID; built-in scalar types included.
     pub types: Vec<TypeDesc>,
 }
-

@@ -10,6 +10,8 @@ pub struct Lsn(pub u64);
 impl Lsn {
     /// `InvalidXLogRecPtr`.
     pub const INVALID: Lsn = Lsn(0);
+    /// Greater than every position: "no limit".
+    pub const MAX: Lsn = Lsn(u64::MAX);
 
     pub fn is_valid(self) -> bool {
         self.0 != 0

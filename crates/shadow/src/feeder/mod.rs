@@ -34,7 +34,11 @@
 //!
 //! The feeder never sends bytes past the store's durable end, and the `walEnd` it
 //! advertises is never past what the store holds durably, so a crash of walshadow never
-//! leaves the standby ahead of the store. One standby is served at a time; a second
+//! leaves the standby ahead of the store.
+//!
+//! A replay ceiling ([`Feeder::set_ceiling`]) holds the standby at a chosen LSN: the
+//! streaming pipeline raises it commit by commit, so a catalog query on the shadow
+//! answers exactly as of the commit being decoded, never as of a later one. One standby is served at a time; a second
 //! connection gets a FATAL `too_many_connections`.
 
 mod command;
@@ -161,6 +165,8 @@ struct Shared {
     status: watch::Sender<FeederStatus>,
     busy: AtomicBool,
     shutdown: watch::Receiver<bool>,
+    /// Nothing at or past this LSN is sent (`Lsn::MAX`: no ceiling).
+    ceiling: watch::Sender<Lsn>,
 }
 
 /// A running feeder. Dropping it stops the accept loop and the session.
@@ -171,6 +177,8 @@ pub struct Feeder {
     status: watch::Receiver<FeederStatus>,
     shutdown: watch::Sender<bool>,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// The shared state, for the replay ceiling.
+    ceiling: Arc<Shared>,
 }
 
 impl Feeder {
@@ -206,7 +214,9 @@ impl Feeder {
             status: status_tx,
             busy: AtomicBool::new(false),
             shutdown: shutdown_rx,
+            ceiling: watch::channel(Lsn::MAX).0,
         });
+        let ceiling = Arc::clone(&shared);
         let task = tokio::spawn(accept_loop(listener, shared, path.clone()));
         Ok(Feeder {
             socket_path: path,
@@ -214,6 +224,7 @@ impl Feeder {
             status,
             shutdown,
             task: Some(task),
+            ceiling,
         })
     }
 
@@ -252,6 +263,22 @@ impl Feeder {
                 waited: timeout,
             }),
         }
+    }
+
+    /// Holds the standby at `lsn`: WAL from `lsn` on is not sent (and not
+    /// advertised) until the ceiling rises. `Lsn::MAX` lifts it. Lowering it
+    /// below what was already sent holds the standby where it is.
+    pub fn set_ceiling(&self, lsn: Lsn) {
+        self.ceiling.ceiling.send_if_modified(|c| {
+            let changed = *c != lsn;
+            *c = lsn;
+            changed
+        });
+    }
+
+    /// The current replay ceiling (`Lsn::MAX`: none).
+    pub fn ceiling(&self) -> Lsn {
+        *self.ceiling.ceiling.borrow()
     }
 
     /// Stops accepting, ends the session, removes the socket file.

@@ -576,6 +576,7 @@ impl Session {
         let store = Arc::clone(&self.shared.store);
         let cfg = self.shared.config.clone();
         let mut durable = store.subscribe();
+        let mut ceiling = self.shared.ceiling.subscribe();
         let mut shutdown = self.shared.shutdown.clone();
         let (tx, mut events) = mpsc::unbounded_channel();
         let reader_task = tokio::spawn(read_standby(reader, tx, Arc::clone(&self.shared)));
@@ -656,8 +657,12 @@ impl Session {
                 Some((switch, _)) => switch,
                 None => end.lsn,
             };
+            // The replay ceiling caps what is sent (and advertised), never
+            // the end of an old timeline.
+            let cap = limit.min(*ceiling.borrow_and_update());
 
-            if !done_sending && sent < limit {
+            if !done_sending && sent < cap {
+                let limit = cap;
                 let mut upto = limit.0.min(sent.0 + MAX_SEND_SIZE);
                 if upto < limit.0 {
                     // Catching up: end on a page boundary (XLogSendPhysical does).
@@ -737,6 +742,7 @@ impl Session {
                         return Ok(None);
                     }
                 }
+                _ = ceiling.changed() => {}
                 _ = tokio::time::sleep_until(wake.into()) => {}
                 _ = super::stopped(&mut shutdown) => return Ok(None),
             }
