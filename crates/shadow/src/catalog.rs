@@ -9,8 +9,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use walshadow_types::{Lsn, Oid};
 pub use walshadow_types::catalog::{AttributeDesc, RelationDesc, TypeDesc};
+use walshadow_types::{Lsn, Oid};
 use walshadow_wal_reader::replication::{
     ConnConfig, Host, QueryResult, ReplicationClient, ReplicationError, SslMode,
 };
