@@ -769,7 +769,7 @@ fn check_output(out: &Output, what: &str) -> Result<()> {
 
 /// A TCP port on 127.0.0.1 nobody listens on now, and not handed out before by this
 /// process. Another process may still take it before the server binds; the caller retries.
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
     for _ in 0..100 {

@@ -16,12 +16,15 @@
 //!   decoder parity test compares against.
 //! - [`assert_parity`] compares `walshadow wal dump` output with pg_waldump's.
 //! - [`wait_until`] polls a condition with a deadline; tests never sleep a fixed time.
+//! - [`ClickHouseEngine`] runs `scripts/clickhouse-engine` (ClickHouse 26.9 in-process via
+//!   chdb, behind ClickHouse's HTTP interface) on a loopback port, with stop/start drills.
 //!
 //! PostgreSQL refuses to run as root, and CI runs as root: then every PostgreSQL binary is
 //! started as an unprivileged user (see [`ServerUser`]).
 
 #![forbid(unsafe_code)]
 
+mod clickhouse;
 mod cluster;
 mod install;
 mod parity;
@@ -31,6 +34,7 @@ mod wait;
 mod waldump;
 mod workdir;
 
+pub use clickhouse::{ClickHouseEngine, ClickHouseOptions, HttpReply};
 pub use cluster::{Auth, Cluster, ClusterOptions};
 pub use install::{PgInstall, tools_dirs};
 pub use parity::{DumpBlock, DumpRecord, assert_parity, parse_dump_output};
