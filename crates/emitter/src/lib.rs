@@ -1,5 +1,54 @@
-//! The emitter: one ClickHouse `ReplacingMergeTree(_lsn, _is_deleted)` table
-//! per source table, batched inserts over HTTP, and durable progress that
-//! advances only behind what ClickHouse has taken.
+//! The emitter: one ClickHouse `ReplacingMergeTree` table per source table,
+//! rows encoded as `RowBinary`, batched inserts over HTTP that a retry
+//! cannot duplicate.
 //!
-//! Empty until the streaming issue; the folder marks its place in the design.
+//! ```text
+//!  RelationDesc ──▶ DestTable ──▶ CREATE TABLE / ALTER (ddl)
+//!                      │
+//!  Value rows ──▶ RowBinaryEncoder ──▶ TableBatch ──seal──▶ SealedBatch
+//!                                                               │ insert(token, retry policy)
+//!                                                               ▼
+//!                                                    ClickHouseClient (HTTP)
+//! ```
+//!
+//! - [`types`]: PostgreSQL → ClickHouse type mapping (the table is in its
+//!   module doc).
+//! - [`schema`]: the destination layout (live columns, metadata columns,
+//!   the replica identity as sorting key) and [`SchemaDiff`].
+//! - [`ddl`]: `CREATE DATABASE`, `CREATE TABLE`, `ALTER TABLE` text.
+//! - [`rowbinary`]: values → bytes, with the range checks that keep values
+//!   exact.
+//! - [`batch`]: per-table batches, flush with bounded exponential backoff,
+//!   and the durability contract.
+//! - [`client`] and [`error`]: the HTTP client and its transient/definite
+//!   error split.
+//!
+//! Every row carries `_lsn` (commit LSN), `_seq` (its own record LSN),
+//! `_xid`, `_commit_time` and `_is_deleted`; ClickHouse computes
+//! `_version = _lsn << 64 | _seq`, the `ReplacingMergeTree` version, so
+//! `SELECT … FINAL` shows the last change of each key as of the last
+//! inserted commit and hides deleted keys.
+
+pub mod batch;
+pub mod client;
+mod datetime;
+pub mod ddl;
+mod decimal;
+pub mod error;
+mod pg_text;
+pub mod rowbinary;
+pub mod schema;
+pub mod types;
+
+pub use batch::{
+    BatchConfig, FlushError, NotEmpty, PushError, RetryPolicy, SealedBatch, TableBatch,
+};
+pub use client::{ClickHouseClient, ClientConfig, InsertSettings};
+pub use ddl::{
+    TableSettings, add_column_sql, create_database_sql, create_table_sql, drop_column_sql,
+    modify_nullability_sql, quote_ident, quote_string, rename_column_sql,
+};
+pub use error::{ClickHouseError, is_transient_code};
+pub use rowbinary::{EncodeError, EncodeErrorKind, RowBinaryEncoder, RowMeta};
+pub use schema::{DestColumn, DestTable, MetaColumns, SchemaChange, SchemaDiff, SchemaError};
+pub use types::{ChType, UnsupportedType, clickhouse_type};

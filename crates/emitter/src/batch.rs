@@ -1,0 +1,402 @@
+//! Batching encoded rows per destination table, and flushing a batch with
+//! retries that cannot duplicate it.
+//!
+//! ```text
+//!  rows ──push──▶ TableBatch (RowBinary bytes, ≤ max_rows / max_bytes / max_age)
+//!                    │ is_due / seal
+//!                    ▼
+//!                SealedBatch ──insert(token, policy)──▶ ClickHouse
+//!                               transient error: same bytes, same token, backoff
+//!                               definite error: returned at once
+//! ```
+//!
+//! Durability contract: `SealedBatch::insert` returns `Ok` only after
+//! ClickHouse answered `200` to an insert sent with `wait_end_of_query=1`,
+//! i.e. the rows are in parts on disk (or were recognised as a duplicate of
+//! an insert that is). Only then may the caller count the batch's LSN range
+//! as durable. A transient failure leaves the outcome unknown; the retry
+//! sends the same bytes with the same `insert_deduplication_token`, so
+//! ClickHouse keeps at most one copy (within the table's
+//! `non_replicated_deduplication_window`). The token must therefore name
+//! the batch's contents: the caller derives it from the LSN range
+//! ([`SealedBatch::range_token`] is one such derivation). A batch replayed
+//! after a restart with different boundaries gets a different token; its
+//! rows are then written again and collapse by `_version` instead.
+//!
+//! Memory: a batch refuses rows once it is at its row or byte limit, so it
+//! never holds more than `max_bytes` plus one row.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use walshadow_rows::Value;
+use walshadow_types::Lsn;
+
+use crate::client::{ClickHouseClient, InsertSettings};
+use crate::error::ClickHouseError;
+use crate::rowbinary::{EncodeError, RowBinaryEncoder, RowMeta};
+
+/// When a table's batch is flushed: whichever limit is reached first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchConfig {
+    pub max_rows: usize,
+    pub max_bytes: usize,
+    /// Age of the oldest row in the batch.
+    pub max_age: Duration,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig {
+            max_rows: 100_000,
+            max_bytes: 16 << 20,
+            max_age: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why a row was not added.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PushError {
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    /// The caller must seal and flush the batch first.
+    #[error("the batch for {table} is full ({rows} rows, {bytes} bytes); seal and flush it first")]
+    Full {
+        table: String,
+        rows: usize,
+        bytes: usize,
+    },
+}
+
+/// Rows for one destination table, encoded as they arrive.
+#[derive(Debug)]
+pub struct TableBatch {
+    table: String,
+    encoder: RowBinaryEncoder,
+    config: BatchConfig,
+    buf: Vec<u8>,
+    rows: usize,
+    opened: Option<Instant>,
+    first: Option<(Lsn, Lsn)>,
+    last: Option<(Lsn, Lsn)>,
+}
+
+impl TableBatch {
+    /// A batch for `table` (in the client's database).
+    pub fn new(
+        table: impl Into<String>,
+        encoder: RowBinaryEncoder,
+        config: BatchConfig,
+    ) -> TableBatch {
+        TableBatch {
+            table: table.into(),
+            encoder,
+            config,
+            buf: Vec::new(),
+            rows: 0,
+            opened: None,
+            first: None,
+            last: None,
+        }
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    fn is_full(&self) -> bool {
+        self.rows >= self.config.max_rows || self.buf.len() >= self.config.max_bytes
+    }
+
+    /// Encode and add one row (see [`RowBinaryEncoder::encode_row`]).
+    pub fn push(&mut self, values: &[Value], meta: &RowMeta) -> Result<(), PushError> {
+        if self.is_full() {
+            return Err(PushError::Full {
+                table: self.table.clone(),
+                rows: self.rows,
+                bytes: self.buf.len(),
+            });
+        }
+        self.encoder.encode_row(&mut self.buf, values, meta)?;
+        self.rows += 1;
+        self.opened.get_or_insert_with(Instant::now);
+        self.first.get_or_insert((meta.lsn, meta.seq));
+        self.last = Some((meta.lsn, meta.seq));
+        Ok(())
+    }
+
+    /// A limit is reached: rows, bytes, or the oldest row's age.
+    pub fn is_due(&self, now: Instant) -> bool {
+        !self.is_empty() && (self.is_full() || self.deadline().is_some_and(|d| now >= d))
+    }
+
+    /// When the age limit makes this batch due (`None` while empty).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.opened.map(|t| t + self.config.max_age)
+    }
+
+    /// Take the rows out as an insert, leaving the batch empty (`None` if
+    /// it was empty).
+    pub fn seal(&mut self) -> Option<SealedBatch> {
+        if self.is_empty() {
+            return None;
+        }
+        let body = Bytes::from(std::mem::take(&mut self.buf));
+        let sealed = SealedBatch {
+            table: self.table.clone(),
+            columns: self.encoder.columns(),
+            body,
+            rows: self.rows,
+            first: self.first.take().unwrap_or_default(),
+            last: self.last.take().unwrap_or_default(),
+        };
+        self.rows = 0;
+        self.opened = None;
+        Some(sealed)
+    }
+
+    /// Switch to a new layout after a schema change. Rows encoded for the
+    /// old layout must be flushed first, so a non-empty batch refuses.
+    pub fn set_encoder(&mut self, encoder: RowBinaryEncoder) -> Result<(), NotEmpty> {
+        if !self.is_empty() {
+            return Err(NotEmpty {
+                table: self.table.clone(),
+                rows: self.rows,
+            });
+        }
+        self.encoder = encoder;
+        Ok(())
+    }
+}
+
+/// A layout change on a batch that still holds rows of the old layout.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the batch for {table} still holds {rows} rows of the old layout; flush it before the schema change"
+)]
+pub struct NotEmpty {
+    pub table: String,
+    pub rows: usize,
+}
+
+/// A batch ready to insert; retries send exactly these bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealedBatch {
+    pub table: String,
+    pub columns: Vec<String>,
+    pub body: Bytes,
+    pub rows: usize,
+    /// `(lsn, seq)` of the first and last row.
+    pub first: (Lsn, Lsn),
+    pub last: (Lsn, Lsn),
+}
+
+/// Backoff for transient errors: `initial`, doubling up to `max_backoff`,
+/// until `max_attempts` attempts or `max_elapsed` have passed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    pub max_attempts: u32,
+    pub max_elapsed: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(10),
+            max_attempts: 20,
+            max_elapsed: Duration::from_secs(300),
+        }
+    }
+}
+
+/// A flush that did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum FlushError {
+    /// Retrying cannot help (bad data, unknown table or column, auth).
+    #[error("insert into {table}: {source}")]
+    Definite {
+        table: String,
+        #[source]
+        source: ClickHouseError,
+    },
+    /// Transient errors until the policy's cap; the caller may try again
+    /// later with the same batch and token.
+    #[error("insert into {table}: gave up after {attempts} attempts in {elapsed:?}: {source}")]
+    GaveUp {
+        table: String,
+        attempts: u32,
+        elapsed: Duration,
+        #[source]
+        source: ClickHouseError,
+    },
+}
+
+impl FlushError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, FlushError::GaveUp { .. })
+    }
+
+    pub fn clickhouse_error(&self) -> &ClickHouseError {
+        match self {
+            FlushError::Definite { source, .. } | FlushError::GaveUp { source, .. } => source,
+        }
+    }
+}
+
+impl SealedBatch {
+    /// A token naming this batch by table and LSN range:
+    /// `table/first_lsn.first_seq-last_lsn.last_seq/rows`.
+    pub fn range_token(&self) -> String {
+        format!(
+            "{}/{:X}.{:X}-{:X}.{:X}/{}",
+            self.table, self.first.0.0, self.first.1.0, self.last.0.0, self.last.1.0, self.rows
+        )
+    }
+
+    /// Insert with `token` as `insert_deduplication_token`, retrying
+    /// transient errors per `policy`. Returns the number of attempts.
+    pub async fn insert(
+        &self,
+        client: &ClickHouseClient,
+        token: &str,
+        policy: &RetryPolicy,
+    ) -> Result<u32, FlushError> {
+        let settings = InsertSettings {
+            deduplication_token: Some(token.to_string()),
+            // A synchronous, deduplicated insert whatever the user's
+            // profile says: the durability contract depends on both.
+            extra: vec![
+                ("insert_deduplicate".into(), "1".into()),
+                ("async_insert".into(), "0".into()),
+            ],
+        };
+        let started = Instant::now();
+        let mut delay = policy.initial_backoff;
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let err = match client
+                .insert(&self.table, &self.columns, self.body.clone(), &settings)
+                .await
+            {
+                Ok(()) => return Ok(attempts),
+                Err(e) => e,
+            };
+            if !err.is_transient() {
+                return Err(FlushError::Definite {
+                    table: self.table.clone(),
+                    source: err,
+                });
+            }
+            let elapsed = started.elapsed();
+            if attempts >= policy.max_attempts || elapsed + delay > policy.max_elapsed {
+                return Err(FlushError::GaveUp {
+                    table: self.table.clone(),
+                    attempts,
+                    elapsed,
+                    source: err,
+                });
+            }
+            tracing::warn!(
+                table = %self.table, attempt = attempts, retry_in = ?delay, error = %err,
+                "transient ClickHouse error, retrying the insert with the same token"
+            );
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(policy.max_backoff);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::tests::{attr, rel};
+    use crate::schema::{DestTable, MetaColumns};
+    use crate::types::oid;
+
+    fn batch(config: BatchConfig) -> TableBatch {
+        let d = rel(vec![attr(1, "id", oid::INT4, true)], &["id"], "d", vec![]);
+        let enc = RowBinaryEncoder::new(&DestTable::new(&d, &MetaColumns::default()).unwrap());
+        TableBatch::new("t", enc, config)
+    }
+
+    fn meta(lsn: u64) -> RowMeta {
+        RowMeta {
+            lsn: Lsn(lsn),
+            seq: Lsn(lsn - 1),
+            xid: 1,
+            commit_time: 0,
+            deleted: false,
+        }
+    }
+
+    #[test]
+    fn limits_and_seal() {
+        let mut b = batch(BatchConfig {
+            max_rows: 2,
+            max_bytes: 1 << 20,
+            max_age: Duration::from_secs(3600),
+        });
+        assert!(b.seal().is_none());
+        assert!(!b.is_due(Instant::now()));
+        b.push(&[Value::Int32(1)], &meta(10)).unwrap();
+        assert!(!b.is_due(Instant::now()));
+        b.push(&[Value::Int32(2)], &meta(20)).unwrap();
+        assert!(b.is_due(Instant::now()));
+        assert!(matches!(
+            b.push(&[Value::Int32(3)], &meta(30)),
+            Err(PushError::Full { .. })
+        ));
+        // A bad row is refused without touching the batch.
+        let s = b.seal().unwrap();
+        assert_eq!(s.rows, 2);
+        assert_eq!(s.body.len(), 2 * (4 + 8 + 8 + 4 + 8 + 1));
+        assert_eq!(s.first, (Lsn(10), Lsn(9)));
+        assert_eq!(s.last, (Lsn(20), Lsn(19)));
+        assert_eq!(s.range_token(), "t/A.9-14.13/2");
+        assert!(b.is_empty() && b.deadline().is_none());
+        assert!(matches!(
+            b.push(&[Value::Null], &meta(30)),
+            Err(PushError::Encode(_))
+        ));
+        assert!(b.is_empty() && b.bytes() == 0);
+
+        // A layout change waits for the old rows to be flushed.
+        let enc = b.encoder.clone();
+        b.push(&[Value::Int32(4)], &meta(40)).unwrap();
+        assert!(b.set_encoder(enc.clone()).is_err());
+        b.seal().unwrap();
+        b.set_encoder(enc).unwrap();
+    }
+
+    #[test]
+    fn bytes_and_age() {
+        let mut b = batch(BatchConfig {
+            max_rows: 1000,
+            max_bytes: 40,
+            max_age: Duration::from_millis(50),
+        });
+        b.push(&[Value::Int32(1)], &meta(10)).unwrap();
+        let deadline = b.deadline().unwrap();
+        assert!(!b.is_due(deadline - Duration::from_millis(1)));
+        assert!(b.is_due(deadline));
+        b.push(&[Value::Int32(2)], &meta(11)).unwrap();
+        assert!(b.is_due(Instant::now()), "66 bytes ≥ 40");
+    }
+}

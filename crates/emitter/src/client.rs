@@ -1,0 +1,399 @@
+//! A small client for ClickHouse's HTTP interface: statements as POST
+//! bodies, inserts as `INSERT … FORMAT RowBinary` in the `query` parameter
+//! with the rows as the body.
+//!
+//! Every request carries `wait_end_of_query=1`, so ClickHouse buffers the
+//! result and a `200 OK` means the statement finished (for an insert: the
+//! parts are written); failures come back as an HTTP error with the
+//! exception code in `X-ClickHouse-Exception-Code`. A body that still ends
+//! in an exception is reported as one (see [`crate::error`]).
+//!
+//! Credentials go in the `X-ClickHouse-User`/`X-ClickHouse-Key` headers,
+//! never in the URL. Connections are pooled (HTTP/1.1 keep-alive); idle ones
+//! are closed after `pool_idle_timeout`, which should stay below the
+//! server's `keep_alive_timeout` so a request is not sent on a connection
+//! the server is closing. Statements name their tables with the database
+//! (no `database` parameter), so `CREATE DATABASE` works like the rest.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::Request;
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use crate::ddl::quote_ident;
+use crate::error::{ClickHouseError, trailing_exception};
+
+/// Where and how to reach ClickHouse.
+#[derive(Clone)]
+pub struct ClientConfig {
+    /// `http://host:port` of the HTTP interface (a path prefix is kept).
+    pub url: String,
+    pub user: String,
+    pub password: String,
+    /// The destination database (inserts go to its tables).
+    pub database: String,
+    pub connect_timeout: Duration,
+    /// Whole request: send, server work, response.
+    pub request_timeout: Duration,
+    pub pool_idle_timeout: Duration,
+    /// Larger responses are refused (the client reads small results only).
+    pub max_response_bytes: usize,
+}
+
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("url", &self.url)
+            .field("user", &self.user)
+            .field("password", &"<hidden>")
+            .field("database", &self.database)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("pool_idle_timeout", &self.pool_idle_timeout)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .finish()
+    }
+}
+
+impl ClientConfig {
+    pub fn new(url: impl Into<String>, database: impl Into<String>) -> ClientConfig {
+        ClientConfig {
+            url: url.into(),
+            user: "default".into(),
+            password: String::new(),
+            database: database.into(),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(120),
+            pool_idle_timeout: Duration::from_secs(2),
+            max_response_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Settings sent with one insert (`name=value` URL parameters).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InsertSettings {
+    /// `insert_deduplication_token`: the same token on a retried insert
+    /// makes ClickHouse drop it as a duplicate (tables need
+    /// `non_replicated_deduplication_window > 0`).
+    pub deduplication_token: Option<String>,
+    /// Further settings, e.g. `("max_insert_block_size", "1000000")`.
+    pub extra: Vec<(String, String)>,
+}
+
+/// A pooled client; cheap to clone.
+#[derive(Clone)]
+pub struct ClickHouseClient {
+    http: Client<HttpConnector, Full<Bytes>>,
+    /// `scheme://authority/path` with no trailing `?`.
+    base: String,
+    user: HeaderValue,
+    key: HeaderValue,
+    config: Arc<ClientConfig>,
+}
+
+impl fmt::Debug for ClickHouseClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClickHouseClient")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl ClickHouseClient {
+    /// A client for `config`; connects lazily. Needs a tokio runtime when
+    /// used.
+    pub fn new(config: ClientConfig) -> Result<ClickHouseClient, ClickHouseError> {
+        let url = config.url.trim_end_matches('/');
+        if url.starts_with("https://") {
+            return Err(ClickHouseError::Config(format!(
+                "{url}: https is not supported by this client yet; use http:// (e.g. on a private network) \
+                 or a local TLS-terminating proxy"
+            )));
+        }
+        if !url.starts_with("http://") || url.len() <= "http://".len() {
+            return Err(ClickHouseError::Config(format!(
+                "{:?}: expected ClickHouse's HTTP interface, e.g. http://127.0.0.1:8123",
+                config.url
+            )));
+        }
+        // Parse once so a bad URL fails here, not on the first request.
+        format!("{url}/")
+            .parse::<hyper::Uri>()
+            .map_err(|e| ClickHouseError::Config(format!("{:?}: {e}", config.url)))?;
+        let user = HeaderValue::from_str(&config.user).map_err(|_| {
+            ClickHouseError::Config("the user name cannot be sent in an HTTP header".into())
+        })?;
+        let mut key = HeaderValue::from_str(&config.password).map_err(|_| {
+            ClickHouseError::Config("the password cannot be sent in an HTTP header".into())
+        })?;
+        key.set_sensitive(true);
+
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(config.connect_timeout));
+        connector.set_nodelay(true);
+        let http = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(config.pool_idle_timeout)
+            .build(connector);
+        Ok(ClickHouseClient {
+            http,
+            base: url.to_string(),
+            user,
+            key,
+            config: Arc::new(config),
+        })
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// Run a query and return its result as text (`TabSeparated` unless
+    /// the query says `FORMAT`).
+    pub async fn query(&self, sql: &str) -> Result<String, ClickHouseError> {
+        let body = self
+            .request(
+                &[("default_format", "TabSeparated")],
+                Bytes::copy_from_slice(sql.as_bytes()),
+                summary(sql),
+            )
+            .await?;
+        String::from_utf8(body.to_vec()).map_err(|_| ClickHouseError::Response {
+            context: summary(sql),
+            message: "the result is not UTF-8 text".into(),
+        })
+    }
+
+    /// Run a statement that returns nothing of interest (DDL).
+    pub async fn execute(&self, sql: &str) -> Result<(), ClickHouseError> {
+        self.execute_with_settings(sql, &[]).await
+    }
+
+    /// [`ClickHouseClient::execute`] with query-level settings (e.g.
+    /// [`crate::DestTable::query_settings`]).
+    pub async fn execute_with_settings(
+        &self,
+        sql: &str,
+        settings: &[(String, String)],
+    ) -> Result<(), ClickHouseError> {
+        let params: Vec<(&str, &str)> = settings
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        self.request(
+            &params,
+            Bytes::copy_from_slice(sql.as_bytes()),
+            summary(sql),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// `CREATE DATABASE IF NOT EXISTS` for the configured database.
+    pub async fn ensure_database(&self) -> Result<(), ClickHouseError> {
+        self.execute(&crate::ddl::create_database_sql(&self.config.database))
+            .await
+    }
+
+    /// Insert RowBinary rows for `columns` into `table` of the configured
+    /// database. `Ok` means ClickHouse has written them (or recognised them
+    /// as a duplicate of an earlier insert with the same token).
+    pub async fn insert(
+        &self,
+        table: &str,
+        columns: &[String],
+        rows: Bytes,
+        settings: &InsertSettings,
+    ) -> Result<(), ClickHouseError> {
+        let cols: Vec<String> = columns.iter().map(|c| quote_ident(c)).collect();
+        let statement = format!(
+            "INSERT INTO {}.{} ({}) FORMAT RowBinary",
+            quote_ident(&self.config.database),
+            quote_ident(table),
+            cols.join(", ")
+        );
+        let mut params: Vec<(&str, &str)> = vec![("query", &statement)];
+        if let Some(token) = &settings.deduplication_token {
+            params.push(("insert_deduplication_token", token));
+        }
+        for (k, v) in &settings.extra {
+            params.push((k, v));
+        }
+        let context = format!(
+            "INSERT INTO {}.{}",
+            quote_ident(&self.config.database),
+            quote_ident(table)
+        );
+        self.request(&params, rows, context).await.map(drop)
+    }
+
+    async fn request(
+        &self,
+        params: &[(&str, &str)],
+        body: Bytes,
+        context: String,
+    ) -> Result<Bytes, ClickHouseError> {
+        let mut uri = format!("{}/?wait_end_of_query=1", self.base);
+        for (k, v) in params {
+            uri.push('&');
+            percent_encode_into(&mut uri, k);
+            uri.push('=');
+            percent_encode_into(&mut uri, v);
+        }
+        let request = Request::post(uri)
+            .header("X-ClickHouse-User", self.user.clone())
+            .header("X-ClickHouse-Key", self.key.clone())
+            .header(CONTENT_TYPE, "application/octet-stream")
+            .body(Full::new(body))
+            .map_err(|e| ClickHouseError::Config(format!("cannot build a request: {e}")))?;
+        let timeout = self.config.request_timeout;
+        match tokio::time::timeout(timeout, self.send(request, &context)).await {
+            Ok(result) => result,
+            Err(_) => Err(ClickHouseError::Timeout {
+                endpoint: self.base.clone(),
+                context,
+                after: timeout,
+            }),
+        }
+    }
+
+    async fn send(
+        &self,
+        request: Request<Full<Bytes>>,
+        context: &str,
+    ) -> Result<Bytes, ClickHouseError> {
+        let connection = |message: String| ClickHouseError::Connection {
+            endpoint: self.base.clone(),
+            context: context.to_string(),
+            message,
+        };
+        let response = self
+            .http
+            .request(request)
+            .await
+            .map_err(|e| connection(error_chain(&e)))?;
+        let status = response.status();
+        let code = response
+            .headers()
+            .get("X-ClickHouse-Exception-Code")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u32>().ok());
+        let limit = self.config.max_response_bytes;
+        let body = Limited::new(response.into_body(), limit)
+            .collect()
+            .await
+            .map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    ClickHouseError::Response {
+                        context: context.to_string(),
+                        message: format!("response larger than {limit} bytes"),
+                    }
+                } else {
+                    connection(format!("reading the response: {}", error_chain(e.as_ref())))
+                }
+            })?
+            .to_bytes();
+        if !status.is_success() || code.is_some() {
+            return Err(ClickHouseError::Server {
+                context: context.to_string(),
+                status: status.as_u16(),
+                code,
+                message: message_of(&body),
+            });
+        }
+        if let Some((code, message)) = trailing_exception(&body) {
+            return Err(ClickHouseError::Server {
+                context: context.to_string(),
+                status: status.as_u16(),
+                code: Some(code),
+                message,
+            });
+        }
+        Ok(body)
+    }
+}
+
+/// The first line of a statement, shortened, for error context.
+fn summary(sql: &str) -> String {
+    let line = sql.trim().lines().next().unwrap_or("");
+    match line.char_indices().nth(120) {
+        Some((i, _)) => format!("{}…", line.get(..i).unwrap_or(line)),
+        None => line.to_string(),
+    }
+}
+
+fn message_of(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    match text.char_indices().nth(2000) {
+        Some((i, _)) => format!("{}…", text.get(..i).unwrap_or(text)),
+        None => text.to_string(),
+    }
+}
+
+/// An error and its sources ("connection refused" sits a few levels down).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
+/// RFC 3986 percent-encoding of everything but unreserved characters.
+fn percent_encode_into(out: &mut String, s: &str) {
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(b"0123456789ABCDEF"[usize::from(b >> 4)]));
+            out.push(char::from(b"0123456789ABCDEF"[usize::from(b & 15)]));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_encoding() {
+        let mut s = String::new();
+        percent_encode_into(&mut s, "INSERT INTO `d`.`t` (a) FORMAT RowBinary é&=");
+        assert_eq!(
+            s,
+            "INSERT%20INTO%20%60d%60.%60t%60%20%28a%29%20FORMAT%20RowBinary%20%C3%A9%26%3D"
+        );
+    }
+
+    #[test]
+    fn config_errors() {
+        assert!(matches!(
+            ClickHouseClient::new(ClientConfig::new("ftp://x", "d")),
+            Err(ClickHouseError::Config(_))
+        ));
+        let mut c = ClientConfig::new("http://127.0.0.1:8123", "d");
+        c.password = "bad\npassword".into();
+        let e = ClickHouseClient::new(c).unwrap_err();
+        assert!(!e.to_string().contains("bad\npassword"));
+        assert!(format!("{:?}", ClientConfig::new("http://h", "d")).contains("<hidden>"));
+    }
+
+    #[test]
+    fn summaries() {
+        assert_eq!(summary("  SELECT 1\nFROM x"), "SELECT 1");
+        assert_eq!(summary(&"x".repeat(200)).chars().count(), 121);
+    }
+}

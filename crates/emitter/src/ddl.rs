@@ -1,0 +1,513 @@
+//! ClickHouse DDL for destination tables.
+//!
+//! ```sql
+//! CREATE TABLE IF NOT EXISTS `db`.`orders`
+//! (
+//!     `id` Int64,
+//!     `note` Nullable(String),
+//!     `_lsn` UInt64,
+//!     `_seq` UInt64,
+//!     `_xid` UInt32,
+//!     `_commit_time` DateTime64(6, 'UTC'),
+//!     `_is_deleted` UInt8,
+//!     `_version` UInt128 MATERIALIZED bitOr(bitShiftLeft(toUInt128(`_lsn`), 64), toUInt128(`_seq`))
+//! )
+//! ENGINE = ReplacingMergeTree(`_version`, `_is_deleted`)
+//! ORDER BY (`id`)
+//! SETTINGS non_replicated_deduplication_window = 1000
+//! ```
+//!
+//! `_version` orders every change: a later commit wins, and within one
+//! commit the later record. `SELECT … FINAL` keeps the highest version per
+//! key and drops it when it is a delete. `non_replicated_deduplication_window`
+//! makes ClickHouse remember the `insert_deduplication_token`s of the last N
+//! inserts, so a retried batch is a no-op (replicated tables have their own
+//! window in Keeper, `replicated_deduplication_window`).
+
+use std::fmt::Write as _;
+
+use walshadow_rows::Value;
+use walshadow_types::catalog::RelationDesc;
+
+use crate::datetime;
+use crate::pg_text;
+use crate::rowbinary::EncodeErrorKind;
+use crate::schema::{DestColumn, DestTable, MetaColumns, SchemaChange, SchemaDiff, SchemaError};
+use crate::types::ChType;
+
+/// Table settings of created tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSettings {
+    /// `non_replicated_deduplication_window`: how many recent inserts'
+    /// deduplication tokens ClickHouse remembers per table. Must exceed the
+    /// number of batches that can be in doubt at once (retries of one batch
+    /// need 1).
+    pub dedup_window: u64,
+}
+
+impl Default for TableSettings {
+    fn default() -> Self {
+        TableSettings { dedup_window: 1000 }
+    }
+}
+
+/// `` `name` `` with backslash and backtick escaped, as ClickHouse's lexer
+/// reads back-quoted identifiers.
+pub fn quote_ident(name: &str) -> String {
+    let mut s = String::with_capacity(name.len() + 2);
+    s.push('`');
+    for c in name.chars() {
+        if c == '\\' || c == '`' {
+            s.push('\\');
+        }
+        s.push(c);
+    }
+    s.push('`');
+    s
+}
+
+/// `'text'` with backslash and quote escaped.
+pub fn quote_string(text: &str) -> String {
+    quote_bytes(text.as_bytes())
+}
+
+/// A string literal from arbitrary bytes (non-UTF-8 and control bytes as
+/// `\xHH`, which ClickHouse string literals accept).
+fn quote_bytes(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() + 2);
+    s.push('\'');
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => s.push_str("\\\\"),
+                '\'' => s.push_str("\\'"),
+                c if c.is_control() => {
+                    let mut buf = [0u8; 4];
+                    for b in c.encode_utf8(&mut buf).bytes() {
+                        let _ = write!(s, "\\x{b:02X}");
+                    }
+                }
+                c => s.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            let _ = write!(s, "\\x{b:02X}");
+        }
+    }
+    s.push('\'');
+    s
+}
+
+pub fn create_database_sql(database: &str) -> String {
+    format!("CREATE DATABASE IF NOT EXISTS {}", quote_ident(database))
+}
+
+/// `CREATE TABLE IF NOT EXISTS` for `desc` with default [`TableSettings`].
+pub fn create_table_sql(
+    database: &str,
+    table: &str,
+    desc: &RelationDesc,
+    meta: &MetaColumns,
+) -> Result<String, SchemaError> {
+    let dest = DestTable::new(desc, meta)?;
+    Ok(dest.create_table_sql(database, table, &TableSettings::default()))
+}
+
+impl DestTable {
+    /// `CREATE TABLE IF NOT EXISTS` for this layout.
+    pub fn create_table_sql(
+        &self,
+        database: &str,
+        table: &str,
+        settings: &TableSettings,
+    ) -> String {
+        let m = &self.meta;
+        let mut sql = format!(
+            "CREATE TABLE IF NOT EXISTS {}.{}\n(\n",
+            quote_ident(database),
+            quote_ident(table)
+        );
+        for c in &self.columns {
+            let _ = writeln!(sql, "    {} {},", quote_ident(&c.name), c.ch_type);
+        }
+        for (name, ty) in m.inserted() {
+            let _ = writeln!(sql, "    {} {},", quote_ident(name), ty);
+        }
+        let _ = writeln!(
+            sql,
+            "    {} UInt128 MATERIALIZED bitOr(bitShiftLeft(toUInt128({}), 64), toUInt128({}))",
+            quote_ident(&m.version),
+            quote_ident(&m.lsn),
+            quote_ident(&m.seq)
+        );
+        let key: Vec<String> = self.order_by.iter().map(|k| quote_ident(k)).collect();
+        let _ = write!(
+            sql,
+            ")\nENGINE = ReplacingMergeTree({}, {})\nORDER BY ({})\nSETTINGS non_replicated_deduplication_window = {}",
+            quote_ident(&m.version),
+            quote_ident(&m.is_deleted),
+            key.join(", "),
+            settings.dedup_window
+        );
+        if self.has_nullable_key() {
+            sql.push_str(", allow_nullable_key = 1");
+        }
+        sql
+    }
+}
+
+fn alter(database: &str, table: &str) -> String {
+    format!(
+        "ALTER TABLE {}.{}",
+        quote_ident(database),
+        quote_ident(table)
+    )
+}
+
+/// `ADD COLUMN`, placed after `after` (or first). A column added in
+/// PostgreSQL with a default (`attmissingval`) gets it as the ClickHouse
+/// `DEFAULT`, so rows written before the change read back with the value
+/// PostgreSQL shows for them.
+pub fn add_column_sql(
+    database: &str,
+    table: &str,
+    column: &DestColumn,
+    after: Option<&str>,
+    default: Option<&Value>,
+) -> Result<String, EncodeErrorKind> {
+    let mut sql = format!(
+        "{} ADD COLUMN IF NOT EXISTS {} {}",
+        alter(database, table),
+        quote_ident(&column.name),
+        column.ch_type
+    );
+    if let Some(v) = default {
+        let _ = write!(sql, " DEFAULT {}", literal(&column.ch_type, v)?);
+    }
+    match after {
+        Some(a) => {
+            let _ = write!(sql, " AFTER {}", quote_ident(a));
+        }
+        None => sql.push_str(" FIRST"),
+    }
+    Ok(sql)
+}
+
+pub fn drop_column_sql(database: &str, table: &str, column: &str) -> String {
+    format!(
+        "{} DROP COLUMN IF EXISTS {}",
+        alter(database, table),
+        quote_ident(column)
+    )
+}
+
+pub fn rename_column_sql(database: &str, table: &str, from: &str, to: &str) -> String {
+    format!(
+        "{} RENAME COLUMN IF EXISTS {} TO {}",
+        alter(database, table),
+        quote_ident(from),
+        quote_ident(to)
+    )
+}
+
+/// `MODIFY COLUMN` to a nullable type or from one. ClickHouse refuses to
+/// drop `Nullable` without a `DEFAULT` for the NULLs already stored, so that
+/// case carries the type's default and removes it again afterwards.
+pub fn modify_nullability_sql(
+    database: &str,
+    table: &str,
+    column: &str,
+    ch_type: &ChType,
+) -> Vec<String> {
+    let alter = alter(database, table);
+    let col = quote_ident(column);
+    if ch_type.is_nullable() {
+        vec![format!("{alter} MODIFY COLUMN {col} {ch_type}")]
+    } else {
+        vec![
+            format!(
+                "{alter} MODIFY COLUMN {col} {ch_type} DEFAULT defaultValueOfTypeName({})",
+                quote_string(&ch_type.to_string())
+            ),
+            format!("{alter} MODIFY COLUMN {col} REMOVE DEFAULT"),
+        ]
+    }
+}
+
+impl SchemaDiff {
+    /// The statements that bring the destination table from the old layout
+    /// to the new one. `default_of` gives the decoded `attmissingval` of an
+    /// added column, if it has one.
+    pub fn ddl(
+        &self,
+        database: &str,
+        table: &str,
+        default_of: impl Fn(&DestColumn) -> Option<Value>,
+    ) -> Result<Vec<String>, SchemaError> {
+        let mut out = Vec::new();
+        for change in &self.changes {
+            match change {
+                SchemaChange::DropColumn { name } => {
+                    out.push(drop_column_sql(database, table, name))
+                }
+                SchemaChange::RenameColumn { from, to, .. } => {
+                    out.push(rename_column_sql(database, table, from, to))
+                }
+                SchemaChange::MakeNullable { name, ch_type }
+                | SchemaChange::MakeNotNull { name, ch_type } => {
+                    out.extend(modify_nullability_sql(database, table, name, ch_type))
+                }
+                SchemaChange::AddColumn { column, after } => {
+                    let default = default_of(column);
+                    let sql =
+                        add_column_sql(database, table, column, after.as_deref(), default.as_ref())
+                            .map_err(|kind| SchemaError::BadDefault {
+                                table: table.into(),
+                                column: column.name.clone(),
+                                reason: kind.to_string(),
+                            })?;
+                    out.push(sql)
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A ClickHouse literal of type `ty` for `value` (for `DEFAULT`).
+pub fn literal(ty: &ChType, value: &Value) -> Result<String, EncodeErrorKind> {
+    let mismatch = || EncodeErrorKind::Mismatch {
+        ch_type: ty.to_string(),
+        value: crate::rowbinary::variant_name(value),
+    };
+    Ok(match (ty, value) {
+        (ChType::Nullable(_), Value::Null) => "NULL".into(),
+        (ChType::LowCardinality(inner), Value::Null) if inner.is_nullable() => "NULL".into(),
+        (ChType::Array(_), Value::Null) => "[]".into(),
+        (_, Value::Null) => return Err(EncodeErrorKind::NullInNotNull),
+        (ChType::Nullable(inner) | ChType::LowCardinality(inner), v) => return literal(inner, v),
+        (ChType::Array(_), Value::Array(_)) => {
+            // The encoder validates dimensions and elements.
+            crate::rowbinary::encode_value(&mut Vec::new(), ty, value)?;
+            array_literal(ty, value)?
+        }
+        (ChType::Bool, Value::Bool(b)) => b.to_string(),
+        (ChType::Int16, Value::Int16(v)) => v.to_string(),
+        (ChType::Int32, Value::Int32(v)) => v.to_string(),
+        (ChType::Int64, Value::Int64(v)) => v.to_string(),
+        (ChType::UInt32, Value::Oid(v)) => v.to_string(),
+        (ChType::Float32 | ChType::Float64, Value::Float32(_) | Value::Float64(_)) => {
+            let f = match value {
+                Value::Float32(f) => f64::from(*f),
+                Value::Float64(f) => *f,
+                _ => return Err(mismatch()),
+            };
+            if f.is_nan() {
+                "nan".into()
+            } else if f.is_infinite() {
+                if f > 0.0 { "inf".into() } else { "-inf".into() }
+            } else {
+                format!("{f:?}")
+            }
+        }
+        (ChType::Decimal { precision, scale }, Value::Numeric(n)) => {
+            // Validate through the encoder, then write PostgreSQL's text.
+            crate::rowbinary::encode_value(&mut Vec::new(), ty, value)?;
+            format!(
+                "toDecimal256({}, {scale})::Decimal({precision}, {scale})",
+                quote_string(&pg_text::numeric_text(n))
+            )
+        }
+        (ChType::Decimal { precision, scale }, Value::Money(m)) => {
+            crate::rowbinary::encode_value(&mut Vec::new(), ty, value)?;
+            let sign = if *m < 0 { "-" } else { "" };
+            let cents = m.unsigned_abs();
+            format!(
+                "toDecimal256('{sign}{}.{:02}', {scale})::Decimal({precision}, {scale})",
+                cents / 100,
+                cents % 100
+            )
+        }
+        (ChType::String, Value::Bytea(b)) => quote_bytes(b),
+        (ChType::String, v) => match text_of(v) {
+            Some(t) => quote_string(&t),
+            None => return Err(mismatch()),
+        },
+        (ChType::Date32, Value::Date(d)) => {
+            crate::rowbinary::encode_value(&mut Vec::new(), ty, value)?;
+            format!("toDate32({})", quote_string(&datetime::pg_date_text(*d)))
+        }
+        (ChType::DateTime64Utc, Value::Timestamp(t) | Value::TimestampTz(t)) => {
+            crate::rowbinary::encode_value(&mut Vec::new(), ty, value)?;
+            format!(
+                "toDateTime64({}, 6, 'UTC')",
+                quote_string(&datetime::pg_timestamp_text(*t))
+            )
+        }
+        (ChType::Time64, Value::Time(us)) => {
+            format!("toTime64({}, 6)", quote_string(&time_text(*us)))
+        }
+        (ChType::Uuid, Value::Uuid(b)) => {
+            let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+            format!(
+                "toUUID('{}-{}-{}-{}-{}')",
+                &h[0..8],
+                &h[8..12],
+                &h[12..16],
+                &h[16..20],
+                &h[20..32]
+            )
+        }
+        _ => return Err(mismatch()),
+    })
+}
+
+fn time_text(us: i64) -> String {
+    let secs = us / 1_000_000;
+    format!(
+        "{:02}:{:02}:{:02}.{:06}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60,
+        us % 1_000_000
+    )
+}
+
+/// The text a `String` column holds for `v`, for literals.
+fn text_of(v: &Value) -> Option<String> {
+    match v {
+        Value::Text(s) | Value::Json(s) | Value::Jsonb(s) | Value::Xml(s) | Value::Enum(s) => {
+            Some(s.clone())
+        }
+        other => pg_text::pg_text(other),
+    }
+}
+
+fn array_literal(ty: &ChType, value: &Value) -> Result<String, EncodeErrorKind> {
+    let Value::Array(a) = value else {
+        return Err(EncodeErrorKind::Mismatch {
+            ch_type: ty.to_string(),
+            value: crate::rowbinary::variant_name(value),
+        });
+    };
+    let depth = ty.array_depth();
+    let mut elem_ty = ty;
+    while let ChType::Array(inner) = elem_ty {
+        elem_ty = inner;
+    }
+    let lens: Vec<usize> = a
+        .dims
+        .iter()
+        .map(|(l, _)| usize::try_from(*l).unwrap_or(0))
+        .collect();
+    fn level(
+        out: &mut String,
+        lens: &[usize],
+        elems: &[Value],
+        elem_ty: &ChType,
+    ) -> Result<(), EncodeErrorKind> {
+        out.push('[');
+        match lens.split_first() {
+            None => {}
+            Some((&n, [])) => {
+                for (i, e) in elems.iter().take(n).enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    out.push_str(&literal(elem_ty, e)?);
+                }
+            }
+            Some((&n, rest)) => {
+                let stride: usize = rest.iter().product();
+                for i in 0..n {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    let chunk = elems.get(i * stride..(i + 1) * stride).unwrap_or(&[]);
+                    level(out, rest, chunk, elem_ty)?;
+                }
+            }
+        }
+        out.push(']');
+        Ok(())
+    }
+    let mut out = String::new();
+    if lens.is_empty() || depth == 0 {
+        return Ok("[]".into());
+    }
+    level(&mut out, &lens, &a.elements, elem_ty)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::tests::{attr, rel};
+    use crate::types::oid;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(quote_ident("a"), "`a`");
+        assert_eq!(quote_ident("we`ird\\n"), "`we\\`ird\\\\n`");
+        assert_eq!(quote_string("it's \\"), "'it\\'s \\\\'");
+        assert_eq!(quote_bytes(&[0xff, b'a', b'\n']), "'\\xFFa\\x0A'");
+    }
+
+    #[test]
+    fn create_table_text() {
+        let d = rel(
+            vec![
+                attr(1, "id", oid::INT8, true),
+                attr(2, "note", oid::TEXT, false),
+            ],
+            &["id"],
+            "d",
+            vec![],
+        );
+        let sql = create_table_sql("db", "orders", &d, &MetaColumns::default()).unwrap();
+        assert_eq!(
+            sql,
+            "CREATE TABLE IF NOT EXISTS `db`.`orders`\n(\n    `id` Int64,\n    `note` Nullable(String),\n    \
+             `_lsn` UInt64,\n    `_seq` UInt64,\n    `_xid` UInt32,\n    `_commit_time` DateTime64(6, 'UTC'),\n    \
+             `_is_deleted` UInt8,\n    `_version` UInt128 MATERIALIZED bitOr(bitShiftLeft(toUInt128(`_lsn`), 64), toUInt128(`_seq`))\n)\n\
+             ENGINE = ReplacingMergeTree(`_version`, `_is_deleted`)\nORDER BY (`id`)\n\
+             SETTINGS non_replicated_deduplication_window = 1000"
+        );
+        let full = rel(vec![attr(1, "a", oid::INT4, false)], &["a"], "f", vec![]);
+        let sql = create_table_sql("db", "t", &full, &MetaColumns::default()).unwrap();
+        assert!(sql.ends_with(", allow_nullable_key = 1"), "{sql}");
+    }
+
+    #[test]
+    fn alters() {
+        assert_eq!(
+            drop_column_sql("d", "t", "c"),
+            "ALTER TABLE `d`.`t` DROP COLUMN IF EXISTS `c`"
+        );
+        assert_eq!(
+            rename_column_sql("d", "t", "a", "b"),
+            "ALTER TABLE `d`.`t` RENAME COLUMN IF EXISTS `a` TO `b`"
+        );
+        let d = rel(
+            vec![
+                attr(1, "id", oid::INT8, true),
+                attr(2, "n", oid::INT4, true),
+            ],
+            &["id"],
+            "d",
+            vec![],
+        );
+        let t = DestTable::new(&d, &MetaColumns::default()).unwrap();
+        assert_eq!(
+            add_column_sql("d", "t", &t.columns[1], Some("id"), Some(&Value::Int32(5))).unwrap(),
+            "ALTER TABLE `d`.`t` ADD COLUMN IF NOT EXISTS `n` Int32 DEFAULT 5 AFTER `id`"
+        );
+        assert_eq!(
+            modify_nullability_sql("d", "t", "n", &ChType::Int32),
+            vec![
+                "ALTER TABLE `d`.`t` MODIFY COLUMN `n` Int32 DEFAULT defaultValueOfTypeName('Int32')".to_string(),
+                "ALTER TABLE `d`.`t` MODIFY COLUMN `n` REMOVE DEFAULT".to_string(),
+            ]
+        );
+    }
+}

@@ -1,0 +1,772 @@
+//! Rows → ClickHouse `RowBinary`.
+//!
+//! A row is the live columns in attnum order followed by the metadata
+//! columns (`_lsn`, `_seq`, `_xid`, `_commit_time`, `_is_deleted`), each
+//! value encoded back to back with no separators (ClickHouse's "RowBinary"
+//! format page, "Data types wire format"):
+//!
+//! | type | bytes |
+//! | --- | --- |
+//! | `Nullable(T)` | `0x01` for NULL, else `0x00` then `T` |
+//! | `Bool`, `UInt8` | 1 byte |
+//! | `(U)IntN`, `FloatN` | N/8 bytes little-endian |
+//! | `Decimal(p,s)` | the unscaled integer, little-endian two's complement, 4/8/16/32 bytes for p ≤ 9/18/38/76 |
+//! | `String` | unsigned LEB128 length, then the bytes |
+//! | `Date32` | Int32 days since 1970-01-01 (PostgreSQL counts from 2000-01-01: +10957) |
+//! | `DateTime64(6, tz)` | Int64 µs since 1970-01-01 UTC (PostgreSQL: +946684800000000) |
+//! | `Time64(6)` | Int64 µs since midnight |
+//! | `UUID` | two little-endian u64: the first 8 bytes of the UUID as a big-endian number, then the last 8 |
+//! | `Array(T)` | LEB128 element count, then the elements |
+//! | `LowCardinality(T)` | as `T` |
+//!
+//! A deleted row carries its key columns; every other column gets its
+//! type's default (NULL for `Nullable`, zero or empty otherwise), since
+//! `FINAL` drops the row anyway and the old values may not be in the WAL.
+//!
+//! Values ClickHouse cannot hold exactly are errors naming the table and
+//! column ([`EncodeError`]), never silently altered: NaN/±Infinity in a
+//! `Decimal` column, dates and timestamps outside 1900..2299 (infinities
+//! included), arrays with a dimension count other than the declared one.
+//! A NULL array is written as `[]` (see [`crate::types`]).
+
+use std::fmt;
+
+use walshadow_rows::{ArrayValue, Numeric, Value};
+use walshadow_types::{Lsn, Xid};
+
+use crate::datetime;
+use crate::decimal::{self, decimal_width};
+use crate::pg_text;
+use crate::schema::DestTable;
+use crate::types::ChType;
+
+/// The metadata of one row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowMeta {
+    /// Commit LSN of the transaction (initial loads: the load's LSN).
+    pub lsn: Lsn,
+    /// The change's own record LSN (orders changes within a transaction).
+    pub seq: Lsn,
+    pub xid: Xid,
+    /// Commit time, PostgreSQL `TimestampTz` (µs since 2000-01-01 UTC).
+    pub commit_time: i64,
+    pub deleted: bool,
+}
+
+/// A value the destination cannot hold exactly. Definite: the same row
+/// fails the same way on every retry.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct EncodeError {
+    pub table: String,
+    /// `None` when the row as a whole is wrong (value count).
+    pub column: Option<String>,
+    pub kind: EncodeErrorKind,
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.column {
+            Some(c) => write!(f, "table {}, column {c:?}: {}", self.table, self.kind),
+            None => write!(f, "table {}: {}", self.table, self.kind),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeErrorKind {
+    #[error(
+        "numeric {value} cannot be stored in {ch_type}, which has no NaN or infinity; \
+         declare the column as unconstrained numeric (replicated as String) and load the table again"
+    )]
+    NotFinite { value: String, ch_type: String },
+    #[error("numeric {value} does not fit {ch_type}: {reason}")]
+    DecimalRange {
+        value: String,
+        ch_type: String,
+        reason: String,
+    },
+    #[error("{value} is outside the range of ClickHouse's {ch_type} ({range})")]
+    OutOfRange {
+        value: String,
+        ch_type: String,
+        range: &'static str,
+    },
+    #[error(
+        "array with {found} dimension(s) in a column replicated with {declared}; ClickHouse needs \
+         the same dimension count in every row, so declare the column with that many \
+         (e.g. int[][] for 2) and load the table again"
+    )]
+    Dimensions { declared: usize, found: usize },
+    #[error("malformed array: dimension lengths {lens:?} for {elements} elements")]
+    MalformedArray { lens: Vec<i32>, elements: usize },
+    #[error("NULL in a NOT NULL column")]
+    NullInNotNull,
+    #[error("a {value} value cannot be written to a {ch_type} column")]
+    Mismatch {
+        ch_type: String,
+        value: &'static str,
+    },
+    #[error("row has {found} values, expected {expected} (live columns) or {all} (all attributes)")]
+    ValueCount {
+        expected: usize,
+        all: usize,
+        found: usize,
+    },
+}
+
+/// Encodes rows of one destination table.
+#[derive(Debug, Clone)]
+pub struct RowBinaryEncoder {
+    table: DestTable,
+}
+
+impl RowBinaryEncoder {
+    pub fn new(table: &DestTable) -> RowBinaryEncoder {
+        RowBinaryEncoder {
+            table: table.clone(),
+        }
+    }
+
+    pub fn table(&self) -> &DestTable {
+        &self.table
+    }
+
+    /// The `INSERT` column list matching the encoded rows.
+    pub fn columns(&self) -> Vec<String> {
+        self.table.insert_columns()
+    }
+
+    /// Append one row to `out`. `values` holds either one value per
+    /// attribute of the relation descriptor (dropped ones included and
+    /// ignored) or one per live column, in attnum order. On error `out` is
+    /// left as it was.
+    pub fn encode_row(
+        &self,
+        out: &mut Vec<u8>,
+        values: &[Value],
+        meta: &RowMeta,
+    ) -> Result<(), EncodeError> {
+        let start = out.len();
+        let result = self.encode_row_inner(out, values, meta);
+        if result.is_err() {
+            out.truncate(start);
+        }
+        result
+    }
+
+    fn encode_row_inner(
+        &self,
+        out: &mut Vec<u8>,
+        values: &[Value],
+        meta: &RowMeta,
+    ) -> Result<(), EncodeError> {
+        let t = &self.table;
+        let by_position = if values.len() == t.attribute_count {
+            true
+        } else if values.len() == t.columns.len() {
+            false
+        } else {
+            return Err(EncodeError {
+                table: t.source.clone(),
+                column: None,
+                kind: EncodeErrorKind::ValueCount {
+                    expected: t.columns.len(),
+                    all: t.attribute_count,
+                    found: values.len(),
+                },
+            });
+        };
+        for (live_index, c) in t.columns.iter().enumerate() {
+            let at = |kind| EncodeError {
+                table: t.source.clone(),
+                column: Some(c.name.clone()),
+                kind,
+            };
+            if meta.deleted && !c.key {
+                write_default(out, &c.ch_type);
+                continue;
+            }
+            let index = if by_position { c.position } else { live_index };
+            let value = values.get(index).unwrap_or(&Value::Null);
+            encode_value(out, &c.ch_type, value).map_err(at)?;
+        }
+        out.extend_from_slice(&meta.lsn.0.to_le_bytes());
+        out.extend_from_slice(&meta.seq.0.to_le_bytes());
+        out.extend_from_slice(&meta.xid.to_le_bytes());
+        let commit = datetime::datetime64(meta.commit_time).ok_or_else(|| EncodeError {
+            table: t.source.clone(),
+            column: Some(t.meta.commit_time.clone()),
+            kind: out_of_range(
+                datetime::pg_timestamp_text(meta.commit_time),
+                &ChType::DateTime64Utc,
+            ),
+        })?;
+        out.extend_from_slice(&commit.to_le_bytes());
+        out.push(u8::from(meta.deleted));
+        Ok(())
+    }
+}
+
+/// Unsigned LEB128.
+pub(crate) fn write_leb128(out: &mut Vec<u8>, mut n: u64) {
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+fn write_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    write_leb128(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+pub(crate) fn variant_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "NULL",
+        Value::Bool(_) => "bool",
+        Value::Int16(_) => "int2",
+        Value::Int32(_) => "int4",
+        Value::Int64(_) => "int8",
+        Value::Oid(_) => "oid",
+        Value::Float32(_) => "float4",
+        Value::Float64(_) => "float8",
+        Value::Numeric(_) => "numeric",
+        Value::Money(_) => "money",
+        Value::Text(_) => "text",
+        Value::Bytea(_) => "bytea",
+        Value::Date(_) => "date",
+        Value::Time(_) => "time",
+        Value::TimeTz { .. } => "timetz",
+        Value::Timestamp(_) => "timestamp",
+        Value::TimestampTz(_) => "timestamptz",
+        Value::Interval { .. } => "interval",
+        Value::Uuid(_) => "uuid",
+        Value::Json(_) => "json",
+        Value::Jsonb(_) => "jsonb",
+        Value::Inet(_) => "inet",
+        Value::MacAddr(_) => "macaddr",
+        Value::MacAddr8(_) => "macaddr8",
+        Value::Bits { .. } => "bit",
+        Value::Xml(_) => "xml",
+        Value::Enum(_) => "enum",
+        Value::Array(_) => "array",
+    }
+}
+
+fn out_of_range(value: String, ty: &ChType) -> EncodeErrorKind {
+    EncodeErrorKind::OutOfRange {
+        value,
+        ch_type: ty.to_string(),
+        range: match ty {
+            ChType::Date32 => "1900-01-01 to 2299-12-31",
+            _ => "1900-01-01 00:00:00 to 2299-12-31 23:59:59.999999",
+        },
+    }
+}
+
+/// Encode `v` as `ty`.
+pub(crate) fn encode_value(
+    out: &mut Vec<u8>,
+    ty: &ChType,
+    v: &Value,
+) -> Result<(), EncodeErrorKind> {
+    let mismatch = || EncodeErrorKind::Mismatch {
+        ch_type: ty.to_string(),
+        value: variant_name(v),
+    };
+    match (ty, v) {
+        (ChType::Nullable(_), Value::Null) => out.push(1),
+        (ChType::Nullable(inner), v) => {
+            out.push(0);
+            encode_value(out, inner, v)?;
+        }
+        (ChType::LowCardinality(inner), v) => encode_value(out, inner, v)?,
+        // ClickHouse has no nullable arrays: NULL is written as [].
+        (ChType::Array(_), Value::Null) => out.push(0),
+        (ChType::Array(_), Value::Array(a)) => encode_array(out, ty, a)?,
+        (_, Value::Null) => return Err(EncodeErrorKind::NullInNotNull),
+        (ChType::Bool, Value::Bool(b)) => out.push(u8::from(*b)),
+        (ChType::Int16, Value::Int16(n)) => out.extend_from_slice(&n.to_le_bytes()),
+        (ChType::Int32, Value::Int32(n)) => out.extend_from_slice(&n.to_le_bytes()),
+        (ChType::Int64, Value::Int64(n)) => out.extend_from_slice(&n.to_le_bytes()),
+        (ChType::UInt32, Value::Oid(n)) => out.extend_from_slice(&n.to_le_bytes()),
+        (ChType::Float32, Value::Float32(f)) => out.extend_from_slice(&f.to_le_bytes()),
+        (ChType::Float64, Value::Float64(f)) => out.extend_from_slice(&f.to_le_bytes()),
+        (ChType::Decimal { precision, scale }, Value::Numeric(n)) => {
+            encode_numeric(out, *precision, *scale, n, ty)?;
+        }
+        (ChType::Decimal { precision, scale }, Value::Money(cents)) => {
+            // The stored int8 is in the currency's smallest unit; the
+            // mapping assumes two fractional digits (see crate::types).
+            let digits = i128::from(*cents).unsigned_abs();
+            if *scale != 2 || digits >= 10u128.pow(u32::from(*precision)) {
+                return Err(EncodeErrorKind::DecimalRange {
+                    value: cents.to_string(),
+                    ch_type: ty.to_string(),
+                    reason: "more significant digits than the precision".into(),
+                });
+            }
+            let wide = i128::from(*cents).to_le_bytes();
+            out.extend_from_slice(wide.get(..decimal_width(*precision)).unwrap_or(&wide));
+        }
+        (ChType::String, Value::Text(s))
+        | (ChType::String, Value::Json(s))
+        | (ChType::String, Value::Jsonb(s))
+        | (ChType::String, Value::Xml(s))
+        | (ChType::String, Value::Enum(s)) => write_bytes(out, s.as_bytes()),
+        (ChType::String, Value::Bytea(b)) => write_bytes(out, b),
+        (ChType::String, other) => match pg_text::pg_text(other) {
+            Some(text) => write_bytes(out, text.as_bytes()),
+            None => return Err(mismatch()),
+        },
+        (ChType::Date32, Value::Date(d)) => {
+            let days =
+                datetime::date32(*d).ok_or_else(|| out_of_range(datetime::pg_date_text(*d), ty))?;
+            out.extend_from_slice(&days.to_le_bytes());
+        }
+        (ChType::DateTime64Utc, Value::Timestamp(t) | Value::TimestampTz(t)) => {
+            let us = datetime::datetime64(*t)
+                .ok_or_else(|| out_of_range(datetime::pg_timestamp_text(*t), ty))?;
+            out.extend_from_slice(&us.to_le_bytes());
+        }
+        (ChType::Time64, Value::Time(us)) => out.extend_from_slice(&us.to_le_bytes()),
+        (ChType::Uuid, Value::Uuid(b)) => {
+            let (hi, lo) = b.split_at(8);
+            out.extend(hi.iter().rev());
+            out.extend(lo.iter().rev());
+        }
+        _ => return Err(mismatch()),
+    }
+    Ok(())
+}
+
+fn encode_numeric(
+    out: &mut Vec<u8>,
+    precision: u8,
+    scale: u8,
+    n: &Numeric,
+    ty: &ChType,
+) -> Result<(), EncodeErrorKind> {
+    match n {
+        Numeric::NaN | Numeric::PosInfinity | Numeric::NegInfinity => {
+            Err(EncodeErrorKind::NotFinite {
+                value: pg_text::numeric_text(n),
+                ch_type: ty.to_string(),
+            })
+        }
+        Numeric::Finite {
+            negative,
+            weight,
+            digits,
+            ..
+        } => {
+            let bytes =
+                decimal::unscaled(*negative, *weight, digits, precision, scale).map_err(|e| {
+                    EncodeErrorKind::DecimalRange {
+                        value: pg_text::numeric_text(n),
+                        ch_type: ty.to_string(),
+                        reason: e.to_string(),
+                    }
+                })?;
+            out.extend_from_slice(bytes.get(..decimal_width(precision)).unwrap_or(&bytes));
+            Ok(())
+        }
+    }
+}
+
+fn encode_array(out: &mut Vec<u8>, ty: &ChType, a: &ArrayValue) -> Result<(), EncodeErrorKind> {
+    let malformed = || EncodeErrorKind::MalformedArray {
+        lens: a.dims.iter().map(|(l, _)| *l).collect(),
+        elements: a.elements.len(),
+    };
+    if a.dims.is_empty() {
+        if !a.elements.is_empty() {
+            return Err(malformed());
+        }
+        out.push(0);
+        return Ok(());
+    }
+    let declared = ty.array_depth();
+    if a.dims.len() != declared {
+        return Err(EncodeErrorKind::Dimensions {
+            declared,
+            found: a.dims.len(),
+        });
+    }
+    let mut lens = Vec::with_capacity(a.dims.len());
+    let mut total = 1usize;
+    for (len, _) in &a.dims {
+        // PostgreSQL writes an empty array with no dimensions at all.
+        let len = usize::try_from(*len)
+            .ok()
+            .filter(|&l| l > 0)
+            .ok_or_else(malformed)?;
+        total = total.checked_mul(len).ok_or_else(malformed)?;
+        lens.push(len);
+    }
+    if total != a.elements.len() {
+        return Err(malformed());
+    }
+    let mut elem_ty = ty;
+    while let ChType::Array(inner) = elem_ty {
+        elem_ty = inner;
+    }
+    encode_level(out, &lens, &a.elements, elem_ty)
+}
+
+/// One dimension: its length, then each sub-array (or element).
+fn encode_level(
+    out: &mut Vec<u8>,
+    lens: &[usize],
+    elems: &[Value],
+    elem_ty: &ChType,
+) -> Result<(), EncodeErrorKind> {
+    let Some((&n, rest)) = lens.split_first() else {
+        return Ok(());
+    };
+    write_leb128(out, n as u64);
+    if rest.is_empty() {
+        for e in elems {
+            encode_value(out, elem_ty, e)?;
+        }
+        return Ok(());
+    }
+    let stride: usize = rest.iter().product::<usize>().max(1);
+    for chunk in elems.chunks(stride) {
+        encode_level(out, rest, chunk, elem_ty)?;
+    }
+    Ok(())
+}
+
+/// The default a column gets in a delete row.
+fn write_default(out: &mut Vec<u8>, ty: &ChType) {
+    let zeros = |out: &mut Vec<u8>, n: usize| out.resize(out.len() + n, 0);
+    match ty {
+        ChType::Nullable(_) => out.push(1),
+        ChType::LowCardinality(inner) => write_default(out, inner),
+        ChType::Bool | ChType::UInt8 | ChType::String | ChType::Array(_) => out.push(0),
+        ChType::Int16 => zeros(out, 2),
+        ChType::Int32 | ChType::UInt32 | ChType::Float32 | ChType::Date32 => zeros(out, 4),
+        ChType::Int64
+        | ChType::UInt64
+        | ChType::Float64
+        | ChType::DateTime64Utc
+        | ChType::Time64 => zeros(out, 8),
+        ChType::UInt128 | ChType::Uuid => zeros(out, 16),
+        ChType::Decimal { precision, .. } => zeros(out, decimal_width(*precision)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use walshadow_rows::InetValue;
+
+    use super::*;
+    use crate::schema::tests::{attr, rel};
+    use crate::schema::{DestTable, MetaColumns};
+    use crate::types::oid;
+
+    fn enc(ty: &ChType, v: &Value) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_value(&mut out, ty, v).unwrap();
+        out
+    }
+
+    fn err(ty: &ChType, v: &Value) -> EncodeErrorKind {
+        encode_value(&mut Vec::new(), ty, v).unwrap_err()
+    }
+
+    fn finite(negative: bool, weight: i16, dscale: u16, digits: &[i16]) -> Value {
+        Value::Numeric(Numeric::Finite {
+            negative,
+            weight,
+            dscale,
+            digits: digits.to_vec(),
+        })
+    }
+
+    #[test]
+    fn leb128() {
+        let mut out = Vec::new();
+        for n in [0u64, 127, 128, 300, u64::MAX] {
+            write_leb128(&mut out, n);
+        }
+        assert_eq!(
+            out,
+            [
+                0x00, 0x7f, 0x80, 0x01, 0xac, 0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                0xff, 0x01
+            ]
+        );
+    }
+
+    #[test]
+    fn scalars() {
+        assert_eq!(enc(&ChType::Bool, &Value::Bool(true)), [1]);
+        assert_eq!(enc(&ChType::Int16, &Value::Int16(-2)), [0xfe, 0xff]);
+        assert_eq!(enc(&ChType::UInt32, &Value::Oid(0x0102_0304)), [4, 3, 2, 1]);
+        assert_eq!(
+            enc(&ChType::Float64, &Value::Float64(1.0)),
+            1.0f64.to_le_bytes()
+        );
+        assert_eq!(
+            enc(&ChType::nullable(ChType::Int32), &Value::Int32(7)),
+            [0, 7, 0, 0, 0]
+        );
+        assert_eq!(enc(&ChType::nullable(ChType::Int32), &Value::Null), [1]);
+        assert_eq!(
+            enc(&ChType::String, &Value::Text("hé".into())),
+            [3, b'h', 0xc3, 0xa9]
+        );
+        assert_eq!(
+            enc(&ChType::String, &Value::Bytea(vec![0, 255])),
+            [2, 0, 255]
+        );
+        assert_eq!(
+            enc(
+                &ChType::low_cardinality(ChType::nullable(ChType::String)),
+                &Value::Enum("ok".into())
+            ),
+            [0, 2, b'o', b'k']
+        );
+        assert_eq!(
+            err(&ChType::Int32, &Value::Null),
+            EncodeErrorKind::NullInNotNull
+        );
+        assert!(matches!(
+            err(&ChType::Int32, &Value::Int64(1)),
+            EncodeErrorKind::Mismatch { .. }
+        ));
+    }
+
+    #[test]
+    fn uuid_halves_reversed() {
+        // ClickHouse: SELECT toUUID('00112233-4455-6677-8899-aabbccddeeff') FORMAT RowBinary
+        let b: [u8; 16] = [
+            0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd,
+            0xee, 0xff,
+        ];
+        assert_eq!(
+            enc(&ChType::Uuid, &Value::Uuid(b)),
+            [
+                0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0x00, 0xff, 0xee, 0xdd, 0xcc, 0xbb, 0xaa,
+                0x99, 0x88
+            ]
+        );
+    }
+
+    #[test]
+    fn dates_and_times() {
+        // ClickHouse: toDate32('1900-01-01') is 21 9c ff ff.
+        assert_eq!(
+            enc(&ChType::Date32, &Value::Date(-36_524)),
+            [0x21, 0x9c, 0xff, 0xff]
+        );
+        assert_eq!(
+            enc(&ChType::Date32, &Value::Date(0)),
+            10_957i32.to_le_bytes()
+        );
+        assert!(matches!(
+            err(&ChType::Date32, &Value::Date(i32::MAX)),
+            EncodeErrorKind::OutOfRange { ref value, .. } if value == "infinity"
+        ));
+        assert!(matches!(
+            err(&ChType::Date32, &Value::Date(-36_525)),
+            EncodeErrorKind::OutOfRange { ref value, .. } if value == "1899-12-31"
+        ));
+        assert_eq!(
+            enc(&ChType::DateTime64Utc, &Value::TimestampTz(0)),
+            946_684_800_000_000i64.to_le_bytes()
+        );
+        assert!(matches!(
+            err(&ChType::DateTime64Utc, &Value::Timestamp(i64::MIN)),
+            EncodeErrorKind::OutOfRange { .. }
+        ));
+        assert_eq!(
+            enc(&ChType::Time64, &Value::Time(86_400_000_000)),
+            86_400_000_000i64.to_le_bytes()
+        );
+    }
+
+    #[test]
+    fn decimals() {
+        let d = |p, s| ChType::Decimal {
+            precision: p,
+            scale: s,
+        };
+        assert_eq!(
+            enc(&d(9, 2), &finite(false, 0, 2, &[12, 3400])),
+            1234i32.to_le_bytes()
+        );
+        assert_eq!(
+            enc(&d(18, 2), &finite(true, 0, 2, &[12, 3400])),
+            (-1234i64).to_le_bytes()
+        );
+        assert_eq!(
+            enc(&d(38, 0), &finite(false, 0, 0, &[5])),
+            5i128.to_le_bytes()
+        );
+        let wide = enc(&d(76, 0), &finite(true, 0, 0, &[5]));
+        assert_eq!(wide.len(), 32);
+        assert_eq!(wide[0], 0xfb);
+        assert!(wide[1..].iter().all(|&b| b == 0xff));
+        assert!(matches!(
+            err(&d(10, 2), &Value::Numeric(Numeric::NaN)),
+            EncodeErrorKind::NotFinite { ref value, .. } if value == "NaN"
+        ));
+        assert!(matches!(
+            err(&d(3, 0), &finite(false, 0, 0, &[1234])),
+            EncodeErrorKind::DecimalRange { .. }
+        ));
+        assert_eq!(
+            enc(&d(18, 2), &Value::Money(-12_345)),
+            (-12_345i64).to_le_bytes()
+        );
+        assert!(matches!(
+            err(&d(18, 2), &Value::Money(i64::MAX)),
+            EncodeErrorKind::DecimalRange { .. }
+        ));
+        // Unconstrained numeric is text.
+        assert_eq!(
+            enc(&ChType::String, &Value::Numeric(Numeric::NegInfinity)),
+            b"\x09-Infinity"
+        );
+    }
+
+    #[test]
+    fn text_renderings() {
+        assert_eq!(
+            enc(
+                &ChType::String,
+                &Value::Inet(InetValue {
+                    addr: vec![10, 0, 0, 0],
+                    bits: 8,
+                    is_cidr: true
+                })
+            ),
+            b"\x0a10.0.0.0/8"
+        );
+        assert_eq!(
+            enc(
+                &ChType::String,
+                &Value::Interval {
+                    months: 0,
+                    days: 1,
+                    micros: 0
+                }
+            ),
+            b"\x051 day"
+        );
+    }
+
+    fn arr(dims: &[i32], elements: Vec<Value>) -> Value {
+        Value::Array(ArrayValue {
+            element_type: oid::INT4,
+            dims: dims.iter().map(|&l| (l, 1)).collect(),
+            elements,
+        })
+    }
+
+    #[test]
+    fn arrays() {
+        let a1 = ChType::array(ChType::nullable(ChType::Int32));
+        assert_eq!(
+            enc(&a1, &arr(&[2], vec![Value::Int32(1), Value::Null])),
+            [2, 0, 1, 0, 0, 0, 1]
+        );
+        assert_eq!(enc(&a1, &arr(&[], vec![])), [0]);
+        assert_eq!(enc(&a1, &Value::Null), [0]);
+        let a2 = ChType::array(a1.clone());
+        assert_eq!(
+            enc(&a2, &arr(&[2, 1], vec![Value::Int32(1), Value::Int32(2)])),
+            [2, 1, 0, 1, 0, 0, 0, 1, 0, 2, 0, 0, 0]
+        );
+        assert_eq!(enc(&a2, &arr(&[], vec![])), [0]);
+        assert_eq!(
+            err(&a1, &arr(&[1, 1], vec![Value::Int32(1)])),
+            EncodeErrorKind::Dimensions {
+                declared: 1,
+                found: 2
+            }
+        );
+        assert!(matches!(
+            err(&a1, &arr(&[3], vec![Value::Int32(1)])),
+            EncodeErrorKind::MalformedArray { .. }
+        ));
+        assert!(matches!(
+            err(&a1, &arr(&[-1], vec![])),
+            EncodeErrorKind::MalformedArray { .. }
+        ));
+    }
+
+    fn meta(deleted: bool) -> RowMeta {
+        RowMeta {
+            lsn: Lsn(0x10),
+            seq: Lsn(0x08),
+            xid: 7,
+            commit_time: 0,
+            deleted,
+        }
+    }
+
+    #[test]
+    fn rows_and_deletes() {
+        let mut dropped = attr(2, "gone", 0, false);
+        dropped.dropped = true;
+        let d = rel(
+            vec![
+                attr(1, "id", oid::INT4, true),
+                dropped,
+                attr(3, "v", oid::TEXT, true),
+            ],
+            &["id"],
+            "d",
+            vec![],
+        );
+        let e = RowBinaryEncoder::new(&DestTable::new(&d, &MetaColumns::default()).unwrap());
+        let mut tail = Vec::new();
+        tail.extend_from_slice(&0x10u64.to_le_bytes());
+        tail.extend_from_slice(&0x08u64.to_le_bytes());
+        tail.extend_from_slice(&7u32.to_le_bytes());
+        tail.extend_from_slice(&946_684_800_000_000i64.to_le_bytes());
+
+        let mut out = Vec::new();
+        e.encode_row(
+            &mut out,
+            &[Value::Int32(1), Value::Null, Value::Text("x".into())],
+            &meta(false),
+        )
+        .unwrap();
+        let mut want = vec![1, 0, 0, 0, 1, b'x'];
+        want.extend_from_slice(&tail);
+        want.push(0);
+        assert_eq!(out, want);
+
+        // Live-only values, and a delete: the non-key String gets "".
+        out.clear();
+        e.encode_row(&mut out, &[Value::Int32(1), Value::Null], &meta(true))
+            .unwrap();
+        let mut want = vec![1, 0, 0, 0, 0];
+        want.extend_from_slice(&tail);
+        want.push(1);
+        assert_eq!(out, want);
+
+        // Errors leave the buffer as it was and name the column.
+        let before = out.clone();
+        let er = e
+            .encode_row(&mut out, &[Value::Int32(1), Value::Null], &meta(false))
+            .unwrap_err();
+        assert_eq!(out, before);
+        assert_eq!(er.column.as_deref(), Some("v"));
+        assert!(er.to_string().contains("public.t"), "{er}");
+        let er = e
+            .encode_row(&mut out, &[Value::Int32(1)], &meta(false))
+            .unwrap_err();
+        assert!(matches!(er.kind, EncodeErrorKind::ValueCount { .. }));
+    }
+}

@@ -1,0 +1,611 @@
+//! The destination table of one source relation: its columns (live source
+//! columns in attnum order with their ClickHouse types, then the metadata
+//! columns), its sorting key, and how a later descriptor of the same
+//! relation differs from it ([`SchemaDiff`]).
+//!
+//! The sorting key is the replica identity: the primary key, the
+//! `USING INDEX` columns, or for `REPLICA IDENTITY FULL` every column. The
+//! key is what `ReplacingMergeTree` collapses versions on, so a table
+//! without one cannot be kept exact and is refused. With FULL, two source
+//! rows with identical contents collapse into one (PostgreSQL cannot tell
+//! them apart in WAL either).
+//!
+//! Schema changes that ClickHouse can follow in place (add, drop, rename a
+//! non-key column, drop NOT NULL) become `ALTER TABLE` statements; a type
+//! change or a key change cannot be applied to rows already written and is a
+//! definite error whose remedy is to load the table again.
+
+use std::collections::HashSet;
+
+use walshadow_types::catalog::{AttributeDesc, RelationDesc};
+
+use crate::types::{ChType, UnsupportedType, clickhouse_type};
+
+/// Names of the metadata columns every destination table carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaColumns {
+    /// `UInt64`: the commit LSN of the change's transaction (or the load LSN
+    /// of an initial-load row).
+    pub lsn: String,
+    /// `UInt64`: the change's own record LSN, ordering changes within one
+    /// transaction.
+    pub seq: String,
+    /// `UInt32`: the transaction id as WAL carries it (32 bits, no epoch).
+    pub xid: String,
+    /// `DateTime64(6, 'UTC')`: the commit timestamp.
+    pub commit_time: String,
+    /// `UInt8`: 1 for a delete.
+    pub is_deleted: String,
+    /// `UInt128 MATERIALIZED (lsn << 64) | seq`: the `ReplacingMergeTree`
+    /// version, so a later commit wins and, within a commit, a later change.
+    pub version: String,
+}
+
+impl Default for MetaColumns {
+    fn default() -> Self {
+        MetaColumns {
+            lsn: "_lsn".into(),
+            seq: "_seq".into(),
+            xid: "_xid".into(),
+            commit_time: "_commit_time".into(),
+            is_deleted: "_is_deleted".into(),
+            version: "_version".into(),
+        }
+    }
+}
+
+impl MetaColumns {
+    fn names(&self) -> [&str; 6] {
+        [
+            &self.lsn,
+            &self.seq,
+            &self.xid,
+            &self.commit_time,
+            &self.is_deleted,
+            &self.version,
+        ]
+    }
+
+    /// The metadata columns written on insert, in insert order, with types.
+    pub fn inserted(&self) -> [(&str, ChType); 5] {
+        [
+            (&self.lsn, ChType::UInt64),
+            (&self.seq, ChType::UInt64),
+            (&self.xid, ChType::UInt32),
+            (&self.commit_time, ChType::DateTime64Utc),
+            (&self.is_deleted, ChType::UInt8),
+        ]
+    }
+}
+
+/// One destination column from a live source column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestColumn {
+    pub attnum: i16,
+    pub name: String,
+    pub ch_type: ChType,
+    /// Part of the sorting key (the replica identity).
+    pub key: bool,
+    /// Index in `RelationDesc::attributes` (dropped columns included).
+    pub(crate) position: usize,
+}
+
+/// The destination table of one relation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestTable {
+    /// `schema.name` of the source relation, for messages.
+    pub source: String,
+    /// Live columns in attnum order.
+    pub columns: Vec<DestColumn>,
+    /// Sorting key column names, in replica-identity order.
+    pub order_by: Vec<String>,
+    pub meta: MetaColumns,
+    /// `RelationDesc::attributes.len()`, dropped columns included.
+    pub(crate) attribute_count: usize,
+}
+
+/// A relation the emitter cannot replicate, or a change it cannot follow.
+/// All are definite: retrying does not help, the message names the remedy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    #[error(
+        "table {table} has no primary key and no replica identity, so updates and deletes \
+         cannot be matched in ClickHouse; add a primary key or run \
+         ALTER TABLE {table} REPLICA IDENTITY FULL"
+    )]
+    NoKey { table: String },
+    #[error("table {table}: {source}")]
+    Unsupported {
+        table: String,
+        #[source]
+        source: UnsupportedType,
+    },
+    #[error("table {table}: replica identity column {column:?} is not a live column of the table")]
+    KeyColumnMissing { table: String, column: String },
+    #[error(
+        "table {table}: column {column:?} has the name of a metadata column; \
+         choose other metadata column names in the [clickhouse] section (*_column keys)"
+    )]
+    MetaNameClash { table: String, column: String },
+    #[error(
+        "table {table}: the default of added column {column:?} cannot be written to ClickHouse: {reason}"
+    )]
+    BadDefault {
+        table: String,
+        column: String,
+        reason: String,
+    },
+    #[error("metadata column names must be distinct and non-empty, got {names:?}")]
+    BadMetaNames { names: Vec<String> },
+    #[error(
+        "table {table}: column {column:?} changed type from {from} to {to} in ClickHouse terms; \
+         rows already written cannot follow, so load the table again \
+         (drop the ClickHouse table and re-add it with an initial load)"
+    )]
+    TypeChange {
+        table: String,
+        column: String,
+        from: ChType,
+        to: ChType,
+    },
+    #[error(
+        "table {table}: the replica identity changed ({reason}); ClickHouse's sorting key \
+         cannot change in place, so load the table again (drop the ClickHouse table and \
+         re-add it with an initial load)"
+    )]
+    KeyChange { table: String, reason: String },
+}
+
+impl DestTable {
+    /// The destination layout of `desc`, or why it cannot be replicated.
+    pub fn new(desc: &RelationDesc, meta: &MetaColumns) -> Result<DestTable, SchemaError> {
+        let table = format!("{}.{}", desc.schema, desc.name);
+        let names = meta.names();
+        let distinct: HashSet<&str> = names.iter().copied().collect();
+        if distinct.len() != names.len() || names.iter().any(|n| n.is_empty()) {
+            return Err(SchemaError::BadMetaNames {
+                names: names.iter().map(|n| n.to_string()).collect(),
+            });
+        }
+        let live: Vec<(usize, &AttributeDesc)> = desc
+            .attributes
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| !a.dropped)
+            .collect();
+        let key_names = key_columns(desc, &table, &live)?;
+        let mut columns = Vec::with_capacity(live.len());
+        for (position, attr) in live {
+            if distinct.contains(attr.name.as_str()) {
+                return Err(SchemaError::MetaNameClash {
+                    table,
+                    column: attr.name.clone(),
+                });
+            }
+            let ch_type =
+                clickhouse_type(attr, &desc.types).map_err(|source| SchemaError::Unsupported {
+                    table: table.clone(),
+                    source,
+                })?;
+            columns.push(DestColumn {
+                attnum: attr.attnum,
+                name: attr.name.clone(),
+                ch_type,
+                key: key_names.contains(&attr.name),
+                position,
+            });
+        }
+        Ok(DestTable {
+            source: table,
+            columns,
+            order_by: key_names,
+            meta: meta.clone(),
+            attribute_count: desc.attributes.len(),
+        })
+    }
+
+    /// Column names in insert order: the live columns, then the metadata
+    /// columns (the version is computed by ClickHouse).
+    pub fn insert_columns(&self) -> Vec<String> {
+        self.columns
+            .iter()
+            .map(|c| c.name.clone())
+            .chain(self.meta.inserted().iter().map(|(n, _)| n.to_string()))
+            .collect()
+    }
+
+    /// Whether a key column is `Nullable` (REPLICA IDENTITY FULL over
+    /// nullable columns), which ClickHouse allows only with
+    /// `allow_nullable_key = 1`.
+    pub fn has_nullable_key(&self) -> bool {
+        self.columns
+            .iter()
+            .any(|c| c.key && c.ch_type.is_nullable())
+    }
+
+    /// Query-level settings the DDL of this table needs: the `Time64` type
+    /// is behind `enable_time_time64_type` on ClickHouse 25.x.
+    pub fn query_settings(&self) -> Vec<(String, String)> {
+        fn has_time64(t: &ChType) -> bool {
+            match t {
+                ChType::Time64 => true,
+                ChType::Nullable(i) | ChType::Array(i) | ChType::LowCardinality(i) => has_time64(i),
+                _ => false,
+            }
+        }
+        if self.columns.iter().any(|c| has_time64(&c.ch_type)) {
+            vec![("enable_time_time64_type".into(), "1".into())]
+        } else {
+            Vec::new()
+        }
+    }
+
+    pub fn column(&self, name: &str) -> Option<&DestColumn> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+}
+
+fn key_columns(
+    desc: &RelationDesc,
+    table: &str,
+    live: &[(usize, &AttributeDesc)],
+) -> Result<Vec<String>, SchemaError> {
+    let no_key = || SchemaError::NoKey {
+        table: table.into(),
+    };
+    let names: Vec<String> = match desc.replica_identity_kind.as_str() {
+        "n" => return Err(no_key()),
+        // FULL: the descriptor lists every column; fall back to them if not.
+        "f" if desc.replica_identity.is_empty() => {
+            live.iter().map(|(_, a)| a.name.clone()).collect()
+        }
+        _ => desc.replica_identity.clone(),
+    };
+    if names.is_empty() {
+        return Err(no_key());
+    }
+    for n in &names {
+        if !live.iter().any(|(_, a)| &a.name == n) {
+            return Err(SchemaError::KeyColumnMissing {
+                table: table.into(),
+                column: n.clone(),
+            });
+        }
+    }
+    Ok(names)
+}
+
+/// One change between two descriptors of the same relation that ClickHouse
+/// can follow in place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaChange {
+    /// A new column; `after` is the previous live column in attnum order
+    /// (`None`: first).
+    AddColumn {
+        column: DestColumn,
+        after: Option<String>,
+    },
+    DropColumn {
+        name: String,
+    },
+    RenameColumn {
+        attnum: i16,
+        from: String,
+        to: String,
+    },
+    /// `DROP NOT NULL`: the column becomes `Nullable`.
+    MakeNullable {
+        name: String,
+        ch_type: ChType,
+    },
+    /// `SET NOT NULL`: the column loses `Nullable`. Rows already written may
+    /// hold NULL (deletes carry NULL in non-key columns); they become the
+    /// type's default, which only deleted or superseded rows can have.
+    MakeNotNull {
+        name: String,
+        ch_type: ChType,
+    },
+}
+
+/// How `new` differs from `old`, matched by attnum.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SchemaDiff {
+    pub changes: Vec<SchemaChange>,
+}
+
+impl SchemaDiff {
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+
+    /// Classify the differences; a type change or a key change is refused.
+    pub fn between(old: &DestTable, new: &DestTable) -> Result<SchemaDiff, SchemaError> {
+        let table = new.source.clone();
+        let key_attnums = |t: &DestTable| -> Vec<i16> {
+            t.order_by
+                .iter()
+                .filter_map(|n| t.column(n).map(|c| c.attnum))
+                .collect()
+        };
+        if key_attnums(old) != key_attnums(new) {
+            return Err(SchemaError::KeyChange {
+                table,
+                reason: format!(
+                    "key columns were {:?}, now {:?}",
+                    old.order_by, new.order_by
+                ),
+            });
+        }
+        let mut changes = Vec::new();
+        for o in &old.columns {
+            match new.columns.iter().find(|n| n.attnum == o.attnum) {
+                None => changes.push(SchemaChange::DropColumn {
+                    name: o.name.clone(),
+                }),
+                Some(n) => {
+                    if n.name != o.name {
+                        if o.key {
+                            return Err(SchemaError::KeyChange {
+                                table,
+                                reason: format!(
+                                    "key column {:?} was renamed to {:?}, and ClickHouse cannot rename a sorting key column",
+                                    o.name, n.name
+                                ),
+                            });
+                        }
+                        changes.push(SchemaChange::RenameColumn {
+                            attnum: o.attnum,
+                            from: o.name.clone(),
+                            to: n.name.clone(),
+                        });
+                    }
+                    if n.ch_type != o.ch_type {
+                        if n.ch_type == o.ch_type.to_nullable() && !o.key {
+                            changes.push(SchemaChange::MakeNullable {
+                                name: n.name.clone(),
+                                ch_type: n.ch_type.clone(),
+                            });
+                        } else if n.ch_type == o.ch_type.to_not_null() && !o.key {
+                            changes.push(SchemaChange::MakeNotNull {
+                                name: n.name.clone(),
+                                ch_type: n.ch_type.clone(),
+                            });
+                        } else {
+                            return Err(SchemaError::TypeChange {
+                                table,
+                                column: n.name.clone(),
+                                from: o.ch_type.clone(),
+                                to: n.ch_type.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        for (i, n) in new.columns.iter().enumerate() {
+            if !old.columns.iter().any(|o| o.attnum == n.attnum) {
+                let after = i
+                    .checked_sub(1)
+                    .and_then(|p| new.columns.get(p))
+                    .map(|p| p.name.clone());
+                changes.push(SchemaChange::AddColumn {
+                    column: n.clone(),
+                    after,
+                });
+            }
+        }
+        // Drops before renames before adds, so a name freed by one change is
+        // free for the next (drop a, rename b to a, add b).
+        changes.sort_by_key(|c| match c {
+            SchemaChange::DropColumn { .. } => 0,
+            SchemaChange::RenameColumn { .. } => 1,
+            SchemaChange::MakeNullable { .. } | SchemaChange::MakeNotNull { .. } => 2,
+            SchemaChange::AddColumn { .. } => 3,
+        });
+        Ok(SchemaDiff { changes })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use walshadow_types::Oid;
+    use walshadow_types::catalog::TypeDesc;
+
+    use super::*;
+    use crate::types::oid;
+
+    pub(crate) fn attr(attnum: i16, name: &str, type_oid: Oid, not_null: bool) -> AttributeDesc {
+        AttributeDesc {
+            attnum,
+            name: name.into(),
+            type_oid,
+            typmod: -1,
+            len: -1,
+            by_value: false,
+            align: "i".into(),
+            storage: "x".into(),
+            not_null,
+            dropped: false,
+            ndims: 0,
+            missing_value: None,
+        }
+    }
+
+    pub(crate) fn rel(
+        attributes: Vec<AttributeDesc>,
+        key: &[&str],
+        kind: &str,
+        types: Vec<TypeDesc>,
+    ) -> RelationDesc {
+        RelationDesc {
+            oid: 16384,
+            schema: "public".into(),
+            name: "t".into(),
+            relkind: "r".into(),
+            relfilenode: 16384,
+            persistence: "p".into(),
+            replica_identity: key.iter().map(|s| s.to_string()).collect(),
+            replica_identity_kind: kind.into(),
+            toast_relid: None,
+            partition_parent: None,
+            attributes,
+            types,
+        }
+    }
+
+    fn dest(desc: &RelationDesc) -> DestTable {
+        DestTable::new(desc, &MetaColumns::default()).unwrap()
+    }
+
+    #[test]
+    fn layout_skips_dropped_and_marks_keys() {
+        let mut dropped = attr(2, "........pg.dropped.2........", 0, false);
+        dropped.dropped = true;
+        let d = rel(
+            vec![
+                attr(1, "id", oid::INT4, true),
+                dropped,
+                attr(3, "v", oid::TEXT, false),
+            ],
+            &["id"],
+            "d",
+            vec![],
+        );
+        let t = dest(&d);
+        assert_eq!(t.columns.len(), 2);
+        assert_eq!(t.columns[1].position, 2);
+        assert!(t.columns[0].key && !t.columns[1].key);
+        assert_eq!(
+            t.insert_columns(),
+            [
+                "id",
+                "v",
+                "_lsn",
+                "_seq",
+                "_xid",
+                "_commit_time",
+                "_is_deleted"
+            ]
+        );
+        assert!(!t.has_nullable_key());
+    }
+
+    #[test]
+    fn refusals_name_table_and_remedy() {
+        let d = rel(vec![attr(1, "id", oid::INT4, true)], &[], "d", vec![]);
+        let e = DestTable::new(&d, &MetaColumns::default()).unwrap_err();
+        assert!(matches!(e, SchemaError::NoKey { .. }));
+        let msg = e.to_string();
+        assert!(
+            msg.contains("public.t") && msg.contains("REPLICA IDENTITY FULL"),
+            "{msg}"
+        );
+
+        let d = rel(vec![attr(1, "id", oid::INT4, true)], &["id"], "n", vec![]);
+        assert!(matches!(
+            DestTable::new(&d, &MetaColumns::default()),
+            Err(SchemaError::NoKey { .. })
+        ));
+
+        let d = rel(
+            vec![attr(1, "_lsn", oid::INT4, true)],
+            &["_lsn"],
+            "d",
+            vec![],
+        );
+        assert!(matches!(
+            DestTable::new(&d, &MetaColumns::default()),
+            Err(SchemaError::MetaNameClash { .. })
+        ));
+
+        let d = rel(vec![attr(1, "p", 600, true)], &["p"], "d", vec![]);
+        let e = DestTable::new(&d, &MetaColumns::default()).unwrap_err();
+        assert!(
+            e.to_string().contains("public.t") && e.to_string().contains("\"p\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn full_identity_keys_every_column() {
+        let d = rel(
+            vec![
+                attr(1, "a", oid::INT4, false),
+                attr(2, "b", oid::TEXT, true),
+            ],
+            &[],
+            "f",
+            vec![],
+        );
+        let t = dest(&d);
+        assert_eq!(t.order_by, ["a", "b"]);
+        assert!(t.has_nullable_key());
+    }
+
+    #[test]
+    fn diff_classifies() {
+        let old = rel(
+            vec![
+                attr(1, "id", oid::INT4, true),
+                attr(2, "a", oid::TEXT, false),
+                attr(3, "b", oid::INT8, true),
+                attr(4, "c", oid::INT8, false),
+            ],
+            &["id"],
+            "d",
+            vec![],
+        );
+        let mut new = old.clone();
+        new.attributes[1].dropped = true; // drop a
+        new.attributes[2].name = "b2".into(); // rename b
+        new.attributes[2].not_null = false; // b drops NOT NULL
+        new.attributes[3].not_null = true; // c sets NOT NULL
+        new.attributes.push(attr(5, "d", oid::BOOL, false)); // add d
+        let diff = SchemaDiff::between(&dest(&old), &dest(&new)).unwrap();
+        assert_eq!(
+            diff.changes,
+            vec![
+                SchemaChange::DropColumn { name: "a".into() },
+                SchemaChange::RenameColumn {
+                    attnum: 3,
+                    from: "b".into(),
+                    to: "b2".into()
+                },
+                SchemaChange::MakeNullable {
+                    name: "b2".into(),
+                    ch_type: ChType::nullable(ChType::Int64)
+                },
+                SchemaChange::MakeNotNull {
+                    name: "c".into(),
+                    ch_type: ChType::Int64
+                },
+                SchemaChange::AddColumn {
+                    column: dest(&new).columns[3].clone(),
+                    after: Some("c".into())
+                },
+            ]
+        );
+
+        let mut retyped = old.clone();
+        retyped.attributes[2].type_oid = oid::TEXT;
+        let e = SchemaDiff::between(&dest(&old), &dest(&retyped)).unwrap_err();
+        assert!(matches!(e, SchemaError::TypeChange { .. }), "{e}");
+        assert!(e.to_string().contains("load the table again"));
+
+        let mut rekeyed = old.clone();
+        rekeyed.replica_identity = vec!["id".into(), "b".into()];
+        assert!(matches!(
+            SchemaDiff::between(&dest(&old), &dest(&rekeyed)),
+            Err(SchemaError::KeyChange { .. })
+        ));
+
+        let mut key_renamed = old.clone();
+        key_renamed.attributes[0].name = "ident".into();
+        key_renamed.replica_identity = vec!["ident".into()];
+        let e = SchemaDiff::between(&dest(&old), &dest(&key_renamed)).unwrap_err();
+        assert!(
+            e.to_string().contains("cannot rename a sorting key column"),
+            "{e}"
+        );
+    }
+}

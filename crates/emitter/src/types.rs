@@ -1,0 +1,500 @@
+//! PostgreSQL column types → ClickHouse column types.
+//!
+//! Built-in types are recognised by OID (fixed below `FirstGenbkiObjectId`,
+//! see `pg_type.dat`); domains, enums and arrays by the catalog facts in
+//! [`TypeDesc`]. Every type not in the table is refused with
+//! [`UnsupportedType`] naming the column: a value is never silently
+//! rewritten into something the reader cannot tell apart from the source.
+//!
+//! | PostgreSQL | ClickHouse | notes |
+//! | --- | --- | --- |
+//! | `bool` | `Bool` | |
+//! | `int2` / `int4` / `int8` | `Int16` / `Int32` / `Int64` | |
+//! | `oid` | `UInt32` | |
+//! | `float4` / `float8` | `Float32` / `Float64` | NaN and ±Infinity kept |
+//! | `numeric(p,s)`, `1 ≤ p ≤ 76`, `0 ≤ s ≤ p` | `Decimal(p,s)` | a NaN or ±Infinity value is a definite error naming the column |
+//! | `numeric` (no typmod), `p > 76`, `s < 0` or `s > p` | `String` | PostgreSQL's text (`numeric_out`), `NaN`/`Infinity` included |
+//! | `money` | `Decimal(18,2)` | assumes `lc_monetary` with 2 fractional digits (the stored int8 is in cents); a value of 10^16 units or more is a definite error |
+//! | `"char"`, `bpchar`, `varchar`, `text`, `name` | `String` | `bpchar` padding kept |
+//! | `bytea` | `String` | raw bytes, not the `\x` text |
+//! | `date` | `Date32` | 1900-01-01 ..= 2299-12-31, else a definite error |
+//! | `time` | `Time64(6)` | the type exists from ClickHouse 25.6, behind `enable_time_time64_type` (on by default in 26.x; [`crate::DestTable::query_settings`] sets it for the DDL) |
+//! | `timetz` | `String` | PostgreSQL's text, e.g. `12:34:56.5+05:30` |
+//! | `timestamp` | `DateTime64(6, 'UTC')` | the wall-clock value; see below |
+//! | `timestamptz` | `DateTime64(6, 'UTC')` | the instant; ranges as `date` |
+//! | `interval` | `String` | PostgreSQL's text in `IntervalStyle = postgres` |
+//! | `uuid` | `UUID` | |
+//! | `json`, `jsonb` | `String` | JSON text (`jsonb` as `jsonb_out` renders it) |
+//! | `inet`, `cidr`, `macaddr`, `macaddr8`, `bit`, `varbit`, `xml` | `String` | PostgreSQL's text |
+//! | enum | `LowCardinality(String)` | the label |
+//! | domain | its base type's mapping (with the domain's typmod) | |
+//! | `T[]` | `Array(Nullable(T'))` nested `max(attndims, 1)` deep | see below |
+//!
+//! Nullability: a column without `NOT NULL` becomes `Nullable(T)`; an enum
+//! becomes `LowCardinality(Nullable(String))`. ClickHouse has no
+//! `Nullable(Array(..))` ("Nested type Array(..) cannot be inside Nullable
+//! type", code 43), so an array column is a plain `Array` and a NULL array is
+//! written as `[]`: the one place where ClickHouse cannot tell two source
+//! values (`NULL` and `'{}'`) apart; a row-by-row comparison with the
+//! source must read a NULL array as `{}`.
+//!
+//! Arrays: PostgreSQL does not enforce `attndims`, ClickHouse fixes the
+//! nesting per column, so a value whose dimension count differs from the
+//! declared one (an empty array excepted) is a definite error naming the
+//! column. Lower bounds other than 1 are not kept.
+//!
+//! `timestamp` (without time zone) is `DateTime64(6, 'UTC')` rather than a
+//! zone-less `DateTime64(6)`: ClickHouse renders a zone-less column in the
+//! server's time zone, which would shift every wall-clock value on a server
+//! not set to UTC. With `'UTC'` the stored microseconds read back as the
+//! source's text.
+//!
+//! `numeric(p,s)` with `p ≤ 76`: PostgreSQL has already rounded every value
+//! to `s` fractional digits and checked `p`, so the conversion is exact; a
+//! value that does not fit anyway is an error, never rounded.
+
+use std::fmt;
+
+use walshadow_types::Oid;
+use walshadow_types::catalog::{AttributeDesc, TypeDesc};
+
+/// Built-in type OIDs (`pg_type.dat`, identical in 15 to 18).
+pub(crate) mod oid {
+    use walshadow_types::Oid;
+    pub const BOOL: Oid = 16;
+    pub const BYTEA: Oid = 17;
+    pub const CHAR: Oid = 18;
+    pub const NAME: Oid = 19;
+    pub const INT8: Oid = 20;
+    pub const INT2: Oid = 21;
+    pub const INT4: Oid = 23;
+    pub const TEXT: Oid = 25;
+    pub const OID: Oid = 26;
+    pub const JSON: Oid = 114;
+    pub const XML: Oid = 142;
+    pub const CIDR: Oid = 650;
+    pub const FLOAT4: Oid = 700;
+    pub const FLOAT8: Oid = 701;
+    pub const MACADDR8: Oid = 774;
+    pub const MONEY: Oid = 790;
+    pub const MACADDR: Oid = 829;
+    pub const INET: Oid = 869;
+    pub const BPCHAR: Oid = 1042;
+    pub const VARCHAR: Oid = 1043;
+    pub const DATE: Oid = 1082;
+    pub const TIME: Oid = 1083;
+    pub const TIMESTAMP: Oid = 1114;
+    pub const TIMESTAMPTZ: Oid = 1184;
+    pub const INTERVAL: Oid = 1186;
+    pub const TIMETZ: Oid = 1266;
+    pub const BIT: Oid = 1560;
+    pub const VARBIT: Oid = 1562;
+    pub const NUMERIC: Oid = 1700;
+    pub const UUID: Oid = 2950;
+    pub const JSONB: Oid = 3802;
+}
+
+/// The widest ClickHouse `Decimal` (`Decimal256`).
+pub const MAX_DECIMAL_PRECISION: u8 = 76;
+
+/// A ClickHouse column type, as far as the emitter writes them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ChType {
+    Bool,
+    UInt8,
+    Int16,
+    Int32,
+    Int64,
+    UInt32,
+    UInt64,
+    UInt128,
+    Float32,
+    Float64,
+    /// `Decimal(p, s)`, `1 ≤ p ≤ 76`, `s ≤ p`.
+    Decimal {
+        precision: u8,
+        scale: u8,
+    },
+    String,
+    Date32,
+    /// `Time64(6)`.
+    Time64,
+    /// `DateTime64(6, 'UTC')`.
+    DateTime64Utc,
+    Uuid,
+    LowCardinality(Box<ChType>),
+    Nullable(Box<ChType>),
+    Array(Box<ChType>),
+}
+
+impl ChType {
+    pub fn nullable(inner: ChType) -> ChType {
+        ChType::Nullable(Box::new(inner))
+    }
+
+    pub fn array(inner: ChType) -> ChType {
+        ChType::Array(Box::new(inner))
+    }
+
+    pub fn low_cardinality(inner: ChType) -> ChType {
+        ChType::LowCardinality(Box::new(inner))
+    }
+
+    /// `Nullable(..)` at the top, or `LowCardinality(Nullable(..))`.
+    pub fn is_nullable(&self) -> bool {
+        match self {
+            ChType::Nullable(_) => true,
+            ChType::LowCardinality(inner) => inner.is_nullable(),
+            _ => false,
+        }
+    }
+
+    /// The same type with (top-level) nullability added; arrays stay as they
+    /// are since ClickHouse has no nullable array.
+    pub fn to_nullable(&self) -> ChType {
+        match self {
+            ChType::Nullable(_) | ChType::Array(_) => self.clone(),
+            ChType::LowCardinality(inner) => ChType::low_cardinality(inner.to_nullable()),
+            other => ChType::nullable(other.clone()),
+        }
+    }
+
+    /// The same type with top-level nullability removed.
+    pub fn to_not_null(&self) -> ChType {
+        match self {
+            ChType::Nullable(inner) => (**inner).clone(),
+            ChType::LowCardinality(inner) => ChType::low_cardinality(inner.to_not_null()),
+            other => other.clone(),
+        }
+    }
+
+    /// Array nesting depth (0 for a scalar).
+    pub fn array_depth(&self) -> usize {
+        match self {
+            ChType::Array(inner) => 1 + inner.array_depth(),
+            _ => 0,
+        }
+    }
+}
+
+impl fmt::Display for ChType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChType::Bool => f.write_str("Bool"),
+            ChType::UInt8 => f.write_str("UInt8"),
+            ChType::Int16 => f.write_str("Int16"),
+            ChType::Int32 => f.write_str("Int32"),
+            ChType::Int64 => f.write_str("Int64"),
+            ChType::UInt32 => f.write_str("UInt32"),
+            ChType::UInt64 => f.write_str("UInt64"),
+            ChType::UInt128 => f.write_str("UInt128"),
+            ChType::Float32 => f.write_str("Float32"),
+            ChType::Float64 => f.write_str("Float64"),
+            ChType::Decimal { precision, scale } => write!(f, "Decimal({precision}, {scale})"),
+            ChType::String => f.write_str("String"),
+            ChType::Date32 => f.write_str("Date32"),
+            ChType::Time64 => f.write_str("Time64(6)"),
+            ChType::DateTime64Utc => f.write_str("DateTime64(6, 'UTC')"),
+            ChType::Uuid => f.write_str("UUID"),
+            ChType::LowCardinality(inner) => write!(f, "LowCardinality({inner})"),
+            ChType::Nullable(inner) => write!(f, "Nullable({inner})"),
+            ChType::Array(inner) => write!(f, "Array({inner})"),
+        }
+    }
+}
+
+/// A column whose type the emitter cannot represent faithfully.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "column {column:?}: type {type_name} cannot be replicated to ClickHouse ({reason}); \
+     change the column's type or leave the table out"
+)]
+pub struct UnsupportedType {
+    pub column: String,
+    pub type_name: String,
+    pub reason: String,
+}
+
+/// What a PostgreSQL type maps to before the column's nullability and
+/// dimensions are applied.
+enum Mapped {
+    Scalar(ChType),
+    Enum,
+    Array { element: Oid, typmod: i32 },
+}
+
+/// The ClickHouse type of one column (see the module doc for the table).
+pub fn clickhouse_type(
+    attr: &AttributeDesc,
+    types: &[TypeDesc],
+) -> Result<ChType, UnsupportedType> {
+    let unsupported = |type_oid: Oid, reason: String| UnsupportedType {
+        column: attr.name.clone(),
+        type_name: type_name(type_oid, types),
+        reason,
+    };
+    let mapped =
+        map_type(attr.type_oid, attr.typmod, types, 0).map_err(|(o, r)| unsupported(o, r))?;
+    Ok(match mapped {
+        Mapped::Scalar(t) if attr.not_null => t,
+        Mapped::Scalar(t) => ChType::nullable(t),
+        Mapped::Enum if attr.not_null => ChType::low_cardinality(ChType::String),
+        Mapped::Enum => ChType::low_cardinality(ChType::nullable(ChType::String)),
+        Mapped::Array { element, typmod } => {
+            let mut t =
+                match map_type(element, typmod, types, 0).map_err(|(o, r)| unsupported(o, r))? {
+                    Mapped::Scalar(t) => ChType::nullable(t),
+                    Mapped::Enum => ChType::low_cardinality(ChType::nullable(ChType::String)),
+                    Mapped::Array { .. } => {
+                        return Err(unsupported(
+                        element,
+                        "an array whose elements are themselves arrays (a domain over an array)"
+                            .into(),
+                    ));
+                    }
+                };
+            for _ in 0..attr.ndims.max(1) {
+                t = ChType::array(t);
+            }
+            t
+        }
+    })
+}
+
+fn map_type(
+    type_oid: Oid,
+    typmod: i32,
+    types: &[TypeDesc],
+    depth: u8,
+) -> Result<Mapped, (Oid, String)> {
+    use ChType as C;
+    let scalar = |t| Ok(Mapped::Scalar(t));
+    match type_oid {
+        oid::BOOL => return scalar(C::Bool),
+        oid::INT2 => return scalar(C::Int16),
+        oid::INT4 => return scalar(C::Int32),
+        oid::INT8 => return scalar(C::Int64),
+        oid::OID => return scalar(C::UInt32),
+        oid::FLOAT4 => return scalar(C::Float32),
+        oid::FLOAT8 => return scalar(C::Float64),
+        oid::NUMERIC => return scalar(numeric_type(typmod)),
+        oid::MONEY => {
+            return scalar(C::Decimal {
+                precision: 18,
+                scale: 2,
+            });
+        }
+        oid::CHAR | oid::BPCHAR | oid::VARCHAR | oid::TEXT | oid::NAME | oid::BYTEA => {
+            return scalar(C::String);
+        }
+        oid::DATE => return scalar(C::Date32),
+        oid::TIME => return scalar(C::Time64),
+        oid::TIMESTAMP | oid::TIMESTAMPTZ => return scalar(C::DateTime64Utc),
+        oid::UUID => return scalar(C::Uuid),
+        oid::TIMETZ
+        | oid::INTERVAL
+        | oid::JSON
+        | oid::JSONB
+        | oid::INET
+        | oid::CIDR
+        | oid::MACADDR
+        | oid::MACADDR8
+        | oid::BIT
+        | oid::VARBIT
+        | oid::XML => return scalar(C::String),
+        _ => {}
+    }
+    let Some(t) = types.iter().find(|t| t.oid == type_oid) else {
+        return Err((
+            type_oid,
+            "the type is not in the relation's catalog description".into(),
+        ));
+    };
+    match t.typtype.as_str() {
+        "d" => {
+            let base = t.base_type.ok_or_else(|| {
+                (
+                    type_oid,
+                    "domain without a base type in the catalog description".into(),
+                )
+            })?;
+            // A domain over a domain over ... is bounded by the catalog; the
+            // cap only guards against a cyclic description.
+            if depth > 32 {
+                return Err((type_oid, "domain nesting deeper than 32 levels".into()));
+            }
+            map_type(base, t.base_typmod.unwrap_or(-1), types, depth + 1)
+        }
+        "e" => Ok(Mapped::Enum),
+        "b" if t.category == "A" => match t.element {
+            Some(element) => Ok(Mapped::Array { element, typmod }),
+            None => Err((type_oid, "array type without an element type".into())),
+        },
+        "c" => Err((type_oid, "composite types are not supported".into())),
+        "r" | "m" => Err((type_oid, "range types are not supported".into())),
+        _ => Err((type_oid, "no ClickHouse mapping for this type".into())),
+    }
+}
+
+/// `numeric(p,s)` → `Decimal(p,s)` when ClickHouse can hold it exactly.
+/// The typmod layout follows numeric.c (`NUMERIC_TYPMOD_PRECISION`,
+/// `NUMERIC_TYPMOD_SCALE`; the scale is an 11-bit signed field since 15).
+fn numeric_type(typmod: i32) -> ChType {
+    const VARHDRSZ: i32 = 4;
+    if typmod < VARHDRSZ {
+        return ChType::String;
+    }
+    let precision = ((typmod - VARHDRSZ) >> 16) & 0xffff;
+    let scale = (((typmod - VARHDRSZ) & 0x7ff) ^ 1024) - 1024;
+    match (u8::try_from(precision), u8::try_from(scale)) {
+        (Ok(p), Ok(s)) if (1..=MAX_DECIMAL_PRECISION).contains(&p) && s <= p => ChType::Decimal {
+            precision: p,
+            scale: s,
+        },
+        _ => ChType::String,
+    }
+}
+
+fn type_name(type_oid: Oid, types: &[TypeDesc]) -> String {
+    match types.iter().find(|t| t.oid == type_oid) {
+        Some(t) => format!("{}.{}", t.schema, t.name),
+        None => format!("OID {type_oid}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn attr(name: &str, type_oid: Oid, typmod: i32, not_null: bool) -> AttributeDesc {
+        AttributeDesc {
+            attnum: 1,
+            name: name.into(),
+            type_oid,
+            typmod,
+            len: -1,
+            by_value: false,
+            align: "i".into(),
+            storage: "x".into(),
+            not_null,
+            dropped: false,
+            ndims: 0,
+            missing_value: None,
+        }
+    }
+
+    pub(crate) fn tdesc(oid: Oid, name: &str, typtype: &str, category: &str) -> TypeDesc {
+        TypeDesc {
+            oid,
+            schema: "public".into(),
+            name: name.into(),
+            typtype: typtype.into(),
+            category: category.into(),
+            len: -1,
+            by_value: false,
+            align: "i".into(),
+            storage: "x".into(),
+            element: None,
+            base_type: None,
+            base_typmod: None,
+            enum_labels: vec![],
+            enum_oids: vec![],
+            composite_relid: None,
+            range_subtype: None,
+        }
+    }
+
+    fn numeric_typmod(p: i32, s: i32) -> i32 {
+        ((p << 16) | (s & 0x7ff)) + 4
+    }
+
+    fn ty(a: &AttributeDesc, types: &[TypeDesc]) -> String {
+        clickhouse_type(a, types).unwrap().to_string()
+    }
+
+    #[test]
+    fn scalars_and_nullability() {
+        assert_eq!(ty(&attr("a", oid::INT4, -1, true), &[]), "Int32");
+        assert_eq!(ty(&attr("a", oid::INT4, -1, false), &[]), "Nullable(Int32)");
+        assert_eq!(
+            ty(&attr("a", oid::TIMESTAMPTZ, -1, true), &[]),
+            "DateTime64(6, 'UTC')"
+        );
+        assert_eq!(ty(&attr("a", oid::TIME, -1, true), &[]), "Time64(6)");
+        assert_eq!(ty(&attr("a", oid::MONEY, -1, true), &[]), "Decimal(18, 2)");
+        assert_eq!(ty(&attr("a", oid::UUID, -1, false), &[]), "Nullable(UUID)");
+    }
+
+    #[test]
+    fn numeric_typmods() {
+        assert_eq!(
+            ty(&attr("n", oid::NUMERIC, numeric_typmod(10, 2), true), &[]),
+            "Decimal(10, 2)"
+        );
+        assert_eq!(
+            ty(&attr("n", oid::NUMERIC, numeric_typmod(76, 76), true), &[]),
+            "Decimal(76, 76)"
+        );
+        assert_eq!(
+            ty(&attr("n", oid::NUMERIC, numeric_typmod(77, 0), true), &[]),
+            "String"
+        );
+        assert_eq!(
+            ty(&attr("n", oid::NUMERIC, numeric_typmod(5, -2), true), &[]),
+            "String"
+        );
+        assert_eq!(
+            ty(&attr("n", oid::NUMERIC, numeric_typmod(3, 5), true), &[]),
+            "String"
+        );
+        assert_eq!(
+            ty(&attr("n", oid::NUMERIC, -1, false), &[]),
+            "Nullable(String)"
+        );
+    }
+
+    #[test]
+    fn enums_domains_arrays() {
+        let mut e = tdesc(50000, "mood", "e", "E");
+        e.enum_labels = vec!["sad".into(), "ok".into()];
+        let mut d = tdesc(50001, "posint", "d", "N");
+        d.base_type = Some(oid::NUMERIC);
+        d.base_typmod = Some(numeric_typmod(12, 3));
+        let mut arr = tdesc(50002, "_mood", "b", "A");
+        arr.element = Some(50000);
+        let mut int_arr = tdesc(1007, "_int4", "b", "A");
+        int_arr.element = Some(oid::INT4);
+        let types = vec![e, d, arr, int_arr];
+
+        assert_eq!(
+            ty(&attr("e", 50000, -1, true), &types),
+            "LowCardinality(String)"
+        );
+        assert_eq!(
+            ty(&attr("e", 50000, -1, false), &types),
+            "LowCardinality(Nullable(String))"
+        );
+        assert_eq!(
+            ty(&attr("d", 50001, -1, false), &types),
+            "Nullable(Decimal(12, 3))"
+        );
+        assert_eq!(
+            ty(&attr("a", 50002, -1, false), &types),
+            "Array(LowCardinality(Nullable(String)))"
+        );
+        let mut a2 = attr("a2", 1007, -1, false);
+        a2.ndims = 2;
+        assert_eq!(ty(&a2, &types), "Array(Array(Nullable(Int32)))");
+    }
+
+    #[test]
+    fn unsupported_names_column() {
+        let mut point = tdesc(600, "point", "b", "G");
+        point.schema = "pg_catalog".into();
+        let err = clickhouse_type(&attr("where", 600, -1, true), &[point]).unwrap_err();
+        assert_eq!(err.column, "where");
+        assert!(err.to_string().contains("pg_catalog.point"), "{err}");
+        let err = clickhouse_type(&attr("x", 99999, -1, true), &[]).unwrap_err();
+        assert!(err.to_string().contains("OID 99999"), "{err}");
+    }
+}
