@@ -1,6 +1,68 @@
-//! Row decoding: heap tuples (from WAL records or from pages) into typed values
-//! for every built-in type, with inline compression and TOAST reassembly.
+//! Row decoding: heap tuples (from WAL records or from pages) into typed
+//! values, with inline compression and TOAST reassembly. Pure: bytes in,
+//! values out, no I/O.
+//!
+//! ```text
+//!  RelationDesc ──▶ RowDecoder::new ── refuses unsupported types (UnsupportedType)
+//!                        │
+//!  TupleRef ────────────▶ decode ──▶ Vec<Value>   one per live column, attnum order
+//!  (xl_heap_header +     │   │
+//!   data, or a page       │   └── TOAST pointers ──▶ dyn ToastSource (ToastChunks)
+//!   item)                 │
+//!                   heap_deform_tuple walk → varlena (short/4-byte, pglz/lz4)
+//!                   → per-type decode (numeric, jsonb, arrays, inet, …)
+//! ```
+//!
+//! - [`tuple`](TupleRef): the walk over attribute bytes, as heaptuple.c
+//!   does it (null bitmap, alignment, short varlenas, dropped columns,
+//!   attributes missing from old tuples).
+//! - varlena: headers, inline compression, TOAST pointers (varatt.h).
+//! - [`ToastChunks`]/[`ToastSource`]: out-of-line values.
+//! - One module per type family for the stored form, the text output
+//!   ([`Value::to_pg_text`]) and the parse of that text (for
+//!   `attmissingval`).
+//!
+//! Values stay in PostgreSQL's units (see [`Value`]); [`Value::to_pg_text`]
+//! reproduces the server's text output with default settings, which is
+//! what columns without a native ClickHouse type carry.
+//!
+//! Nothing here panics on input bytes: every read is checked and hostile
+//! sizes are bounded before allocation. Text columns must be valid UTF-8
+//! (a database in another encoding is refused value by value).
 
+#![forbid(unsafe_code)]
+#![deny(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+#![cfg_attr(
+    test,
+    allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)
+)]
+
+mod array;
+mod bytes;
+mod datetime;
+mod datum;
+mod decoder;
+mod error;
+mod float;
+mod jsonb;
+mod kind;
+mod literal;
+mod network;
+mod numeric;
+mod render;
+mod toast;
+mod tuple;
 mod value;
+mod varlena;
 
+pub use decoder::RowDecoder;
+pub use error::{RowError, UnsupportedType};
+pub use toast::{NoToast, ToastChunk, ToastChunks, ToastSource};
+pub use tuple::{HEAP_HASNULL, HEAP_NATTS_MASK, SIZEOF_HEAP_TUPLE_HEADER, TupleRef};
 pub use value::{ArrayValue, InetValue, Numeric, Value};
+pub use varlena::ToastPointer;

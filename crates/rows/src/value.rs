@@ -35,7 +35,8 @@ pub struct InetValue {
 /// An array value: dimensions and elements in row-major order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArrayValue {
-    /// Element type OID.
+    /// Element type OID, as declared (the domain, for an array of a
+    /// domain).
     pub element_type: u32,
     /// (length, lower bound) per dimension; empty for `{}`.
     pub dims: Vec<(i32, i32)>,
@@ -56,7 +57,8 @@ pub enum Value {
     Numeric(Numeric),
     /// `money`: an int8 in the smallest currency unit.
     Money(i64),
-    /// text, varchar, bpchar (padding kept), name, char ("char").
+    /// text, varchar, bpchar (padding kept), name, and `"char"` as
+    /// `charout` writes it (a high-bit byte as `\ooo`, NUL as empty).
     Text(String),
     Bytea(Vec<u8>),
     /// Days since 2000-01-01; `i32::MIN`/`i32::MAX` are -infinity/infinity.
@@ -65,13 +67,22 @@ pub enum Value {
     Time(i64),
     /// Microseconds since midnight and the zone offset in seconds west of
     /// UTC (PostgreSQL's sign convention).
-    TimeTz { micros: i64, zone_secs_west: i32 },
+    TimeTz {
+        micros: i64,
+        zone_secs_west: i32,
+    },
     /// Microseconds since 2000-01-01 00:00; `i64::MIN`/`i64::MAX` are
     /// -infinity/infinity.
     Timestamp(i64),
     /// Microseconds since 2000-01-01 00:00 UTC; infinities as `Timestamp`.
     TimestampTz(i64),
-    Interval { months: i32, days: i32, micros: i64 },
+    /// From 17 on, all three fields at their minimum (maximum) are
+    /// -infinity (infinity).
+    Interval {
+        months: i32,
+        days: i32,
+        micros: i64,
+    },
     Uuid([u8; 16]),
     /// `json`: the text as stored.
     Json(String),
@@ -81,7 +92,10 @@ pub enum Value {
     MacAddr([u8; 6]),
     MacAddr8([u8; 8]),
     /// `bit`/`varbit`: length in bits and the bits, most significant first.
-    Bits { len: u32, bytes: Vec<u8> },
+    Bits {
+        len: u32,
+        bytes: Vec<u8>,
+    },
     Xml(String),
     /// An enum's label.
     Enum(String),

@@ -1,0 +1,340 @@
+//! What each column holds, resolved once from the catalog: domains are
+//! replaced by their base types, enums carry their labels, arrays their
+//! element's kind and storage. Anything outside the supported list is
+//! refused here, before a single tuple is read.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use walshadow_types::Oid;
+use walshadow_types::catalog::TypeDesc;
+
+/// `attalign`/`typalign` (see `att_align_nominal` in tupmacs.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Align {
+    Char,
+    Short,
+    Int,
+    Double,
+}
+
+impl Align {
+    pub(crate) fn from_catalog(s: &str) -> Option<Align> {
+        match s {
+            "c" => Some(Align::Char),
+            "s" => Some(Align::Short),
+            "i" => Some(Align::Int),
+            "d" => Some(Align::Double),
+            _ => None,
+        }
+    }
+
+    /// `off` rounded up to this alignment; `None` on overflow.
+    pub(crate) fn align(self, off: usize) -> Option<usize> {
+        let a = match self {
+            Align::Char => return Some(off),
+            Align::Short => 2,
+            Align::Int => 4,
+            Align::Double => 8,
+        };
+        Some(off.checked_add(a - 1)? & !(a - 1))
+    }
+}
+
+/// How a datum sits in a tuple or an array: `typlen` and `typalign`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Storage {
+    /// Bytes; -1 varlena, -2 C string.
+    pub len: i16,
+    pub align: Align,
+}
+
+/// Enum labels by `pg_enum` OID.
+#[derive(Debug)]
+pub(crate) struct EnumLabels {
+    pub type_name: String,
+    pub labels: HashMap<Oid, String>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct ArrayKind {
+    pub element: Kind,
+    /// The declared element type (a domain, for arrays of a domain).
+    pub element_oid: Oid,
+    pub element_storage: Storage,
+}
+
+/// A supported type, domains resolved.
+#[derive(Debug, Clone)]
+pub(crate) enum Kind {
+    Bool,
+    Int2,
+    Int4,
+    Int8,
+    Oid,
+    Float4,
+    Float8,
+    Numeric,
+    Money,
+    /// `"char"`.
+    Char,
+    Name,
+    /// text, varchar, bpchar.
+    Text,
+    Bytea,
+    Date,
+    Time,
+    TimeTz,
+    Timestamp,
+    TimestampTz,
+    Interval,
+    Uuid,
+    Json,
+    Jsonb,
+    Inet,
+    Cidr,
+    MacAddr,
+    MacAddr8,
+    /// bit, varbit.
+    Bit,
+    Xml,
+    Enum(Arc<EnumLabels>),
+    Array(Box<ArrayKind>),
+}
+
+impl Kind {
+    /// The name used in error messages.
+    pub(crate) fn type_name(&self) -> &'static str {
+        match self {
+            Kind::Bool => "boolean",
+            Kind::Int2 => "smallint",
+            Kind::Int4 => "integer",
+            Kind::Int8 => "bigint",
+            Kind::Oid => "oid",
+            Kind::Float4 => "real",
+            Kind::Float8 => "double precision",
+            Kind::Numeric => "numeric",
+            Kind::Money => "money",
+            Kind::Char => "\"char\"",
+            Kind::Name => "name",
+            Kind::Text => "text",
+            Kind::Bytea => "bytea",
+            Kind::Date => "date",
+            Kind::Time => "time",
+            Kind::TimeTz => "timetz",
+            Kind::Timestamp => "timestamp",
+            Kind::TimestampTz => "timestamptz",
+            Kind::Interval => "interval",
+            Kind::Uuid => "uuid",
+            Kind::Json => "json",
+            Kind::Jsonb => "jsonb",
+            Kind::Inet => "inet",
+            Kind::Cidr => "cidr",
+            Kind::MacAddr => "macaddr",
+            Kind::MacAddr8 => "macaddr8",
+            Kind::Bit => "bit",
+            Kind::Xml => "xml",
+            Kind::Enum(_) => "enum",
+            Kind::Array(_) => "array",
+        }
+    }
+}
+
+/// The built-in types read, by OID (pg_type.dat), with their storage.
+fn builtin(oid: Oid) -> Option<(Kind, Storage)> {
+    use Align::*;
+    let s = |len, align| Storage { len, align };
+    Some(match oid {
+        16 => (Kind::Bool, s(1, Char)),
+        17 => (Kind::Bytea, s(-1, Int)),
+        18 => (Kind::Char, s(1, Char)),
+        19 => (Kind::Name, s(64, Char)),
+        20 => (Kind::Int8, s(8, Double)),
+        21 => (Kind::Int2, s(2, Short)),
+        23 => (Kind::Int4, s(4, Int)),
+        25 => (Kind::Text, s(-1, Int)),
+        26 => (Kind::Oid, s(4, Int)),
+        114 => (Kind::Json, s(-1, Int)),
+        142 => (Kind::Xml, s(-1, Int)),
+        650 => (Kind::Cidr, s(-1, Int)),
+        700 => (Kind::Float4, s(4, Int)),
+        701 => (Kind::Float8, s(8, Double)),
+        774 => (Kind::MacAddr8, s(8, Int)),
+        790 => (Kind::Money, s(8, Double)),
+        829 => (Kind::MacAddr, s(6, Int)),
+        869 => (Kind::Inet, s(-1, Int)),
+        1042 | 1043 => (Kind::Text, s(-1, Int)),
+        1082 => (Kind::Date, s(4, Int)),
+        1083 => (Kind::Time, s(8, Double)),
+        1114 => (Kind::Timestamp, s(8, Double)),
+        1184 => (Kind::TimestampTz, s(8, Double)),
+        1186 => (Kind::Interval, s(16, Double)),
+        1266 => (Kind::TimeTz, s(12, Double)),
+        1560 | 1562 => (Kind::Bit, s(-1, Int)),
+        1700 => (Kind::Numeric, s(-1, Int)),
+        2950 => (Kind::Uuid, s(16, Char)),
+        3802 => (Kind::Jsonb, s(-1, Int)),
+        _ => return None,
+    })
+}
+
+/// Why a type cannot be read, and the name to show for it.
+#[derive(Debug)]
+pub(crate) struct Refusal {
+    pub type_name: String,
+    pub reason: String,
+}
+
+/// The relation's types by OID.
+pub(crate) struct TypeMap<'a> {
+    by_oid: HashMap<Oid, &'a TypeDesc>,
+}
+
+/// Domains over domains are allowed; a cycle is not (and cannot happen).
+const MAX_DOMAIN_DEPTH: usize = 64;
+
+impl<'a> TypeMap<'a> {
+    pub(crate) fn new(types: &'a [TypeDesc]) -> Self {
+        TypeMap {
+            by_oid: types.iter().map(|t| (t.oid, t)).collect(),
+        }
+    }
+
+    /// `format_type`-like: `int4[]` for `_int4`, the type's name otherwise.
+    pub(crate) fn display_name(&self, oid: Oid) -> String {
+        match self.by_oid.get(&oid) {
+            Some(t) => match t.element {
+                Some(e) => format!("{}[]", self.display_name_shallow(e)),
+                _ => t.name.clone(),
+            },
+            None => format!("type {oid}"),
+        }
+    }
+
+    fn display_name_shallow(&self, oid: Oid) -> String {
+        self.by_oid
+            .get(&oid)
+            .map_or_else(|| format!("type {oid}"), |t| t.name.clone())
+    }
+
+    /// The kind and storage of type `oid`.
+    pub(crate) fn resolve(&self, oid: Oid) -> Result<(Kind, Storage), Refusal> {
+        self.resolve_at(oid, 0)
+    }
+
+    fn refuse(&self, oid: Oid, reason: impl Into<String>) -> Refusal {
+        Refusal {
+            type_name: self.display_name(oid),
+            reason: reason.into(),
+        }
+    }
+
+    fn resolve_at(&self, oid: Oid, depth: usize) -> Result<(Kind, Storage), Refusal> {
+        if depth > MAX_DOMAIN_DEPTH {
+            return Err(self.refuse(oid, "domains nest too deeply"));
+        }
+        let desc = self.by_oid.get(&oid).copied();
+        let own_storage = desc.and_then(|t| {
+            Some(Storage {
+                len: t.len,
+                align: Align::from_catalog(&t.align)?,
+            })
+        });
+        if let Some((kind, storage)) = builtin(oid) {
+            return Ok((kind, own_storage.unwrap_or(storage)));
+        }
+        let Some(t) = desc else {
+            return Err(self.refuse(oid, "the type is missing from the relation's type list"));
+        };
+        let Some(storage) = own_storage else {
+            return Err(self.refuse(oid, format!("unknown alignment {:?}", t.align)));
+        };
+        match t.typtype.as_str() {
+            "d" => {
+                let Some(base) = t.base_type else {
+                    return Err(self.refuse(oid, "domain without a base type"));
+                };
+                let (kind, _) = self.resolve_at(base, depth + 1).map_err(|r| {
+                    self.refuse(oid, format!("its base type {}: {}", r.type_name, r.reason))
+                })?;
+                Ok((kind, storage))
+            }
+            "e" => {
+                if t.enum_oids.len() != t.enum_labels.len() {
+                    return Err(self.refuse(oid, "the catalog gave enum labels without their OIDs"));
+                }
+                let labels = t
+                    .enum_oids
+                    .iter()
+                    .copied()
+                    .zip(t.enum_labels.iter().cloned())
+                    .collect();
+                Ok((
+                    Kind::Enum(Arc::new(EnumLabels {
+                        type_name: t.name.clone(),
+                        labels,
+                    })),
+                    storage,
+                ))
+            }
+            "b" if t.element.is_some() => {
+                let Some(elem) = t.element else {
+                    return Err(self.refuse(oid, "array without an element type"));
+                };
+                let (element, element_storage) = self.resolve_at(elem, depth + 1).map_err(|r| {
+                    self.refuse(
+                        oid,
+                        format!("its element type {}: {}", r.type_name, r.reason),
+                    )
+                })?;
+                if element_storage.len == -2 || element_storage.len == 0 {
+                    return Err(self.refuse(oid, "element storage length not supported"));
+                }
+                Ok((
+                    Kind::Array(Box::new(ArrayKind {
+                        element,
+                        element_oid: elem,
+                        element_storage,
+                    })),
+                    storage,
+                ))
+            }
+            "c" => Err(self.refuse(oid, "composite types are not supported")),
+            "r" => Err(self.refuse(oid, "range types are not supported")),
+            "m" => Err(self.refuse(oid, "multirange types are not supported")),
+            "p" => Err(self.refuse(oid, "pseudo-types cannot be decoded")),
+            _ => Err(self.refuse(oid, "not among the supported types")),
+        }
+    }
+}
+
+/// The storage length a kind's values have, when fixed; `None` for kinds
+/// whose length the catalog decides (name) or that are varlena.
+pub(crate) fn fixed_len(kind: &Kind) -> Option<i16> {
+    Some(match kind {
+        Kind::Bool | Kind::Char => 1,
+        Kind::Int2 => 2,
+        Kind::Int4 | Kind::Oid | Kind::Float4 | Kind::Date | Kind::Enum(_) => 4,
+        Kind::Int8
+        | Kind::Float8
+        | Kind::Money
+        | Kind::Time
+        | Kind::Timestamp
+        | Kind::TimestampTz
+        | Kind::MacAddr8 => 8,
+        Kind::TimeTz => 12,
+        Kind::Interval | Kind::Uuid => 16,
+        Kind::MacAddr => 6,
+        Kind::Name => return None,
+        Kind::Numeric
+        | Kind::Text
+        | Kind::Bytea
+        | Kind::Json
+        | Kind::Jsonb
+        | Kind::Inet
+        | Kind::Cidr
+        | Kind::Bit
+        | Kind::Xml
+        | Kind::Array(_) => -1,
+    })
+}
