@@ -20,9 +20,10 @@
 //! Seeds cut from real segments put the real page address in `[8..16]`,
 //! so the fuzzer starts from streams that decode.
 
-use walshadow_types::Lsn;
+use walshadow_types::{Lsn, PgMajor};
 use walshadow_wal_decode::{
-    RecordView, WalDecodeError, WalErrorKind, WalRecord, WalStreamDecoder, decode_record,
+    HeapChange, OldTuple, RecordView, TupleBytes, WalDecodeError, WalErrorKind, WalRecord,
+    WalStreamDecoder, XactRecord, decode_heap, decode_record, decode_running_xacts, decode_xact,
 };
 
 pub const STREAM_HEADER: usize = 16;
@@ -73,7 +74,7 @@ impl<'a> StreamInput<'a> {
     pub fn header(seg_size_shift: u8, start: u64, chunk_seed: u16, max_chunk_shift: u8) -> Vec<u8> {
         let mut h = vec![0u8; STREAM_HEADER];
         h[0] = seg_size_shift;
-        h[1] = u8::from(start % 8192 != 0);
+        h[1] = u8::from(!start.is_multiple_of(8192));
         h[2..4].copy_from_slice(&chunk_seed.to_le_bytes());
         h[4] = max_chunk_shift;
         h[8..16].copy_from_slice(&start.to_le_bytes());
@@ -345,4 +346,106 @@ pub fn run_pglz(data: &[u8]) {
         }
         Err(_) => {}
     }
+}
+
+/// The major a `heap_xact` input's first byte names: 15 to 18 as such
+/// (how the seeds are cut), any other byte by its value modulo 4.
+pub fn heap_xact_major(b: u8) -> PgMajor {
+    PgMajor::from_number(u32::from(b)).unwrap_or(PgMajor::ALL[usize::from(b) % 4])
+}
+
+/// `[major][record bytes]`: the record is fixed up as for `decode_record`,
+/// then read by every rmgr decoder (heap, xact, standby), which must not
+/// panic, must be deterministic, and may hand out only bytes of the record.
+/// Returns how many decoders read it without error (for the seed test).
+pub fn run_heap_xact(data: &[u8]) -> usize {
+    let Some((&m, rest)) = data.split_first() else {
+        return 0;
+    };
+    let major = heap_xact_major(m);
+    let mut raw = rest.to_vec();
+    fix_up_record(&mut raw);
+    let mut blocks = Vec::new();
+    let lsn = Lsn(0x1_0000_0028);
+    let end = Lsn(lsn.0 + raw.len() as u64);
+    let Ok(v) = decode_record(lsn, end, &raw, &mut blocks) else {
+        return 0;
+    };
+    let inside = |s: &[u8]| {
+        let (a, b) = (raw.as_ptr() as usize, s.as_ptr() as usize);
+        assert!(
+            s.is_empty() || (b >= a && b + s.len() <= a + raw.len()),
+            "decoder handed out bytes outside the record"
+        );
+    };
+    let tuple = |t: &TupleBytes<'_>| {
+        inside(t.data);
+        inside(t.user_data());
+        if let Some(bits) = t.null_bitmap() {
+            inside(bits);
+        }
+        assert!(t.hoff >= 23 && usize::from(t.hoff - 23) <= t.data.len());
+    };
+    let mut ok = 0;
+
+    let heap = decode_heap(&v);
+    assert_eq!(heap, decode_heap(&v), "decode_heap is not deterministic");
+    ok += usize::from(heap.is_ok());
+    if let Ok(Some(change)) = &heap {
+        let old = |o: &Option<OldTuple<'_>>| {
+            if let Some(o) = o {
+                tuple(o.tuple());
+            }
+        };
+        match change {
+            HeapChange::Insert { tuple: t, .. } => t.iter().for_each(tuple),
+            HeapChange::MultiInsert {
+                tuples, offsets, ..
+            } => {
+                tuples.iter().for_each(tuple);
+                assert!(tuples.is_empty() || tuples.len() == offsets.len());
+            }
+            HeapChange::Update { old: o, new, .. } => {
+                old(o);
+                new.iter().for_each(tuple);
+            }
+            HeapChange::Delete { old: o, .. } => old(o),
+            HeapChange::Truncate { relids, .. } => {
+                assert!(relids.len() * 4 <= v.main_data().len());
+            }
+            HeapChange::Confirm { .. } => {}
+        }
+    }
+
+    let xact = decode_xact(&v, major);
+    assert_eq!(
+        xact,
+        decode_xact(&v, major),
+        "decode_xact is not deterministic"
+    );
+    ok += usize::from(xact.is_ok());
+    if let Ok(Some(x)) = &xact {
+        let main = v.main_data().len();
+        match x {
+            XactRecord::Commit(c) => {
+                c.gid.iter().for_each(|g| inside(g));
+                assert!(c.subxacts.len() * 4 + c.invals.len() * 16 <= main);
+            }
+            XactRecord::Abort(a) => a.gid.iter().for_each(|g| inside(g)),
+            XactRecord::Prepare(p) => {
+                inside(p.gid);
+                assert!(p.invals.len() * 16 <= main);
+            }
+            XactRecord::Assignment { subxacts, .. } => assert!(subxacts.len() * 4 <= main),
+            XactRecord::Invalidations(msgs) => assert!(msgs.len() * 16 <= main),
+        }
+    }
+
+    let running = decode_running_xacts(&v);
+    assert_eq!(running, decode_running_xacts(&v));
+    ok += usize::from(running.is_ok());
+    if let Ok(Some(r)) = &running {
+        assert!((r.xids.len() + r.subxids.len()) * 4 <= v.main_data().len());
+    }
+    ok
 }

@@ -6,7 +6,7 @@ use std::fs;
 use std::path::Path;
 
 use walshadow_fuzz::{
-    Outcome, StreamInput, decode_whole, run_decode_record, run_pglz, run_wal_stream,
+    Outcome, StreamInput, decode_whole, run_decode_record, run_heap_xact, run_pglz, run_wal_stream,
 };
 use walshadow_types::Lsn;
 use walshadow_wal_decode::{decode_record, pglz_decompress};
@@ -91,5 +91,19 @@ fn pglz_seeds_decompress() {
             panic!("{name}: {e}");
         }
         run_pglz(data);
+    }
+}
+
+#[test]
+fn heap_xact_seeds_decode() {
+    let seeds = seeds("heap_xact");
+    assert!(seeds.len() > 100, "{} seeds", seeds.len());
+    for (name, data) in seeds
+        .iter()
+        .filter(|(n, _)| n.starts_with("pg") || n.starts_with("golden"))
+    {
+        // Exactly one decoder (the record's rmgr's) reads a real record.
+        let ok = run_heap_xact(data);
+        assert_eq!(ok, 1, "{name}: {ok} decoders read it");
     }
 }

@@ -54,4 +54,26 @@ impl<'a> Cursor<'a> {
     pub(crate) fn u64(&mut self) -> Result<u64, Truncated> {
         Ok(u64::from_le_bytes(self.array()?))
     }
+
+    pub(crate) fn i32(&mut self) -> Result<i32, Truncated> {
+        Ok(i32::from_le_bytes(self.array()?))
+    }
+
+    pub(crate) fn i64(&mut self) -> Result<i64, Truncated> {
+        Ok(i64::from_le_bytes(self.array()?))
+    }
+
+    /// Everything not read yet.
+    pub(crate) fn rest(&mut self) -> &'a [u8] {
+        let out = self.buf.get(self.pos..).unwrap_or_default();
+        self.pos = self.buf.len();
+        out
+    }
+
+    /// Skips padding up to the next multiple of `align` (a power of two),
+    /// counted from the start of the buffer (`SHORTALIGN`, `MAXALIGN`).
+    pub(crate) fn align(&mut self, align: usize) -> Result<(), Truncated> {
+        let pad = self.pos.wrapping_neg() & (align - 1);
+        self.take(pad).map(drop)
+    }
 }

@@ -20,6 +20,12 @@
 //! Every layout that differs between majors is looked up through
 //! [`walshadow_types::PgMajor`]; for pages and records that is only the page
 //! magic, since 15 to 18 share the record format.
+//!
+//! On top of records, the rmgr decoders read what logical decoding
+//! (decode.c) reads, zero-copy: [`heap`] (row changes of Heap/Heap2
+//! records), [`xact`] (commit, abort, prepare, assignment, invalidations),
+//! [`standby`] (running transactions) and [`sinval`] (invalidation
+//! messages). Each takes a [`RecordView`] and returns values borrowing it.
 
 #![deny(
     clippy::indexing_slicing,
@@ -27,20 +33,33 @@
     clippy::expect_used,
     clippy::panic
 )]
-#![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
+#![cfg_attr(
+    test,
+    allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)
+)]
 
 mod block;
 mod cursor;
 mod error;
+pub mod heap;
 mod page;
 mod pglz;
 mod record;
 mod rmgr;
+pub mod sinval;
+pub mod standby;
 mod stream;
 mod summary;
+#[cfg(test)]
+mod test_record;
+pub mod xact;
 
 pub use block::{BlockImage, BlockRef, FpiCompression};
 pub use error::{WalDecodeError, WalErrorKind};
+pub use heap::{
+    HeapChange, HeapDecodeError, HeapErrorKind, OldTuple, Tid, TupleBytes, decode_heap,
+    heap_record_name,
+};
 pub use page::{
     PageHeader, XLOG_BLCKSZ, XLP_BKP_REMOVABLE, XLP_FIRST_IS_CONTRECORD,
     XLP_FIRST_IS_OVERWRITE_CONTRECORD, XLP_LONG_HEADER,
@@ -48,5 +67,11 @@ pub use page::{
 pub use pglz::{PglzError, pglz_decompress};
 pub use record::{RecordHeader, RecordView, SIZE_OF_XLOG_RECORD, WalRecord, decode_record};
 pub use rmgr::RmgrId;
+pub use sinval::Inval;
+pub use standby::{RunningXacts, StandbyDecodeError, StandbyErrorKind, decode_running_xacts};
 pub use stream::WalStreamDecoder;
 pub use summary::{BlockSummary, RecordSummary};
+pub use xact::{
+    DroppedStats, XactAbort, XactCommit, XactDecodeError, XactErrorKind, XactOrigin, XactPrepare,
+    XactRecord, decode_xact,
+};
