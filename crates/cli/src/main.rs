@@ -24,9 +24,15 @@ enum Command {
     /// and write the shadow's configuration. Does nothing on an initialised
     /// state unless --force.
     Init(shadow_cmd::InitArgs),
-    /// Run: start the shadow and keep it fed with the source's WAL, user
-    /// data filtered out, until interrupted (Ctrl-C / SIGTERM).
+    /// Run: start the shadow and keep it fed with the source's WAL (user
+    /// data filtered out), and stream the pinned tables ([table."s.t"]) into
+    /// ClickHouse, until interrupted (Ctrl-C / SIGTERM drain cleanly:
+    /// buffered rows are flushed and progress recorded).
     Run(shadow_cmd::RunArgs),
+    /// Show where streaming stands: positions (received, decoded, applied,
+    /// slot flush), lag in bytes and seconds, and per-table row counts and
+    /// stopped tables with the reason and remedy.
+    Status(shadow_cmd::StatusArgs),
     /// Read relation descriptors from the shadow's catalog.
     #[command(subcommand)]
     Catalog(CatalogCommand),
@@ -66,11 +72,13 @@ fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Init(args) => shadow_cmd::init(args),
         Command::Run(args) => shadow_cmd::run(args),
+        Command::Status(args) => shadow_cmd::status(args),
         Command::Catalog(CatalogCommand::Show(args)) => catalog_cmd::show(args),
         Command::ExportSchema(args) => catalog_cmd::export(args),
         Command::Wal(WalCommand::Dump(args)) => wal_dump::run(args),

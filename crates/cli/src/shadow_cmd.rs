@@ -1,5 +1,5 @@
-//! `walshadow init` and `walshadow run`: wiring only; the work is in
-//! `walshadow_shadow::{bootstrap, run}`.
+//! `walshadow init`, `run` and `status`: wiring only; the work is in
+//! `walshadow_shadow::bootstrap` and `walshadow_pipeline`.
 
 use std::path::PathBuf;
 
@@ -42,7 +42,6 @@ pub fn init(args: InitArgs) -> anyhow::Result<()> {
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
     runtime()?.block_on(async {
-        let shadow = walshadow_shadow::run::Shadow::start(&config).await?;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             let mut term =
@@ -54,10 +53,28 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             tracing::info!("stopping");
             let _ = stop_tx.send(true);
         });
-        let fed = walshadow_shadow::run::feed_until_stopped(&config, &shadow, stop_rx).await;
-        let stopped = shadow.stop().await;
-        fed?;
-        stopped?;
+        walshadow_pipeline::daemon::run(&config, stop_rx).await?;
         anyhow::Ok(())
     })
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The TOML config file.
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Print the status as JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let config = Config::load(&args.config)?;
+    let report = runtime()?.block_on(walshadow_pipeline::report::status(&config))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{report}");
+    }
+    Ok(())
 }

@@ -105,6 +105,44 @@ impl ShadowCatalog {
         }
     }
 
+    /// The OID of the database this session is connected to.
+    pub async fn current_database_oid(&mut self) -> Result<Oid, CatalogError> {
+        let r = self
+            .query("select oid from pg_database where datname = current_database()")
+            .await?;
+        r.text(0, 0)
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| CatalogError::Unexpected("current database OID".into()))
+    }
+
+    /// The TOAST tables of the tables `keys` (`schema.name`) and of their
+    /// partitions: `(toast relation OID, key)`.
+    pub async fn pinned_toast_tables(
+        &mut self,
+        keys: &std::collections::BTreeSet<String>,
+    ) -> Result<Vec<(Oid, String)>, CatalogError> {
+        let mut out = Vec::new();
+        for key in keys {
+            let Some((schema, name)) = key.split_once('.') else {
+                continue;
+            };
+            let r = self
+                .query(&format!(
+                    "select c.reltoastrelid from pg_partition_tree(to_regclass(format('%I.%I', {}, {}))) p
+                       join pg_class c on c.oid = p.relid where c.reltoastrelid <> 0",
+                    quote_literal(schema),
+                    quote_literal(name)
+                ))
+                .await?;
+            out.extend(
+                (0..r.rows.len())
+                    .filter_map(|i| r.text(i, 0)?.parse::<Oid>().ok())
+                    .map(|o| (o, key.clone())),
+            );
+        }
+        Ok(out)
+    }
+
     /// The relation `schema.name`, if it exists.
     pub async fn relation_by_name(
         &mut self,

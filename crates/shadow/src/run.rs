@@ -75,19 +75,51 @@ impl RunError {
     }
 }
 
+/// A second consumer of the source's raw WAL: the streaming pipeline. It
+/// sees every byte the filter sees (and possibly earlier ones, from its own
+/// restart position), in order, after the filtered bytes went to the store.
+#[derive(Debug, Clone)]
+pub struct WalTap {
+    pub tx: tokio::sync::mpsc::Sender<TapEvent>,
+    /// Where the tap must restart after a crash or reconnect: the stream
+    /// starts no later than this page, and the slot's flush position never
+    /// passes it.
+    pub hold: tokio::sync::watch::Receiver<Lsn>,
+}
+
+/// What a [`WalTap`] receives.
+#[derive(Debug)]
+pub enum TapEvent {
+    /// A new stream (first connection, or again after a transient error):
+    /// the raw WAL that follows starts at `from`, a page boundary.
+    Start { from: Lsn },
+    /// Raw WAL from `start`, contiguous with the previous chunk.
+    Wal { start: Lsn, data: bytes::Bytes },
+}
+
 /// Feeds the shadow until `stop` turns true, starting again from the last
 /// checkpoint after transient source errors (backing off from 1 s to 30 s;
 /// the shadow keeps running meanwhile). Definite errors end it.
 pub async fn feed_until_stopped(
     config: &Config,
     shadow: &Shadow,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), RunError> {
+    feed_tapped_until_stopped(config, shadow, None, stop).await
+}
+
+/// [`feed_until_stopped`], with the raw WAL also handed to `tap`.
+pub async fn feed_tapped_until_stopped(
+    config: &Config,
+    shadow: &Shadow,
+    tap: Option<WalTap>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), RunError> {
     let mut backoff = Duration::from_secs(1);
     loop {
         let mut attempt_stop = stop.clone();
         let started = tokio::time::Instant::now();
-        let result = feed(config, shadow, async move {
+        let result = feed_tapped(config, shadow, tap.clone(), async move {
             let _ = attempt_stop.wait_for(|s| *s).await;
         })
         .await;
@@ -157,6 +189,13 @@ pub struct Shadow {
 impl Shadow {
     /// Starts the feeder and the shadow PostgreSQL.
     pub async fn start(config: &Config) -> Result<Shadow, RunError> {
+        Self::start_held(config, Lsn::MAX).await
+    }
+
+    /// Starts the feeder with a replay ceiling (see
+    /// [`Feeder::set_ceiling`]) already in place, then the shadow: it never
+    /// replays past `ceiling` until the ceiling is raised.
+    pub async fn start_held(config: &Config, ceiling: Lsn) -> Result<Shadow, RunError> {
         let paths = StatePaths {
             dir: config.state.dir.clone(),
         };
@@ -191,6 +230,7 @@ impl Shadow {
             store.clone(),
         )
         .await?;
+        feeder.set_ceiling(ceiling);
         let shadow = Shadow {
             feeder,
             store,
@@ -359,6 +399,16 @@ pub async fn feed(
     shadow: &Shadow,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
+    feed_tapped(config, shadow, None, stop).await
+}
+
+/// [`feed`], with the raw WAL also handed to `tap` (see [`WalTap`]).
+pub async fn feed_tapped(
+    config: &Config,
+    shadow: &Shadow,
+    tap: Option<WalTap>,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), RunError> {
     let state = &shadow.state;
     let store = &shadow.store;
     let major = PgMajor::from_number(state.major).map_err(|e| RunError::State {
@@ -400,6 +450,25 @@ pub async fn feed(
         }
     };
     let mut pipeline = pipeline.with_replay_start(state.backup_start);
+    // The filter's input starts at its resume page; a tap restarting
+    // earlier makes the stream start earlier, and the filter skips ahead.
+    let filter_from = resume.stream_from;
+    let tap_hold = tap.as_ref().map(|t| *t.hold.borrow());
+    let mut resume = resume;
+    if let Some(hold) = tap_hold.filter(|h| h.is_valid()) {
+        resume.stream_from = resume.stream_from.min(FilterPipeline::resume_page(hold));
+        resume.durable = resume.durable.min(hold);
+    }
+    if let Some(t) = &tap
+        && t.tx
+            .send(TapEvent::Start {
+                from: resume.stream_from,
+            })
+            .await
+            .is_err()
+    {
+        return Err(RunError::Shadow("the streaming pipeline stopped".into()));
+    }
     tracing::info!(
         from = %resume.stream_from,
         timeline = resume.timeline,
@@ -426,6 +495,8 @@ pub async fn feed(
         every: Duration::from_secs(config.shadow.checkpoint_every_secs),
         last: resume.durable,
         last_try: tokio::time::Instant::now(),
+        hold: tap.as_ref().map(|t| t.hold.clone()),
+        reported: resume.durable,
     };
     // What the store held before this run: the filter must produce the
     // same bytes again.
@@ -453,7 +524,16 @@ pub async fn feed(
         };
         match event {
             FollowEvent::Wal { start, data, .. } => {
-                let (from, bytes) = pipeline.push(start, &data)?;
+                let chunk_end = Lsn(start.0 + data.len() as u64);
+                let skip = filter_from.distance_from(start).min(data.len() as u64) as usize;
+                let (from, bytes) = if chunk_end > filter_from {
+                    pipeline.push(
+                        Lsn(start.0 + skip as u64),
+                        data.get(skip..).unwrap_or_default(),
+                    )?
+                } else {
+                    (start, Vec::new())
+                };
                 if let Some(change) = pipeline.take_parameter_change() {
                     shadow.raise_settings(&change)?;
                 }
@@ -462,13 +542,36 @@ pub async fn feed(
                 if overlap > 0 {
                     verify_stored(store, from, bytes.get(..overlap).unwrap_or_default())?;
                 }
-                if end > already {
+                if end > already && !bytes.is_empty() {
                     let fresh = bytes.get(overlap..).unwrap_or_default();
                     store.append(Lsn(from.0 + overlap as u64), fresh)?;
                 }
                 if last_flush.elapsed() >= Duration::from_millis(10) {
                     store.flush()?;
                     last_flush = tokio::time::Instant::now();
+                }
+                if let Some(t) = &tap {
+                    let event = TapEvent::Wal { start, data };
+                    let event = match t.tx.try_send(event) {
+                        Ok(()) => None,
+                        Err(tokio::sync::mpsc::error::TrySendError::Full(e)) => Some(e),
+                        Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
+                            return Err(RunError::Shadow("the streaming pipeline stopped".into()));
+                        }
+                    };
+                    if let Some(event) = event {
+                        // The tap may be waiting for the shadow to replay
+                        // what the store holds unflushed: flush before
+                        // waiting on it.
+                        store.flush()?;
+                        last_flush = tokio::time::Instant::now();
+                        tokio::select! {
+                            sent = t.tx.send(event) => if sent.is_err() {
+                                return Err(RunError::Shadow("the streaming pipeline stopped".into()));
+                            },
+                            _ = &mut stop => break,
+                        }
+                    }
                 }
                 if ckpt.due(&pipeline) && ckpt.take(&pipeline, store, &mut follower).await? {
                     recycle(config, shadow, store, ckpt.last).await;
@@ -548,9 +651,14 @@ struct Checkpointer {
     identity: checkpoint::Identity,
     every_bytes: u64,
     every: Duration,
-    /// The last checkpoint's LSN: what the slot's flush position reports.
+    /// The last checkpoint's LSN.
     last: Lsn,
     last_try: tokio::time::Instant,
+    /// The tap's restart position, when there is a tap.
+    hold: Option<tokio::sync::watch::Receiver<Lsn>>,
+    /// What the slot's flush position last reported: the last checkpoint,
+    /// or the tap's hold if that is behind it.
+    reported: Lsn,
 }
 
 impl Checkpointer {
@@ -572,6 +680,7 @@ impl Checkpointer {
     ) -> Result<bool, RunError> {
         self.last_try = tokio::time::Instant::now();
         let Some(l) = pipeline.checkpoint_lsn().filter(|&l| l > self.last) else {
+            self.report(self.last, follower).await;
             return Ok(false);
         };
         if store.flushed_end() < l {
@@ -584,15 +693,29 @@ impl Checkpointer {
         let timeline = timeline_at(store, FilterPipeline::resume_page(l));
         checkpoint::write(&self.dir, self.identity, timeline, l, pipeline.filter())?;
         self.last = l;
-        let received = follower.received_upto().unwrap_or(l);
-        follower.set_positions(received, l, l);
-        // At once, not at the next periodic status update: the source may
-        // recycle its WAL before `l` from now on.
-        if let Err(e) = follower.send_status(false).await {
-            tracing::warn!("could not report checkpoint {l} to the source: {e}");
-        }
         tracing::debug!(lsn = %l, timeline, "filter checkpoint");
+        self.report(l, follower).await;
         Ok(true)
+    }
+
+    /// Reports `checkpoint`, held back to the tap's restart position, as
+    /// the slot's flush position when that moved.
+    async fn report(&mut self, checkpoint: Lsn, follower: &mut WalFollower) {
+        let flush = match &self.hold {
+            Some(h) => checkpoint.min(*h.borrow()),
+            None => checkpoint,
+        };
+        if flush <= self.reported {
+            return;
+        }
+        self.reported = flush;
+        let received = follower.received_upto().unwrap_or(flush);
+        follower.set_positions(received, flush, flush);
+        // At once, not at the next periodic status update: the source may
+        // recycle its WAL before `flush` from now on.
+        if let Err(e) = follower.send_status(false).await {
+            tracing::warn!("could not report {flush} to the source: {e}");
+        }
     }
 }
 

@@ -375,6 +375,8 @@ fn drill(major: PgMajor) -> Result<()> {
         .lines()
         .filter(|l| l.contains("ERROR") || l.contains("FATAL") || l.contains("PANIC"))
         .filter(|l| !l.contains("terminating walreceiver process due to administrator command"))
+        // A client session still closing when the fast stop began.
+        .filter(|l| !l.contains("terminating connection due to administrator command"))
         .collect();
     if std::env::var_os("WALSHADOW_SHOW_STANDBY_LOG").is_some() {
         eprintln!("standby log:\n{log}");

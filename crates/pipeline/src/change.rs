@@ -1,0 +1,275 @@
+//! The change records the pipeline buffers per transaction: what a heap
+//! record says about one row, owned and serialized, so the transaction
+//! assembler can hold it in memory or spill it without knowing its shape.
+//!
+//! Payload layout (little-endian; version byte first so a spill file from
+//! another build is refused rather than misread):
+//!
+//! ```text
+//!  u8 version=1 | u8 kind | u32 spc | u32 db | u32 rel
+//!  kind Insert/SpecInsert/Update/Delete:
+//!     u8 has_new [tuple] | u8 old_kind (0 none, 1 key, 2 full) [tuple]
+//!  kind Truncate: u32 n | n × u32 relid
+//!  tuple: u16 infomask2 | u16 infomask | u8 hoff | u32 len | len bytes
+//! ```
+
+use walshadow_types::{Oid, RelFileLocator};
+
+const VERSION: u8 = 1;
+
+/// What happened to a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    Insert,
+    /// `INSERT … ON CONFLICT`: held until confirmed or super-deleted.
+    SpecInsert,
+    SpecConfirm,
+    /// A speculative insertion abandoned (a conflict was found).
+    SpecAbort,
+    Update,
+    Delete,
+    Truncate,
+}
+
+impl ChangeKind {
+    fn code(self) -> u8 {
+        match self {
+            ChangeKind::Insert => 1,
+            ChangeKind::SpecInsert => 2,
+            ChangeKind::SpecConfirm => 3,
+            ChangeKind::SpecAbort => 4,
+            ChangeKind::Update => 5,
+            ChangeKind::Delete => 6,
+            ChangeKind::Truncate => 7,
+        }
+    }
+
+    fn from_code(c: u8) -> Option<ChangeKind> {
+        Some(match c {
+            1 => ChangeKind::Insert,
+            2 => ChangeKind::SpecInsert,
+            3 => ChangeKind::SpecConfirm,
+            4 => ChangeKind::SpecAbort,
+            5 => ChangeKind::Update,
+            6 => ChangeKind::Delete,
+            7 => ChangeKind::Truncate,
+            _ => return None,
+        })
+    }
+}
+
+/// A heap tuple as WAL carries it (`xl_heap_header` and the bytes from
+/// `t_bits` on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedTuple {
+    pub infomask2: u16,
+    pub infomask: u16,
+    pub hoff: u8,
+    pub data: Vec<u8>,
+}
+
+/// The old row an UPDATE or DELETE logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OldRow {
+    /// Only the replica-identity key columns (others NULL).
+    Key(OwnedTuple),
+    /// Every column (`REPLICA IDENTITY FULL`).
+    Full(OwnedTuple),
+}
+
+impl OldRow {
+    pub fn tuple(&self) -> &OwnedTuple {
+        match self {
+            OldRow::Key(t) | OldRow::Full(t) => t,
+        }
+    }
+}
+
+/// One buffered change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub kind: ChangeKind,
+    pub rel: RelFileLocator,
+    pub new: Option<OwnedTuple>,
+    pub old: Option<OldRow>,
+    /// `Truncate`: the relation OIDs truncated.
+    pub truncated: Vec<Oid>,
+}
+
+/// A payload that is not a change of this format.
+#[derive(Debug, thiserror::Error)]
+#[error("buffered change payload is damaged or from another walshadow version ({0})")]
+pub struct BadPayload(&'static str);
+
+impl Change {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.push(VERSION);
+        out.push(self.kind.code());
+        for v in [self.rel.spc_oid, self.rel.db_oid, self.rel.rel_number] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        if self.kind == ChangeKind::Truncate {
+            out.extend_from_slice(&(self.truncated.len() as u32).to_le_bytes());
+            for r in &self.truncated {
+                out.extend_from_slice(&r.to_le_bytes());
+            }
+            return;
+        }
+        match &self.new {
+            Some(t) => {
+                out.push(1);
+                encode_tuple(t, out);
+            }
+            None => out.push(0),
+        }
+        match &self.old {
+            None => out.push(0),
+            Some(OldRow::Key(t)) => {
+                out.push(1);
+                encode_tuple(t, out);
+            }
+            Some(OldRow::Full(t)) => {
+                out.push(2);
+                encode_tuple(t, out);
+            }
+        }
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Change, BadPayload> {
+        let mut r = Reader(bytes);
+        if r.u8()? != VERSION {
+            return Err(BadPayload("version"));
+        }
+        let kind = ChangeKind::from_code(r.u8()?).ok_or(BadPayload("kind"))?;
+        let rel = RelFileLocator {
+            spc_oid: r.u32()?,
+            db_oid: r.u32()?,
+            rel_number: r.u32()?,
+        };
+        let mut change = Change {
+            kind,
+            rel,
+            new: None,
+            old: None,
+            truncated: Vec::new(),
+        };
+        if kind == ChangeKind::Truncate {
+            let n = r.u32()? as usize;
+            for _ in 0..n {
+                change.truncated.push(r.u32()?);
+            }
+        } else {
+            if r.u8()? == 1 {
+                change.new = Some(r.tuple()?);
+            }
+            change.old = match r.u8()? {
+                0 => None,
+                1 => Some(OldRow::Key(r.tuple()?)),
+                2 => Some(OldRow::Full(r.tuple()?)),
+                _ => return Err(BadPayload("old row kind")),
+            };
+        }
+        if !r.0.is_empty() {
+            return Err(BadPayload("trailing bytes"));
+        }
+        Ok(change)
+    }
+}
+
+fn encode_tuple(t: &OwnedTuple, out: &mut Vec<u8>) {
+    out.extend_from_slice(&t.infomask2.to_le_bytes());
+    out.extend_from_slice(&t.infomask.to_le_bytes());
+    out.push(t.hoff);
+    out.extend_from_slice(&(t.data.len() as u32).to_le_bytes());
+    out.extend_from_slice(&t.data);
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], BadPayload> {
+        if self.0.len() < n {
+            return Err(BadPayload("truncated"));
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, BadPayload> {
+        Ok(self.take(1)?.first().copied().unwrap_or(0))
+    }
+    fn u16(&mut self) -> Result<u16, BadPayload> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes(
+            b.try_into().map_err(|_| BadPayload("u16"))?,
+        ))
+    }
+    fn u32(&mut self) -> Result<u32, BadPayload> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes(
+            b.try_into().map_err(|_| BadPayload("u32"))?,
+        ))
+    }
+    fn tuple(&mut self) -> Result<OwnedTuple, BadPayload> {
+        let infomask2 = self.u16()?;
+        let infomask = self.u16()?;
+        let hoff = self.u8()?;
+        let len = self.u32()? as usize;
+        Ok(OwnedTuple {
+            infomask2,
+            infomask,
+            hoff,
+            data: self.take(len)?.to_vec(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let rel = RelFileLocator {
+            spc_oid: 1663,
+            db_oid: 5,
+            rel_number: 16384,
+        };
+        let t = OwnedTuple {
+            infomask2: 3,
+            infomask: 0x0802,
+            hoff: 24,
+            data: vec![1, 2, 3, 0, 255],
+        };
+        for c in [
+            Change {
+                kind: ChangeKind::Update,
+                rel,
+                new: Some(t.clone()),
+                old: Some(OldRow::Key(t.clone())),
+                truncated: vec![],
+            },
+            Change {
+                kind: ChangeKind::Delete,
+                rel,
+                new: None,
+                old: Some(OldRow::Full(t.clone())),
+                truncated: vec![],
+            },
+            Change {
+                kind: ChangeKind::Truncate,
+                rel,
+                new: None,
+                old: None,
+                truncated: vec![16384, 16390],
+            },
+        ] {
+            let mut buf = Vec::new();
+            c.encode(&mut buf);
+            assert_eq!(Change::decode(&buf).unwrap(), c);
+            for n in 0..buf.len() {
+                assert!(Change::decode(&buf[..n]).is_err());
+            }
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! WAL records to pipeline events: heap changes of the source database
+//! become owned [`Change`]s for the transaction assembler; transaction
+//! records become commit/abort/prepare events.
+//!
+//! Follows decode.c's choices (what logical decoding reads from each
+//! record); everything else is skipped on purpose by the record parsers.
+
+use walshadow_types::{Lsn, Oid, PgMajor, Xid};
+use walshadow_wal_decode::{
+    HeapChange, Inval, OldTuple, RecordView, RmgrId, TupleBytes, XactRecord, decode_heap,
+    decode_running_xacts, decode_xact,
+};
+
+use crate::change::{Change, ChangeKind, OldRow, OwnedTuple};
+
+/// What the pipeline does with a record.
+#[derive(Debug)]
+pub enum Event {
+    /// A row change by `xid` (a subtransaction's xid when in one). `seq`
+    /// is the record's LSN plus the tuple's index in a multi-insert: unique
+    /// per row, inside the record's own bytes.
+    Change {
+        xid: Xid,
+        seq: Lsn,
+        change: Change,
+    },
+    /// `top` is the top-level transaction of `subxacts`.
+    Assign {
+        top: Xid,
+        subxacts: Vec<Xid>,
+    },
+    Commit(CommitEvent),
+    /// `xid` (a top-level transaction or one subtransaction) and
+    /// `subxacts` rolled back; `prepared`: `ROLLBACK PREPARED`.
+    Abort {
+        xid: Xid,
+        subxacts: Vec<Xid>,
+        prepared: bool,
+    },
+    /// `PREPARE TRANSACTION`: held until `COMMIT/ROLLBACK PREPARED`.
+    Prepare {
+        xid: Xid,
+        subxacts: Vec<Xid>,
+    },
+    /// Transactions older than `oldest_running` that never ended (the
+    /// source crashed) can be forgotten.
+    RunningXacts {
+        oldest_running: Xid,
+    },
+}
+
+/// A commit.
+#[derive(Debug)]
+pub struct CommitEvent {
+    pub xid: Xid,
+    pub subxacts: Vec<Xid>,
+    /// `COMMIT PREPARED`.
+    pub prepared: bool,
+    pub lsn: Lsn,
+    pub end: Lsn,
+    /// µs since 2000-01-01 UTC.
+    pub commit_time: i64,
+    /// Its invalidation messages concern this database's catalog.
+    pub catalog_changed: bool,
+    /// Relation OIDs the invalidations name (relcache messages).
+    pub relcache_invals: Vec<Oid>,
+}
+
+/// A record that does not parse.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error(transparent)]
+    Heap(#[from] walshadow_wal_decode::HeapDecodeError),
+    #[error(transparent)]
+    Xact(#[from] walshadow_wal_decode::XactDecodeError),
+    #[error(transparent)]
+    Standby(#[from] walshadow_wal_decode::StandbyDecodeError),
+}
+
+fn owned(t: &TupleBytes<'_>) -> OwnedTuple {
+    OwnedTuple {
+        infomask2: t.infomask2,
+        infomask: t.infomask,
+        hoff: t.hoff,
+        data: t.data.to_vec(),
+    }
+}
+
+fn old_row(o: &Option<OldTuple<'_>>) -> Option<OldRow> {
+    match o {
+        None => None,
+        Some(OldTuple::Key(t)) => Some(OldRow::Key(owned(t))),
+        Some(OldTuple::Full(t)) => Some(OldRow::Full(owned(t))),
+    }
+}
+
+/// Turns one record into events (pushed onto `out`), keeping only heap
+/// changes of database `db_oid`.
+///
+/// Without `db_oid` (the shadow not reachable yet) every database's
+/// changes are kept; the relation lookup sorts them out later.
+pub fn record_events(
+    rec: &RecordView<'_>,
+    db_oid: Option<Oid>,
+    major: PgMajor,
+    out: &mut Vec<Event>,
+) -> Result<(), DecodeError> {
+    let xid = rec.xid();
+    match rec.rmgr() {
+        RmgrId::HEAP | RmgrId::HEAP2 => {
+            if let Some(top) = rec.toplevel_xid
+                && top != xid
+            {
+                out.push(Event::Assign {
+                    top,
+                    subxacts: vec![xid],
+                });
+            }
+            let Some(change) = decode_heap(rec)? else {
+                return Ok(());
+            };
+            heap_events(xid, rec.lsn, change, db_oid, out);
+        }
+        RmgrId::XACT => match decode_xact(rec, major)? {
+            None => {}
+            Some(XactRecord::Commit(c)) => {
+                let ours = |db: Oid| db_oid.is_none_or(|o| o == db) || db == 0;
+                let relevant: Vec<&Inval> = c
+                    .invals
+                    .iter()
+                    .filter(|i| match i {
+                        Inval::Catcache { db, .. }
+                        | Inval::Catalog { db, .. }
+                        | Inval::Relcache { db, .. }
+                        | Inval::Relmap { db }
+                        | Inval::Snapshot { db, .. }
+                        | Inval::RelSync { db, .. } => ours(*db),
+                        Inval::Smgr { locator, .. } => ours(locator.db_oid),
+                        Inval::Other(_) => true,
+                    })
+                    .collect();
+                let relcache_invals = relevant
+                    .iter()
+                    .filter_map(|i| match i {
+                        Inval::Relcache { rel, .. } => Some(*rel),
+                        _ => None,
+                    })
+                    .collect();
+                // Commits of a transaction that touched the catalog without
+                // invalidation messages do not exist: every catalog change
+                // registers one (inval.c CacheInvalidateHeapTuple).
+                out.push(Event::Commit(CommitEvent {
+                    xid: c.twophase_xid.unwrap_or(c.xid),
+                    subxacts: c.subxacts,
+                    prepared: c.twophase_xid.is_some(),
+                    lsn: rec.lsn,
+                    end: rec.end,
+                    commit_time: c.commit_time,
+                    catalog_changed: !relevant.is_empty(),
+                    relcache_invals,
+                }));
+            }
+            Some(XactRecord::Abort(a)) => out.push(Event::Abort {
+                xid: a.twophase_xid.unwrap_or(a.xid),
+                subxacts: a.subxacts,
+                prepared: a.twophase_xid.is_some(),
+            }),
+            Some(XactRecord::Prepare(p)) => out.push(Event::Prepare {
+                xid: p.xid,
+                subxacts: p.subxacts,
+            }),
+            Some(XactRecord::Assignment { top, subxacts }) => {
+                out.push(Event::Assign { top, subxacts })
+            }
+            Some(XactRecord::Invalidations(_)) => {}
+        },
+        RmgrId::STANDBY => {
+            if let Some(r) = decode_running_xacts(rec)? {
+                out.push(Event::RunningXacts {
+                    oldest_running: r.oldest_running_xid,
+                });
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn heap_events(
+    xid: Xid,
+    lsn: Lsn,
+    change: HeapChange<'_>,
+    db_oid: Option<Oid>,
+    out: &mut Vec<Event>,
+) {
+    let ours = |db: Oid| db_oid.is_none_or(|o| o == db);
+    let mut index = 0u64;
+    let mut push = |kind, rel: walshadow_types::RelFileLocator, new, old| {
+        if ours(rel.db_oid) {
+            out.push(Event::Change {
+                xid,
+                seq: Lsn(lsn.0 + index),
+                change: Change {
+                    kind,
+                    rel,
+                    new,
+                    old,
+                    truncated: Vec::new(),
+                },
+            });
+        }
+        index += 1;
+    };
+    match change {
+        HeapChange::Insert {
+            rel,
+            tuple,
+            speculative,
+            ..
+        } => {
+            // decode.c skips an insert without tuple data: nothing to emit.
+            if let Some(t) = tuple {
+                let kind = if speculative {
+                    ChangeKind::SpecInsert
+                } else {
+                    ChangeKind::Insert
+                };
+                push(kind, rel, Some(owned(&t)), None);
+            }
+        }
+        HeapChange::MultiInsert { rel, tuples, .. } => {
+            for t in &tuples {
+                push(ChangeKind::Insert, rel, Some(owned(t)), None);
+            }
+        }
+        HeapChange::Update {
+            rel,
+            old,
+            new,
+            prefix_len,
+            suffix_len,
+            ..
+        } => {
+            // Prefix/suffix compression is never used for logically logged
+            // relations (heapam.c log_heap_update): such an update is a
+            // catalog's, and catalogs are not streamed.
+            if let Some(t) = new
+                && prefix_len == 0
+                && suffix_len == 0
+            {
+                push(ChangeKind::Update, rel, Some(owned(&t)), old_row(&old));
+            }
+        }
+        HeapChange::Delete {
+            rel,
+            old,
+            super_delete,
+            ..
+        } => {
+            let kind = if super_delete {
+                ChangeKind::SpecAbort
+            } else {
+                ChangeKind::Delete
+            };
+            push(kind, rel, None, old_row(&old));
+        }
+        HeapChange::Confirm { rel, .. } => push(ChangeKind::SpecConfirm, rel, None, None),
+        HeapChange::Truncate { db, relids, .. } => {
+            if ours(db) {
+                out.push(Event::Change {
+                    xid,
+                    seq: lsn,
+                    change: Change {
+                        kind: ChangeKind::Truncate,
+                        rel: walshadow_types::RelFileLocator {
+                            spc_oid: 0,
+                            db_oid: db,
+                            rel_number: 0,
+                        },
+                        new: None,
+                        old: None,
+                        truncated: relids,
+                    },
+                });
+            }
+        }
+    }
+}

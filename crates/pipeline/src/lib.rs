@@ -1,0 +1,20 @@
+//! The streaming pipeline: the source's raw WAL, tapped from the shadow's
+//! feed, decoded into transactions; committed ones become rows in
+//! ClickHouse; progress is recorded only behind what ClickHouse took.
+//!
+//! ```text
+//!  source ══ slot ══▶ walshadow run ──filtered──▶ shadow (catalog at the commit)
+//!                          │ raw WAL (WalTap)              ▲ replay ceiling
+//!                          ▼                               │
+//!   decode ─▶ Assembler ─▶ Streamer ─▶ RowDecoder ─▶ emitter ─▶ ClickHouse
+//!                             │ progress.json (applied, restart) ─▶ slot flush
+//! ```
+
+pub mod change;
+pub mod daemon;
+pub mod decode;
+pub mod progress;
+pub mod relations;
+pub mod report;
+pub mod status;
+pub mod stream;

@@ -1,0 +1,179 @@
+//! Durable progress: `<state>/progress.json`, what ClickHouse has proven to
+//! hold and where decoding restarts.
+//!
+//! The contract (invariant 4): `applied` is the end of a commit record such
+//! that every transaction committed up to it has all its rows accepted by
+//! ClickHouse (an INSERT answered 200 with `wait_end_of_query=1`); `restart`
+//! is where the WAL must be decoded again to rebuild every transaction that
+//! was still open at `applied`. The file is written only after such a flush,
+//! by write-temp + fsync + rename, with a format version and a CRC-32C. The
+//! slot's flush position never passes `restart`. After a crash, transactions
+//! committed at or before `applied` are skipped; later ones are emitted again,
+//! and their rows collapse with the copies ClickHouse may already hold (same
+//! `_version`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use walshadow_types::Lsn;
+use walshadow_types::catalog::RelationDesc;
+
+/// A table that stopped on a definite error; the others keep streaming.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stopped {
+    /// The commit (or change) LSN the error is about.
+    pub lsn: Lsn,
+    pub reason: String,
+    pub remedy: String,
+}
+
+/// What walshadow knows durably about one pinned table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TableProgress {
+    /// The ClickHouse table (in `clickhouse.database`).
+    pub destination: String,
+    /// The source relation as its ClickHouse table was last made to match.
+    pub schema: Option<RelationDesc>,
+    pub stopped: Option<Stopped>,
+    /// Rows written to ClickHouse (inserts, updates and delete markers).
+    pub rows: u64,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    pub format_version: u32,
+    /// The source's system identifier: a state dir is never reused for
+    /// another cluster.
+    pub system_id: u64,
+    pub applied: Lsn,
+    pub restart: Lsn,
+    /// Pinned tables by `schema.name`.
+    pub tables: BTreeMap<String, TableProgress>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ProgressFile {
+    progress: Progress,
+    crc32c: u32,
+}
+
+/// Why the progress file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ProgressError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path}: {problem}; remove it to stream again from the shadow's start (rows already in ClickHouse are rewritten, not duplicated)"
+    )]
+    Invalid { path: PathBuf, problem: String },
+}
+
+impl Progress {
+    pub const FORMAT_VERSION: u32 = 1;
+    pub const FILE: &'static str = "progress.json";
+
+    pub fn new(system_id: u64, start: Lsn) -> Progress {
+        Progress {
+            format_version: Self::FORMAT_VERSION,
+            system_id,
+            applied: start,
+            restart: start,
+            tables: BTreeMap::new(),
+        }
+    }
+
+    fn checksum(&self) -> u32 {
+        crc32c::crc32c(&serde_json::to_vec(self).unwrap_or_default())
+    }
+
+    /// Reads `<dir>/progress.json`; `None` when there is none yet.
+    pub fn read(dir: &Path) -> Result<Option<Progress>, ProgressError> {
+        let path = dir.join(Self::FILE);
+        let text = match std::fs::read(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(ProgressError::Io { path, source }),
+        };
+        let invalid = |problem: String| ProgressError::Invalid {
+            path: path.clone(),
+            problem,
+        };
+        let file: ProgressFile =
+            serde_json::from_slice(&text).map_err(|e| invalid(e.to_string()))?;
+        if file.progress.format_version != Self::FORMAT_VERSION {
+            return Err(invalid(format!(
+                "format version {} (this walshadow reads {})",
+                file.progress.format_version,
+                Self::FORMAT_VERSION
+            )));
+        }
+        if file.progress.checksum() != file.crc32c {
+            return Err(invalid("checksum mismatch (torn or edited file)".into()));
+        }
+        Ok(Some(file.progress))
+    }
+
+    /// Writes `<dir>/progress.json` durably.
+    pub fn write(&self, dir: &Path) -> Result<(), ProgressError> {
+        use std::io::Write;
+        let path = dir.join(Self::FILE);
+        let tmp = dir.join(format!("{}.tmp", Self::FILE));
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| ProgressError::Io { path, source }
+        };
+        let file = ProgressFile {
+            progress: self.clone(),
+            crc32c: self.checksum(),
+        };
+        let text = serde_json::to_vec(&file).map_err(|e| ProgressError::Invalid {
+            path: path.clone(),
+            problem: e.to_string(),
+        })?;
+        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(&text).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io(&path))?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io(dir))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_read_and_detect_damage() {
+        let dir = std::env::temp_dir().join(format!("walshadow-progress-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(Progress::read(&dir).unwrap().is_none());
+        let mut p = Progress::new(42, Lsn(0x100));
+        p.applied = Lsn(0x200);
+        p.tables.insert(
+            "public.t".into(),
+            TableProgress {
+                destination: "t".into(),
+                schema: None,
+                stopped: None,
+                rows: 7,
+            },
+        );
+        p.write(&dir).unwrap();
+        assert_eq!(Progress::read(&dir).unwrap().unwrap(), p);
+        let path = dir.join(Progress::FILE);
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("\"rows\":7", "\"rows\":8");
+        std::fs::write(&path, text).unwrap();
+        let err = Progress::read(&dir).unwrap_err().to_string();
+        assert!(err.contains("checksum"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

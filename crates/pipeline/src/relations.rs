@@ -1,0 +1,245 @@
+//! Relation files to pinned tables, as of the commit being decoded.
+//!
+//! A heap record names a relation *file*; which table that is, and what its
+//! columns are, is the catalog's answer at the record's commit. The shadow
+//! gives that answer exactly because the pipeline holds it there: the
+//! feeder's replay ceiling never passes the last catalog-changing commit the
+//! pipeline has processed (see [`crate::stream`]), so the shadow's catalog
+//! equals the catalog at every commit since. Answers are cached until the
+//! next catalog-changing commit clears them.
+//!
+//! ```text
+//!  (spc, db, relfilenode) ──cache──▶ Resolved::{Pinned, Toast, Other}
+//!          │ miss: wait replay ≥ catalog LSN
+//!          ▼
+//!  ShadowCatalog: pg_filenode_relation → RelationDesc → partition root
+//! ```
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use walshadow_shadow::catalog::{CatalogError, ShadowCatalog};
+use walshadow_shadow::feeder::{Feeder, ReplayWaitError};
+use walshadow_types::catalog::RelationDesc;
+use walshadow_types::{Lsn, Oid, RelFileLocator};
+
+/// How long a lookup waits for the shadow to replay the catalog it needs.
+const REPLAY_WAIT: Duration = Duration::from_secs(120);
+
+/// What a relation file is, for the pipeline.
+#[derive(Debug, Clone)]
+pub enum Resolved {
+    /// A pinned table, or a partition of one: `key` is the pinned
+    /// `schema.name` (the partition root), `desc` the relation the file
+    /// belongs to (whose layout its tuples have).
+    Pinned {
+        key: String,
+        desc: Arc<RelationDesc>,
+    },
+    /// The TOAST table of `owner_key`'s relation.
+    Toast { owner_key: String, toast_relid: Oid },
+    /// Anything else: its changes are not streamed.
+    Other,
+}
+
+/// Why a lookup failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error(transparent)]
+    Replay(#[from] ReplayWaitError),
+}
+
+/// Resolves relation files through the shadow, cached per catalog version.
+#[derive(Debug)]
+pub struct Relations {
+    catalog: ShadowCatalog,
+    /// The source database the pinned tables live in.
+    pub db_oid: Oid,
+    pinned: BTreeSet<String>,
+    /// The catalog is the same from here to the decode position.
+    catalog_lsn: Lsn,
+    /// `catalog_lsn` has been replayed by the shadow.
+    replayed: bool,
+    by_file: HashMap<RelFileLocator, Resolved>,
+    by_oid: HashMap<Oid, Option<Arc<RelationDesc>>>,
+    /// TOAST relation OID → pinned key of its owner, filled as owners
+    /// resolve.
+    toast_owner: HashMap<Oid, String>,
+}
+
+impl Relations {
+    pub async fn new(
+        mut catalog: ShadowCatalog,
+        pinned: BTreeSet<String>,
+        catalog_lsn: Lsn,
+    ) -> Result<Relations, ResolveError> {
+        let db_oid = catalog.current_database_oid().await?;
+        Ok(Relations {
+            catalog,
+            db_oid,
+            pinned,
+            catalog_lsn,
+            replayed: false,
+            by_file: HashMap::new(),
+            by_oid: HashMap::new(),
+            toast_owner: HashMap::new(),
+        })
+    }
+
+    /// The catalog changed at `lsn` (the end of a commit whose invalidation
+    /// messages concern this database): forget every answer.
+    pub fn catalog_changed(&mut self, lsn: Lsn) {
+        self.catalog_lsn = lsn;
+        self.replayed = false;
+        self.by_file.clear();
+        self.by_oid.clear();
+        self.toast_owner.clear();
+    }
+
+    pub fn catalog_lsn(&self) -> Lsn {
+        self.catalog_lsn
+    }
+
+    /// Makes sure the shadow shows the catalog as of `catalog_lsn`.
+    async fn ready(&mut self, feeder: &Feeder) -> Result<(), ResolveError> {
+        if !self.replayed {
+            if feeder.ceiling() < self.catalog_lsn {
+                feeder.set_ceiling(self.catalog_lsn);
+            }
+            feeder
+                .wait_for_replay(self.catalog_lsn, REPLAY_WAIT)
+                .await?;
+            self.replayed = true;
+        }
+        Ok(())
+    }
+
+    /// What relation file `file` is at the current catalog.
+    pub async fn resolve(
+        &mut self,
+        feeder: &Feeder,
+        file: RelFileLocator,
+    ) -> Result<Resolved, ResolveError> {
+        if file.db_oid != self.db_oid {
+            return Ok(Resolved::Other);
+        }
+        if let Some(r) = self.by_file.get(&file) {
+            return Ok(r.clone());
+        }
+        self.ready(feeder).await?;
+        let resolved = match self
+            .catalog
+            .relation_by_file(file.spc_oid, file.rel_number)
+            .await?
+        {
+            None => Resolved::Other,
+            Some(desc) => self.classify(desc).await?,
+        };
+        self.by_file.insert(file, resolved.clone());
+        Ok(resolved)
+    }
+
+    async fn classify(&mut self, desc: RelationDesc) -> Result<Resolved, ResolveError> {
+        if desc.relkind == "t" {
+            if self.toast_owner.is_empty() {
+                self.learn_toast_owners().await?;
+            }
+            return Ok(match self.toast_owner.get(&desc.oid) {
+                Some(owner) => Resolved::Toast {
+                    owner_key: owner.clone(),
+                    toast_relid: desc.oid,
+                },
+                None => Resolved::Other,
+            });
+        }
+        let desc = Arc::new(desc);
+        let mut root = Arc::clone(&desc);
+        // Partitions stream into their root's table.
+        for _ in 0..64 {
+            let Some(parent) = root.partition_parent else {
+                break;
+            };
+            match self.by_oid_cached(parent).await? {
+                Some(p) => root = p,
+                None => break,
+            }
+        }
+        let key = format!("{}.{}", root.schema, root.name);
+        if self.pinned.contains(&key) {
+            if let Some(t) = desc.toast_relid {
+                self.toast_owner.insert(t, key.clone());
+            }
+            Ok(Resolved::Pinned { key, desc })
+        } else {
+            Ok(Resolved::Other)
+        }
+    }
+
+    async fn by_oid_cached(&mut self, oid: Oid) -> Result<Option<Arc<RelationDesc>>, ResolveError> {
+        if let Some(d) = self.by_oid.get(&oid) {
+            return Ok(d.clone());
+        }
+        let d = self.catalog.relation(oid).await?.map(Arc::new);
+        self.by_oid.insert(oid, d.clone());
+        Ok(d)
+    }
+
+    /// TOAST tables of every pinned table and its partitions.
+    async fn learn_toast_owners(&mut self) -> Result<(), ResolveError> {
+        for (toast, key) in self.catalog.pinned_toast_tables(&self.pinned).await? {
+            self.toast_owner.insert(toast, key);
+        }
+        Ok(())
+    }
+
+    /// The pinned table `key` (`schema.name`) as the catalog has it now, or
+    /// `None` if it does not exist (yet).
+    pub async fn pinned_table(
+        &mut self,
+        feeder: &Feeder,
+        key: &str,
+    ) -> Result<Option<Arc<RelationDesc>>, ResolveError> {
+        self.ready(feeder).await?;
+        let Some((schema, name)) = walshadow_config::split_table_name(key) else {
+            return Ok(None);
+        };
+        Ok(self
+            .catalog
+            .relation_by_name(schema, name)
+            .await?
+            .map(Arc::new))
+    }
+
+    /// Names of relations `oids` (for TRUNCATE), as `schema.name` of their
+    /// partition root when pinned.
+    pub async fn pinned_keys_of(
+        &mut self,
+        feeder: &Feeder,
+        oids: &[Oid],
+    ) -> Result<Vec<String>, ResolveError> {
+        self.ready(feeder).await?;
+        let mut keys = Vec::new();
+        for &oid in oids {
+            let Some(mut d) = self.by_oid_cached(oid).await? else {
+                continue;
+            };
+            for _ in 0..64 {
+                let Some(parent) = d.partition_parent else {
+                    break;
+                };
+                match self.by_oid_cached(parent).await? {
+                    Some(p) => d = p,
+                    None => break,
+                }
+            }
+            let key = format!("{}.{}", d.schema, d.name);
+            if self.pinned.contains(&key) && !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        Ok(keys)
+    }
+}

@@ -1,0 +1,191 @@
+//! `walshadow status`: the daemon's status file, the durable progress, and
+//! the source's current WAL position, put together for an operator.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+use walshadow_config::Config;
+use walshadow_types::Lsn;
+use walshadow_wal_reader::replication::{ConnConfig, ReplicationClient};
+
+use crate::progress::Progress;
+use crate::status::{StatusFile, TableStatus};
+
+/// Seconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01.
+const PG_EPOCH_UNIX_SECS: i64 = 946_684_800;
+
+/// What `walshadow status` shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusReport {
+    /// The daemon wrote its status within the last 5 seconds.
+    pub running: bool,
+    pub status_age_secs: Option<f64>,
+    /// `pg_current_wal_lsn()` on the source, when reachable.
+    pub source_current: Option<Lsn>,
+    pub received: Option<Lsn>,
+    pub decoded: Option<Lsn>,
+    pub applied: Option<Lsn>,
+    /// The slot's flush position: never past the restart position.
+    pub slot_flush: Option<Lsn>,
+    pub shadow_replayed: Option<Lsn>,
+    pub lag_bytes: Option<u64>,
+    pub lag_secs: Option<f64>,
+    pub open_transactions: Option<usize>,
+    pub memory_used: Option<usize>,
+    pub spilled_bytes: Option<u64>,
+    pub tables: std::collections::BTreeMap<String, TableStatus>,
+}
+
+/// Why the status could not be put together.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Progress(#[from] crate::progress::ProgressError),
+    #[error(
+        "{0}: walshadow has not streamed with this state directory yet (no status.json or progress.json)"
+    )]
+    NothingYet(std::path::PathBuf),
+}
+
+async fn source_lsn(config: &Config) -> Option<Lsn> {
+    let mut conn = ConnConfig::from_url(&config.source.url).ok()?;
+    conn.physical = false;
+    conn.application_name = Some("walshadow-status".into());
+    let q = async {
+        let mut c = ReplicationClient::connect(&conn).await.ok()?;
+        let r = c
+            .simple_query("select case when pg_is_in_recovery() then pg_last_wal_receive_lsn() else pg_current_wal_lsn() end")
+            .await
+            .ok()?;
+        r.text(0, 0)?.parse().ok()
+    };
+    tokio::time::timeout(Duration::from_secs(5), q)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Reads the state directory and asks the source where it is.
+pub async fn status(config: &Config) -> Result<StatusReport, ReportError> {
+    let dir = &config.state.dir;
+    let file = StatusFile::read(dir).ok();
+    let progress = Progress::read(dir)?;
+    if file.is_none() && progress.is_none() {
+        return Err(ReportError::NothingYet(dir.clone()));
+    }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let age = file
+        .as_ref()
+        .map(|f| now_ms.saturating_sub(f.updated_unix_ms) as f64 / 1000.0);
+    let running = age.is_some_and(|a| a < 5.0);
+    let source_current = source_lsn(config).await;
+    let applied = file
+        .as_ref()
+        .map(|f| f.applied)
+        .or(progress.as_ref().map(|p| p.applied));
+    let restart = file
+        .as_ref()
+        .map(|f| f.restart)
+        .or(progress.as_ref().map(|p| p.restart));
+    let head = source_current.or(file.as_ref().map(|f| f.received));
+    let lag_bytes = match (head, applied) {
+        (Some(h), Some(a)) => Some(h.0.saturating_sub(a.0)),
+        _ => None,
+    };
+    let lag_secs = file.as_ref().and_then(|f| {
+        // Caught up: nothing between the last applied commit and the head
+        // but records that carry no rows.
+        if lag_bytes.is_some_and(|b| b == 0) || f.open_transactions == 0 && f.decoded <= f.applied {
+            return Some(0.0);
+        }
+        (f.applied_commit_time != 0).then(|| {
+            let commit_unix_ms = f.applied_commit_time / 1000 + PG_EPOCH_UNIX_SECS * 1000;
+            (now_ms as i64 - commit_unix_ms).max(0) as f64 / 1000.0
+        })
+    });
+    let tables = match (&file, &progress) {
+        (Some(f), _) => f.tables.clone(),
+        (None, Some(p)) => p
+            .tables
+            .iter()
+            .map(|(k, t)| {
+                (
+                    k.clone(),
+                    TableStatus {
+                        destination: t.destination.clone(),
+                        rows: t.rows,
+                        stopped: t.stopped.clone(),
+                    },
+                )
+            })
+            .collect(),
+        (None, None) => Default::default(),
+    };
+    Ok(StatusReport {
+        running,
+        status_age_secs: age,
+        source_current,
+        received: file.as_ref().map(|f| f.received),
+        decoded: file.as_ref().map(|f| f.decoded),
+        applied,
+        slot_flush: restart,
+        shadow_replayed: file.as_ref().map(|f| f.shadow_replayed),
+        lag_bytes,
+        lag_secs,
+        open_transactions: file.as_ref().map(|f| f.open_transactions),
+        memory_used: file.as_ref().map(|f| f.memory_used),
+        spilled_bytes: file.as_ref().map(|f| f.spilled_bytes),
+        tables,
+    })
+}
+
+fn lsn(l: Option<Lsn>) -> String {
+    l.map_or_else(|| "-".into(), |l| l.to_string())
+}
+
+impl fmt::Display for StatusReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.running, self.status_age_secs) {
+            (true, _) => writeln!(f, "walshadow: running")?,
+            (false, Some(a)) => writeln!(f, "walshadow: not running (last status {a:.0} s ago)")?,
+            (false, None) => writeln!(f, "walshadow: not running")?,
+        }
+        writeln!(f, "source WAL:      {}", lsn(self.source_current))?;
+        writeln!(f, "received:        {}", lsn(self.received))?;
+        writeln!(f, "decoded:         {}", lsn(self.decoded))?;
+        writeln!(f, "applied:         {}", lsn(self.applied))?;
+        writeln!(f, "slot flush:      {}", lsn(self.slot_flush))?;
+        writeln!(f, "shadow replayed: {}", lsn(self.shadow_replayed))?;
+        match self.lag_bytes {
+            Some(b) => writeln!(f, "lag:             {b} bytes")?,
+            None => writeln!(f, "lag:             -")?,
+        }
+        match self.lag_secs {
+            Some(s) => writeln!(f, "lag time:        {s:.1} s")?,
+            None => writeln!(f, "lag time:        -")?,
+        }
+        if let (Some(o), Some(m), Some(s)) =
+            (self.open_transactions, self.memory_used, self.spilled_bytes)
+        {
+            writeln!(
+                f,
+                "open transactions: {o} ({m} bytes in memory, {s} spilled)"
+            )?;
+        }
+        writeln!(f, "tables:")?;
+        for (key, t) in &self.tables {
+            match &t.stopped {
+                None => writeln!(f, "  {key} -> {}: {} rows", t.destination, t.rows)?,
+                Some(s) => writeln!(
+                    f,
+                    "  {key} -> {}: {} rows, STOPPED at {}: {}\n      remedy: {}",
+                    t.destination, t.rows, s.lsn, s.reason, s.remedy
+                )?,
+            }
+        }
+        Ok(())
+    }
+}

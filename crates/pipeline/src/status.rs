@@ -1,0 +1,62 @@
+//! `<state>/status.json`: what `walshadow status` prints, written by the
+//! running daemon about once a second (write-temp + rename; a reader never
+//! sees half a file). Not durable state: losing it loses nothing.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use walshadow_types::Lsn;
+
+use crate::progress::Stopped;
+
+/// One pinned table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableStatus {
+    pub destination: String,
+    /// Rows written to ClickHouse since the table was first created
+    /// (inserts, updates and delete markers).
+    pub rows: u64,
+    pub stopped: Option<Stopped>,
+}
+
+/// The daemon's positions and counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusFile {
+    pub pid: u32,
+    pub updated_unix_ms: u64,
+    /// End of the raw WAL received from the source.
+    pub received: Lsn,
+    /// End of the last record decoded.
+    pub decoded: Lsn,
+    /// Every transaction committed up to here is in ClickHouse.
+    pub applied: Lsn,
+    /// Where decoding restarts after a crash; the slot's flush position
+    /// never passes it.
+    pub restart: Lsn,
+    pub shadow_ceiling: Lsn,
+    pub shadow_replayed: Lsn,
+    /// Commit time (µs since 2000-01-01 UTC) of the last applied
+    /// transaction; 0 when none yet.
+    pub applied_commit_time: i64,
+    pub open_transactions: usize,
+    pub memory_used: usize,
+    pub spilled_bytes: u64,
+    pub tables: BTreeMap<String, TableStatus>,
+}
+
+impl StatusFile {
+    pub const FILE: &'static str = "status.json";
+
+    pub fn write(&self, dir: &Path) -> std::io::Result<()> {
+        let tmp = dir.join(format!("{}.tmp", Self::FILE));
+        let text = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, dir.join(Self::FILE))
+    }
+
+    pub fn read(dir: &Path) -> std::io::Result<StatusFile> {
+        let text = std::fs::read(dir.join(Self::FILE))?;
+        serde_json::from_slice(&text).map_err(std::io::Error::other)
+    }
+}

@@ -1,0 +1,1019 @@
+//! The streaming loop: raw WAL from the tap, decoded into transactions,
+//! committed ones turned into rows, rows into ClickHouse, progress recorded
+//! behind what ClickHouse took.
+//!
+//! ```text
+//!  TapEvent ─▶ WalStreamDecoder ─▶ record_events ─▶ Assembler (per xid, spills)
+//!                                                        │ commit, in commit order
+//!                                                        ▼
+//!        Relations (shadow at the commit) ◀── apply_change ──▶ RowDecoder ──▶ TableBatch
+//!                                                        │                        │ flush
+//!        feeder ceiling ◀── catalog LSN / applied ◀── Progress ◀── ClickHouse 200 ┘
+//! ```
+//!
+//! Exactness of the catalog: the shadow never replays past
+//! `max(catalog LSN, applied)`. The catalog LSN is the end of the last
+//! commit with invalidation messages for this database that was processed;
+//! before processing such a commit every earlier row is flushed and
+//! progress written, so after a crash the only transaction re-decoded with
+//! the shadow at that commit is the commit itself.
+//!
+//! Ordering in ClickHouse: `_lsn` is the commit LSN, `_seq` the change's
+//! own position (the record's LSN, plus the tuple's index in a
+//! multi-insert, plus one for the new row of a key-changing update: always
+//! inside the record's own bytes, so unique per row); `_version` orders by
+//! both.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+use walshadow_config::Config;
+use walshadow_emitter::{
+    BatchConfig, ClickHouseClient, ClientConfig, DestTable, MetaColumns, RetryPolicy,
+    RowBinaryEncoder, RowMeta, SchemaDiff, TableBatch, TableSettings,
+};
+use walshadow_rows::{RowDecoder, RowError, ToastChunks, TupleRef, Value};
+use walshadow_shadow::catalog::ShadowCatalog;
+use walshadow_shadow::run::{Shadow, TapEvent};
+use walshadow_txn::{Assembler, AssemblerConfig};
+use walshadow_types::catalog::RelationDesc;
+use walshadow_types::{Lsn, Oid, Xid};
+use walshadow_wal_decode::WalStreamDecoder;
+
+use crate::change::{Change, ChangeKind, OwnedTuple};
+use crate::decode::{CommitEvent, Event, record_events};
+use crate::progress::{Progress, Stopped, TableProgress};
+use crate::relations::{Relations, Resolved};
+use crate::status::{StatusFile, TableStatus};
+
+/// Why streaming stopped (definite errors of one table stop only that
+/// table and are not here).
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error(transparent)]
+    Progress(#[from] crate::progress::ProgressError),
+    #[error(transparent)]
+    Txn(#[from] walshadow_txn::TxnError),
+    #[error(transparent)]
+    Decode(#[from] crate::decode::DecodeError),
+    #[error(transparent)]
+    Wal(#[from] walshadow_wal_decode::WalDecodeError),
+    #[error(transparent)]
+    Resolve(#[from] crate::relations::ResolveError),
+    #[error(transparent)]
+    Payload(#[from] crate::change::BadPayload),
+    #[error("ClickHouse: {0}")]
+    ClickHouse(#[from] walshadow_emitter::ClickHouseError),
+    #[error("ClickHouse: {0}")]
+    Flush(#[from] walshadow_emitter::FlushError),
+    #[error("the shadow's catalog did not answer within {0:?}: {1}")]
+    ShadowUnavailable(Duration, String),
+    #[error("{0}")]
+    State(String),
+}
+
+/// A relation's row decoder, with the position in the destination's live
+/// columns of each value it decodes (partitions may order columns
+/// differently from their root).
+#[derive(Debug)]
+struct RelationDecoder {
+    desc: Arc<RelationDesc>,
+    decoder: RowDecoder,
+    positions: Vec<Option<usize>>,
+}
+
+/// A table-level definite error: `(reason, remedy)`.
+type TableFault = (String, String);
+
+/// Per pinned table, while running.
+#[derive(Debug)]
+struct Table {
+    /// The ClickHouse layout rows are encoded for (from the root relation).
+    dest: Option<DestTable>,
+    batch: Option<TableBatch>,
+    /// Row decoders by relation OID (the root or a partition).
+    decoders: HashMap<Oid, RelationDecoder>,
+}
+
+/// The streaming state machine; see the module doc.
+#[derive(Debug)]
+pub struct Streamer {
+    shadow: Arc<Shadow>,
+    source_user: String,
+    source_db: String,
+    database: String,
+    ch: ClickHouseClient,
+    meta: MetaColumns,
+    batch: BatchConfig,
+    retry: RetryPolicy,
+    assembler: Assembler,
+    assembler_config: AssemblerConfig,
+    relations: Option<Relations>,
+    pinned: BTreeSet<String>,
+    progress: Progress,
+    /// `progress` changed since it was last written.
+    progress_dirty: bool,
+    state_dir: PathBuf,
+    tables: BTreeMap<String, Table>,
+    decoder: Option<WalStreamDecoder>,
+    seg_size: u32,
+    major: walshadow_types::PgMajor,
+    hold: watch::Sender<Lsn>,
+    /// Applied/restart pair valid at the last transaction boundary.
+    safe: (Lsn, Lsn, i64),
+    received: Lsn,
+    decoded: Lsn,
+    toast: ToastChunks,
+    /// A speculative insertion waiting for its confirmation.
+    spec: Option<(Lsn, Change)>,
+    last_status: Instant,
+    last_flush: Instant,
+    events: Vec<Event>,
+    /// Commit time of the last transaction whose rows are applied.
+    applied_commit_time: i64,
+}
+
+fn table_name(key: &str) -> String {
+    match walshadow_config::split_table_name(key) {
+        Some(("public", name)) => name.to_owned(),
+        Some((schema, name)) => format!("{schema}__{name}"),
+        None => key.to_owned(),
+    }
+}
+
+impl Streamer {
+    /// Prepares streaming: ClickHouse reachable and its database present,
+    /// the spill directory cleaned, progress read (or started at the
+    /// shadow's consistency point).
+    pub async fn new(
+        config: &Config,
+        shadow: Arc<Shadow>,
+        progress: Progress,
+        hold: watch::Sender<Lsn>,
+    ) -> Result<Streamer, StreamError> {
+        let ch_cfg = config
+            .clickhouse
+            .as_ref()
+            .ok_or_else(|| StreamError::State("no [clickhouse] section".into()))?;
+        let mut client_cfg = ClientConfig::new(&ch_cfg.url, &ch_cfg.database);
+        client_cfg.user = ch_cfg.user.clone();
+        client_cfg.password = ch_cfg.password.clone();
+        let ch = ClickHouseClient::new(client_cfg)?;
+        let meta = MetaColumns {
+            lsn: ch_cfg.lsn_column.clone(),
+            seq: ch_cfg.seq_column.clone(),
+            xid: ch_cfg.xid_column.clone(),
+            commit_time: ch_cfg.commit_time_column.clone(),
+            is_deleted: ch_cfg.deleted_column.clone(),
+            ..MetaColumns::default()
+        };
+        let batch = BatchConfig {
+            max_rows: ch_cfg.batch_rows,
+            max_bytes: ch_cfg.batch_mb << 20,
+            max_age: Duration::from_millis(ch_cfg.batch_ms),
+        };
+        // ClickHouse down is waited out (the slot holds the source's WAL
+        // meanwhile); the log says so at every attempt.
+        let retry = RetryPolicy {
+            initial_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(10),
+            max_attempts: u32::MAX,
+            max_elapsed: Duration::from_secs(7 * 24 * 3600),
+        };
+        let assembler_config = AssemblerConfig {
+            memory_budget_bytes: config.stream.memory_mb << 20,
+            spill_dir: config.state.spill_dir(),
+        };
+        let assembler = Assembler::open(assembler_config.clone())?;
+        let source = walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url)
+            .map_err(|e| StreamError::State(e.to_string()))?;
+        let pinned: BTreeSet<String> = config.tables.keys().cloned().collect();
+        let safe = (progress.applied, progress.restart, 0);
+        let _ = hold.send(progress.restart);
+        let major = walshadow_types::PgMajor::from_number(shadow.state.major)
+            .map_err(|e| StreamError::State(e.to_string()))?;
+        let mut s = Streamer {
+            major,
+            seg_size: shadow.state.segment_size,
+            shadow,
+            source_db: source.dbname.clone().unwrap_or_else(|| source.user.clone()),
+            source_user: source.user.clone(),
+            database: ch_cfg.database.clone(),
+            ch,
+            meta,
+            batch,
+            retry,
+            assembler,
+            assembler_config,
+            relations: None,
+            pinned: pinned.clone(),
+            progress,
+            progress_dirty: false,
+            state_dir: config.state.dir.clone(),
+            tables: BTreeMap::new(),
+            decoder: None,
+            hold,
+            safe,
+            received: Lsn::INVALID,
+            decoded: Lsn::INVALID,
+            toast: ToastChunks::new(),
+            spec: None,
+            last_status: Instant::now(),
+            last_flush: Instant::now(),
+            events: Vec::new(),
+            applied_commit_time: 0,
+        };
+        for key in &pinned {
+            s.progress
+                .tables
+                .entry(key.clone())
+                .or_insert_with(|| TableProgress {
+                    destination: table_name(key),
+                    schema: None,
+                    stopped: None,
+                    rows: 0,
+                });
+            s.tables.insert(
+                key.clone(),
+                Table {
+                    dest: None,
+                    batch: None,
+                    decoders: HashMap::new(),
+                },
+            );
+        }
+        s.retry_clickhouse("creating the destination database", |ch| async move {
+            ch.ensure_database().await
+        })
+        .await?;
+        Ok(s)
+    }
+
+    async fn retry_clickhouse<F, Fut>(&self, what: &str, f: F) -> Result<(), StreamError>
+    where
+        F: Fn(ClickHouseClient) -> Fut,
+        Fut: std::future::Future<Output = Result<(), walshadow_emitter::ClickHouseError>>,
+    {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            match f(self.ch.clone()).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_transient() => {
+                    tracing::warn!("ClickHouse: {what}: {e}; trying again in {backoff:?}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Runs until the tap closes (the feed stopped), then flushes and
+    /// records progress.
+    pub async fn run(mut self, mut rx: mpsc::Receiver<TapEvent>) -> Result<(), StreamError> {
+        loop {
+            let deadline = self.next_deadline();
+            let event = tokio::select! {
+                ev = rx.recv() => ev,
+                _ = tokio::time::sleep_until(deadline.into()) => {
+                    self.on_timer().await?;
+                    continue;
+                }
+            };
+            match event {
+                None => break,
+                Some(TapEvent::Start { from }) => self.restart_decoding(from).await?,
+                Some(TapEvent::Wal { start, data }) => self.on_wal(start, &data).await?,
+            }
+        }
+        self.flush_all(true).await?;
+        self.write_progress()?;
+        self.write_status();
+        tracing::info!(applied = %self.progress.applied, "streaming stopped");
+        Ok(())
+    }
+
+    fn next_deadline(&self) -> Instant {
+        let mut d = self.last_status + Duration::from_secs(1);
+        for t in self.tables.values() {
+            if let Some(b) = &t.batch
+                && let Some(x) = b.deadline()
+            {
+                d = d.min(x);
+            }
+        }
+        d
+    }
+
+    async fn on_timer(&mut self) -> Result<(), StreamError> {
+        let now = Instant::now();
+        let due = self
+            .tables
+            .values()
+            .any(|t| t.batch.as_ref().is_some_and(|b| b.is_due(now)));
+        if due || now.duration_since(self.last_flush) >= self.batch.max_age {
+            self.flush_all(true).await?;
+        }
+        if self.progress_dirty {
+            self.write_progress()?;
+        }
+        self.write_status();
+        Ok(())
+    }
+
+    /// A new stream from `from`: everything not durable is rebuilt from the
+    /// restart position.
+    async fn restart_decoding(&mut self, from: Lsn) -> Result<(), StreamError> {
+        if self.decoder.is_some() {
+            self.flush_all(true).await?;
+            self.write_progress()?;
+        }
+        let restart = self.progress.restart.max(from);
+        tracing::info!(from = %from, restart = %restart, applied = %self.progress.applied, "decoding the source's WAL");
+        self.decoder = Some(WalStreamDecoder::new(from, restart, self.seg_size)?);
+        // Open transactions are rebuilt from the restart position.
+        self.assembler = Assembler::open(self.assembler_config.clone())?;
+        self.toast = ToastChunks::new();
+        self.spec = None;
+        self.received = from;
+        Ok(())
+    }
+
+    async fn on_wal(&mut self, start: Lsn, data: &[u8]) -> Result<(), StreamError> {
+        let Some(decoder) = self.decoder.as_mut() else {
+            return Err(StreamError::State("WAL before the stream started".into()));
+        };
+        decoder.feed_at(start, data)?;
+        self.received = Lsn(start.0 + data.len() as u64);
+        let db_oid = self.relations.as_ref().map(|r| r.db_oid);
+        let major = self.major;
+        while let Some(decoder) = self.decoder.as_mut() {
+            let mut events = std::mem::take(&mut self.events);
+            let (lsn, end) = match decoder.poll_ref()? {
+                None => {
+                    self.events = events;
+                    break;
+                }
+                Some(rec) => {
+                    record_events(&rec, db_oid, major, &mut events)?;
+                    (rec.lsn, rec.end)
+                }
+            };
+            for event in events.drain(..) {
+                self.on_event(lsn, end, event).await?;
+            }
+            self.events = events;
+            self.decoded = end;
+            if self.assembler.open_transactions().is_empty() && self.spec.is_none() {
+                // Nothing open: everything up to here is decided.
+                self.safe.0 = self.safe.0.max(end);
+                self.safe.1 = self.safe.1.max(end);
+            }
+        }
+        if self.tables.values().any(|t| {
+            t.batch.as_ref().is_some_and(|b| {
+                b.rows() >= self.batch.max_rows || b.bytes() >= self.batch.max_bytes
+            })
+        }) {
+            self.flush_all(false).await?;
+        }
+        if self.last_status.elapsed() >= Duration::from_secs(1) {
+            self.on_timer().await?;
+        }
+        Ok(())
+    }
+
+    async fn on_event(&mut self, lsn: Lsn, end: Lsn, event: Event) -> Result<(), StreamError> {
+        match event {
+            Event::Change { xid, seq, change } => {
+                let mut payload = Vec::new();
+                change.encode(&mut payload);
+                self.assembler.add(xid, seq.max(lsn), &payload)?;
+            }
+            Event::Assign { top, subxacts } => {
+                for s in subxacts {
+                    self.assembler.assign(top, s);
+                }
+            }
+            Event::Abort {
+                xid,
+                subxacts,
+                prepared,
+            } => {
+                if prepared {
+                    self.assembler.abort_prepared(xid);
+                } else {
+                    self.assembler.abort(xid, &subxacts);
+                }
+            }
+            Event::Prepare { xid, subxacts } => self.assembler.prepare(xid, &subxacts),
+            Event::RunningXacts { oldest_running } => {
+                self.assembler.forget_older_than(oldest_running)
+            }
+            Event::Commit(c) => self.on_commit(c).await?,
+        }
+        let _ = end;
+        Ok(())
+    }
+
+    async fn on_commit(&mut self, c: CommitEvent) -> Result<(), StreamError> {
+        let txn = if c.prepared {
+            match self.assembler.commit_prepared(c.xid) {
+                Ok(t) => Some(t),
+                Err(walshadow_txn::TxnError::NotPrepared { .. }) => {
+                    tracing::warn!(xid = c.xid, lsn = %c.lsn, "COMMIT PREPARED of a transaction prepared before walshadow's start: its changes are not streamed");
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            Some(self.assembler.commit(c.xid, &c.subxacts)?)
+        };
+        let skip = c.end <= self.progress.applied;
+        if !skip {
+            self.connect_relations().await?;
+        }
+        if c.catalog_changed && !skip {
+            // Everything before this commit becomes durable first: the
+            // shadow moves past no commit whose rows might be re-decoded.
+            self.flush_all(true).await?;
+            self.write_progress()?;
+            self.relations_mut().await?.catalog_changed(c.end);
+            self.refresh_tables(c.lsn, &c.relcache_invals).await?;
+        }
+        if let Some(txn) = txn {
+            if skip {
+                drop(txn);
+            } else {
+                for item in txn {
+                    let (seq, payload) = item?;
+                    let change = Change::decode(&payload)?;
+                    self.apply_change(&c, seq, change).await?;
+                }
+            }
+        }
+        self.spec = None;
+        self.toast = ToastChunks::new();
+        let restart = self.assembler.restart_lsn().unwrap_or(c.end).min(c.end);
+        if !skip {
+            self.safe = (c.end, restart, c.commit_time);
+        } else {
+            self.safe.1 = self
+                .safe
+                .1
+                .max(restart.min(self.progress.restart.max(restart)));
+        }
+        Ok(())
+    }
+
+    async fn connect_relations(&mut self) -> Result<&mut Relations, StreamError> {
+        if self.relations.is_none() {
+            let wait = Duration::from_secs(300);
+            let started = Instant::now();
+            // The shadow must reach the point walshadow resumes from (on a
+            // first run: the end of its base backup, where it becomes
+            // consistent) before it takes connections.
+            self.shadow.feeder.set_ceiling(
+                self.shadow
+                    .feeder
+                    .ceiling()
+                    .min(Lsn::MAX)
+                    .max(self.progress.applied),
+            );
+            let catalog = loop {
+                match ShadowCatalog::connect(
+                    &self.shadow.socket_dir,
+                    self.shadow.port,
+                    &self.source_user,
+                    &self.source_db,
+                )
+                .await
+                {
+                    Ok(c) => break c,
+                    Err(e) if started.elapsed() < wait => {
+                        tracing::debug!("shadow not taking connections yet: {e}");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(e) => return Err(StreamError::ShadowUnavailable(wait, e.to_string())),
+                }
+            };
+            let relations =
+                Relations::new(catalog, self.pinned.clone(), self.progress.applied).await?;
+            self.relations = Some(relations);
+            self.refresh_tables(self.progress.applied, &[]).await?;
+        }
+        self.relations
+            .as_mut()
+            .ok_or_else(|| StreamError::State("shadow catalog".into()))
+    }
+
+    async fn relations_mut(&mut self) -> Result<&mut Relations, StreamError> {
+        self.connect_relations().await
+    }
+
+    /// Brings each pinned table's ClickHouse table in line with the catalog
+    /// now: creates it, applies added/dropped/renamed columns, or stops the
+    /// table on a change ClickHouse cannot follow.
+    async fn refresh_tables(&mut self, lsn: Lsn, _invals: &[Oid]) -> Result<(), StreamError> {
+        let keys: Vec<String> = self.pinned.iter().cloned().collect();
+        for key in keys {
+            if self.is_stopped(&key) {
+                continue;
+            }
+            let feeder = &self.shadow.feeder;
+            let Some(relations) = self.relations.as_mut() else {
+                return Ok(());
+            };
+            let Some(desc) = relations.pinned_table(feeder, &key).await? else {
+                continue;
+            };
+            if let Err(e) = RowDecoder::new(&desc) {
+                self.stop_table(&key, lsn, e.to_string(), "the table cannot be streamed with a column of this type; change the column's type on the source, or unpin the table".into());
+                continue;
+            }
+            let new = match DestTable::new(&desc, &self.meta) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.stop_table(&key, lsn, e.to_string(), "see the reason; fix the source table, then remove the table's ClickHouse table and its entry in progress.json to load it again".into());
+                    continue;
+                }
+            };
+            let dest_name = table_name(&key);
+            let old_schema = self
+                .progress
+                .tables
+                .get(&key)
+                .and_then(|t| t.schema.clone());
+            let statements = match &old_schema {
+                None => {
+                    let sql =
+                        new.create_table_sql(&self.database, &dest_name, &TableSettings::default());
+                    tracing::info!(table = %key, destination = %dest_name, "creating the ClickHouse table");
+                    vec![sql]
+                }
+                Some(old_desc) if *old_desc == *desc => Vec::new(),
+                Some(old_desc) => {
+                    let old = match DestTable::new(old_desc, &self.meta) {
+                        Ok(d) => d,
+                        Err(e) => {
+                            self.stop_table(&key, lsn, e.to_string(), String::new());
+                            continue;
+                        }
+                    };
+                    let diff = SchemaDiff::between(&old, &new);
+                    let statements = diff.and_then(|d| {
+                        let decoder = RowDecoder::new(&desc).ok();
+                        d.ddl(&self.database, &dest_name, |col| {
+                            decoder.as_ref()?.missing_value(col.attnum)
+                        })
+                    });
+                    match statements {
+                        Ok(s) => s,
+                        Err(e) => {
+                            self.stop_table(
+                                &key,
+                                lsn,
+                                e.to_string(),
+                                "ClickHouse cannot follow this change in place; load the table again (drop its ClickHouse table and its entry in progress.json, then restart)".into(),
+                            );
+                            continue;
+                        }
+                    }
+                }
+            };
+            if !statements.is_empty() {
+                // Rows encoded for the old layout go first.
+                self.flush_table(&key).await?;
+                let settings = new.query_settings();
+                for sql in &statements {
+                    tracing::info!(table = %key, "ClickHouse: {sql}");
+                    let settings = settings.clone();
+                    let sql = sql.clone();
+                    self.retry_clickhouse("changing a table", move |ch| {
+                        let sql = sql.clone();
+                        let settings = settings.clone();
+                        async move { ch.execute_with_settings(&sql, &settings).await }
+                    })
+                    .await?;
+                }
+            }
+            if let Some(t) = self.progress.tables.get_mut(&key) {
+                t.schema = Some((*desc).clone());
+            }
+            self.progress_dirty = true;
+            if let Some(t) = self.tables.get_mut(&key) {
+                t.dest = Some(new.clone());
+                t.decoders.clear();
+                let encoder = RowBinaryEncoder::new(&new);
+                t.batch = Some(TableBatch::new(dest_name, encoder, self.batch.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    fn is_stopped(&self, key: &str) -> bool {
+        self.progress
+            .tables
+            .get(key)
+            .is_some_and(|t| t.stopped.is_some())
+    }
+
+    fn stop_table(&mut self, key: &str, lsn: Lsn, reason: String, remedy: String) {
+        tracing::error!(table = %key, lsn = %lsn, "table stopped: {reason}; remedy: {remedy}");
+        if let Some(t) = self.progress.tables.get_mut(key) {
+            t.stopped = Some(Stopped {
+                lsn,
+                reason,
+                remedy,
+            });
+        }
+        if let Some(t) = self.tables.get_mut(key) {
+            t.batch = None;
+            t.decoders.clear();
+        }
+        self.progress_dirty = true;
+    }
+
+    async fn apply_change(
+        &mut self,
+        c: &CommitEvent,
+        seq: Lsn,
+        change: Change,
+    ) -> Result<(), StreamError> {
+        match change.kind {
+            ChangeKind::Truncate => return self.apply_truncate(c, &change.truncated).await,
+            ChangeKind::SpecInsert => {
+                self.spec = Some((seq, change));
+                return Ok(());
+            }
+            ChangeKind::SpecConfirm => {
+                if let Some((spec_seq, spec)) = self.spec.take() {
+                    let insert = Change {
+                        kind: ChangeKind::Insert,
+                        ..spec
+                    };
+                    return Box::pin(self.apply_change(c, spec_seq, insert)).await;
+                }
+                return Ok(());
+            }
+            ChangeKind::SpecAbort => {
+                self.spec = None;
+                return Ok(());
+            }
+            _ => {}
+        }
+        let feeder = &self.shadow.feeder;
+        let resolved = match self.relations.as_mut() {
+            Some(r) => r.resolve(feeder, change.rel).await?,
+            None => return Ok(()),
+        };
+        match resolved {
+            Resolved::Other => Ok(()),
+            Resolved::Toast { toast_relid, .. } => {
+                if change.kind == ChangeKind::Insert
+                    && let Some(t) = &change.new
+                    && let Err(e) = self.toast.add_chunk_tuple(toast_relid, tuple_ref(t))
+                {
+                    tracing::warn!(lsn = %seq, "unreadable TOAST chunk: {e}");
+                }
+                Ok(())
+            }
+            Resolved::Pinned { key, desc } => {
+                if self.is_stopped(&key) {
+                    return Ok(());
+                }
+                let rows = match self.rows_of(c, seq, &key, &desc, &change) {
+                    Ok(rows) => rows,
+                    Err((reason, remedy)) => {
+                        self.stop_table(&key, c.lsn, reason, remedy);
+                        return Ok(());
+                    }
+                };
+                for (row, meta) in rows {
+                    self.push_row(&key, c.lsn, &row, &meta).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Adds one row to the table's batch, flushing the batch first when it
+    /// is full.
+    async fn push_row(
+        &mut self,
+        key: &str,
+        lsn: Lsn,
+        row: &[Value],
+        meta: &RowMeta,
+    ) -> Result<(), StreamError> {
+        for _ in 0..2 {
+            let Some(batch) = self.tables.get_mut(key).and_then(|t| t.batch.as_mut()) else {
+                return Ok(());
+            };
+            match batch.push(row, meta) {
+                Ok(()) => return Ok(()),
+                Err(walshadow_emitter::PushError::Full { .. }) => self.flush_table(key).await?,
+                Err(e) => {
+                    self.stop_table(
+                        key,
+                        lsn,
+                        e.to_string(),
+                        "the value cannot be stored exactly in its ClickHouse column; change the column on the source or unpin the table".into(),
+                    );
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes the change into the rows it writes (a key-changing update
+    /// writes two). Errors are definite for the table: `(reason, remedy)`.
+    fn rows_of(
+        &mut self,
+        c: &CommitEvent,
+        seq: Lsn,
+        key: &str,
+        desc: &Arc<RelationDesc>,
+        change: &Change,
+    ) -> Result<Vec<(Vec<Value>, RowMeta)>, TableFault> {
+        let Some(table) = self.tables.get_mut(key) else {
+            return Ok(Vec::new());
+        };
+        let Some(dest) = table.dest.as_ref() else {
+            return Err((
+                format!("rows arrived for {key} before its ClickHouse table was created"),
+                "restart walshadow".into(),
+            ));
+        };
+        if !table
+            .decoders
+            .get(&desc.oid)
+            .is_some_and(|d| Arc::ptr_eq(&d.desc, desc))
+        {
+            let decoder = RowDecoder::new(desc).map_err(|e| {
+                (
+                    e.to_string(),
+                    "change the column's type on the source, or unpin the table".into(),
+                )
+            })?;
+            let positions = decoder
+                .column_names()
+                .map(|n| dest.columns.iter().position(|col| col.name == n))
+                .collect();
+            table.decoders.insert(
+                desc.oid,
+                RelationDecoder {
+                    desc: Arc::clone(desc),
+                    decoder,
+                    positions,
+                },
+            );
+        }
+        let Some(RelationDecoder {
+            decoder,
+            positions: mapping,
+            ..
+        }) = table.decoders.get(&desc.oid)
+        else {
+            return Ok(Vec::new());
+        };
+        let width = dest.columns.len();
+        let lay_out = |values: Vec<Value>| -> Vec<Value> {
+            let mut row = vec![Value::Null; width];
+            for (v, pos) in values.into_iter().zip(mapping) {
+                if let Some(slot) = pos.and_then(|p| row.get_mut(p)) {
+                    *slot = v;
+                }
+            }
+            row
+        };
+        let toast = &self.toast;
+        let decode = |t: &OwnedTuple| -> Result<Vec<Value>, TableFault> {
+            decoder
+                .decode(tuple_ref(t), toast)
+                .map(lay_out)
+                .map_err(|e| row_error(key, seq, e))
+        };
+        let key_of = |row: &[Value]| -> Vec<Value> {
+            dest.columns
+                .iter()
+                .zip(row)
+                .filter(|(col, _)| col.key)
+                .map(|(_, v)| v.clone())
+                .collect()
+        };
+        let mut rows: Vec<(Vec<Value>, bool, Lsn)> = Vec::new();
+        match change.kind {
+            ChangeKind::Insert => {
+                if let Some(t) = &change.new {
+                    rows.push((decode(t)?, false, seq));
+                }
+            }
+            ChangeKind::Update => {
+                let Some(t) = &change.new else {
+                    return Ok(Vec::new());
+                };
+                let new_row = decode(t)?;
+                if let Some(old) = &change.old {
+                    let old_row = decode(old.tuple())?;
+                    if key_of(&old_row) != key_of(&new_row) {
+                        rows.push((old_row, true, seq));
+                    }
+                }
+                rows.push((new_row, false, Lsn(seq.0 + 1)));
+            }
+            ChangeKind::Delete => {
+                let Some(old) = &change.old else {
+                    return Err((
+                        format!("DELETE at {seq} on {key} carries no old key"),
+                        "give the table a primary key or REPLICA IDENTITY FULL".into(),
+                    ));
+                };
+                rows.push((decode(old.tuple())?, true, seq));
+            }
+            _ => {}
+        }
+        Ok(rows
+            .into_iter()
+            .map(|(row, deleted, seq)| {
+                let meta = RowMeta {
+                    lsn: c.end,
+                    seq,
+                    xid: c.xid,
+                    commit_time: c.commit_time,
+                    deleted,
+                };
+                (row, meta)
+            })
+            .collect())
+    }
+
+    async fn apply_truncate(&mut self, c: &CommitEvent, oids: &[Oid]) -> Result<(), StreamError> {
+        let feeder = &self.shadow.feeder;
+        let keys = match self.relations.as_mut() {
+            Some(r) => r.pinned_keys_of(feeder, oids).await?,
+            None => return Ok(()),
+        };
+        for key in keys {
+            if self.is_stopped(&key) {
+                continue;
+            }
+            // Rows before the TRUNCATE land first, then all of them go; a
+            // crash between replays this transaction (its commit is past
+            // `applied`), which truncates again.
+            self.flush_table(&key).await?;
+            let sql = format!(
+                "TRUNCATE TABLE {}.{}",
+                walshadow_emitter::quote_ident(&self.database),
+                walshadow_emitter::quote_ident(&table_name(&key))
+            );
+            tracing::info!(table = %key, lsn = %c.lsn, "TRUNCATE");
+            self.retry_clickhouse("truncating a table", move |ch| {
+                let sql = sql.clone();
+                async move { ch.execute(&sql).await }
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn flush_table(&mut self, key: &str) -> Result<(), StreamError> {
+        let sealed = self
+            .tables
+            .get_mut(key)
+            .and_then(|t| t.batch.as_mut())
+            .and_then(|b| b.seal());
+        let Some(sealed) = sealed else {
+            return Ok(());
+        };
+        let token = format!(
+            "{}/{:08x}",
+            sealed.range_token(),
+            crc32c::crc32c(&sealed.body)
+        );
+        match sealed.insert(&self.ch, &token, &self.retry).await {
+            Ok(_) => {
+                if let Some(t) = self.progress.tables.get_mut(key) {
+                    t.rows += sealed.rows as u64;
+                }
+                Ok(())
+            }
+            Err(e) if e.is_transient() => Err(e.into()),
+            Err(e) => {
+                let lsn = sealed.first.0;
+                self.stop_table(
+                    key,
+                    lsn,
+                    e.to_string(),
+                    "ClickHouse refused the rows; fix the destination table (see the reason), then load the table again".into(),
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// Flushes every table; at a transaction boundary (`at_boundary`) the
+    /// progress then advances to the last processed commit.
+    async fn flush_all(&mut self, at_boundary: bool) -> Result<(), StreamError> {
+        let keys: Vec<String> = self.tables.keys().cloned().collect();
+        for key in keys {
+            self.flush_table(&key).await?;
+        }
+        self.last_flush = Instant::now();
+        if at_boundary {
+            let (applied, restart, commit_time) = self.safe;
+            if applied > self.progress.applied || restart > self.progress.restart {
+                self.progress.applied = self.progress.applied.max(applied);
+                self.progress.restart = self.progress.restart.max(restart);
+                if commit_time != 0 {
+                    self.applied_commit_time = commit_time;
+                }
+                self.progress_dirty = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_progress(&mut self) -> Result<(), StreamError> {
+        self.progress.write(&self.state_dir)?;
+        self.progress_dirty = false;
+        let _ = self.hold.send(self.progress.restart);
+        // The shadow may follow everything ClickHouse holds.
+        let catalog = self
+            .relations
+            .as_ref()
+            .map_or(Lsn::INVALID, |r| r.catalog_lsn());
+        let ceiling = catalog.max(self.progress.applied);
+        if ceiling > self.shadow.feeder.ceiling() {
+            self.shadow.feeder.set_ceiling(ceiling);
+        }
+        Ok(())
+    }
+
+    fn write_status(&mut self) {
+        self.last_status = Instant::now();
+        let status = StatusFile {
+            pid: std::process::id(),
+            updated_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            received: self.received,
+            decoded: self.decoded,
+            applied: self.progress.applied,
+            restart: self.progress.restart,
+            shadow_ceiling: self.shadow.feeder.ceiling(),
+            shadow_replayed: self.shadow.feeder.positions().borrow().apply,
+            applied_commit_time: self.applied_commit_time,
+            open_transactions: self.assembler.open_transactions().len(),
+            memory_used: self.assembler.memory_used(),
+            spilled_bytes: self.assembler.spilled_bytes(),
+            tables: self
+                .progress
+                .tables
+                .iter()
+                .map(|(k, t)| {
+                    (
+                        k.clone(),
+                        TableStatus {
+                            destination: t.destination.clone(),
+                            rows: t.rows,
+                            stopped: t.stopped.clone(),
+                        },
+                    )
+                })
+                .collect(),
+        };
+        if let Err(e) = status.write(&self.state_dir) {
+            tracing::debug!("writing status: {e}");
+        }
+    }
+}
+
+fn tuple_ref(t: &OwnedTuple) -> TupleRef<'_> {
+    TupleRef::from_wal(t.infomask2, t.infomask, t.hoff, &t.data)
+}
+
+fn row_error(key: &str, lsn: Lsn, e: RowError) -> TableFault {
+    match e {
+        RowError::UnresolvedToast { column, .. } => (
+            format!(
+                "table {key}, column {column}, WAL at {lsn}: the row points at a TOAST value this transaction did not write (an UPDATE that left a large value unchanged)"
+            ),
+            "values TOASTed before the change cannot be resolved from the WAL yet (the TOAST chunk mirror comes with a later release); load the table again".into(),
+        ),
+        other => (
+            format!("table {key}, WAL at {lsn}: {other}"),
+            "the row cannot be decoded; report it with the LSN".into(),
+        ),
+    }
+}
+
+/// `Xid` in messages.
+#[allow(dead_code)]
+fn xid_text(x: Xid) -> String {
+    x.to_string()
+}
