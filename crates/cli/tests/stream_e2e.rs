@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use common::{OracleColumn, StreamHarness, col, same};
-use walshadow_testkit::PgMajor;
+use walshadow_testkit::{Cluster, PgMajor};
 
 const CATCH_UP: Duration = Duration::from_secs(180);
 
@@ -117,7 +117,7 @@ fn full_columns() -> Vec<OracleColumn> {
 
 /// One random statement batch against the source.
 fn workload_step(
-    h: &StreamHarness,
+    source: &Cluster,
     rng: &mut Rng,
     next_id: &mut i64,
     copy_file: &str,
@@ -224,7 +224,7 @@ fn workload_step(
             rng.below(30)
         ),
     };
-    h.source.psql(&sql)?;
+    source.psql(&sql)?;
     Ok(())
 }
 
@@ -251,7 +251,7 @@ fn oracle(major: PgMajor) -> Result<()> {
     let mut rng = Rng::new();
     let mut next_id = 2i64;
     for _ in 0..150 {
-        workload_step(&h, &mut rng, &mut next_id, &copy_file)?;
+        workload_step(&h.source, &mut rng, &mut next_id, &copy_file)?;
     }
     // A transaction many times the 4 MB budget: it spills and streams back.
     h.source.psql(&format!(
@@ -317,6 +317,104 @@ fn workload_step_after_ddl(h: &StreamHarness, rng: &mut Rng, next_id: &mut i64) 
     };
     h.source.psql(&sql)?;
     Ok(())
+}
+
+/// `kill -9` of `walshadow run` at random moments (at least 20 times) and
+/// the ClickHouse engine stopped for a minute, while the workload runs:
+/// afterwards equal, nothing twice.
+fn crashes(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(
+        major,
+        "crash",
+        &[
+            "public.orders",
+            "public.events",
+            "public.full_ident",
+            "public.scratch",
+        ],
+        "[stream]\nmemory_mb = 2\n",
+    )?;
+    h.source.psql(SCHEMA)?;
+    h.init()?;
+    h.start_run()?;
+    let copy_file = format!(
+        "/tmp/walshadow-crash-{}-{}.csv",
+        std::process::id(),
+        major.number()
+    );
+    let mut rng = Rng::new();
+    let kills = std::env::var("WALSHADOW_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20usize);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let mut workload_rng = Rng(rng.next() | 1);
+    std::thread::scope(|scope| -> Result<()> {
+        let source = std::sync::Arc::clone(&h.source);
+        let done_ref = &done;
+        let copy_file = &copy_file;
+        let workload = scope.spawn(move || -> Result<usize> {
+            let mut next_id = 2i64;
+            let mut steps = 0;
+            while !done_ref.load(std::sync::atomic::Ordering::Relaxed) {
+                workload_step(&source, &mut workload_rng, &mut next_id, copy_file)?;
+                steps += 1;
+                // A steady stream, not a flood: the point is the kills.
+                std::thread::sleep(Duration::from_millis(20));
+                if steps % 100 == 0 {
+                    // Now and then a transaction larger than the 2 MB budget.
+                    source.psql(&format!(
+                        "insert into orders (id, customer, note) select g, 'big', repeat(md5(g::text), 4) from generate_series({next_id}, {}) g",
+                        next_id + 9_999
+                    ))?;
+                    next_id += 10_000;
+                }
+            }
+            Ok(steps)
+        });
+        let result = (|| -> Result<()> {
+            for i in 0..kills {
+                std::thread::sleep(Duration::from_millis(300 + rng.below(1500)));
+                h.kill_run()?;
+                h.start_run()?;
+                if i == kills / 2 {
+                    // ClickHouse away for a minute: walshadow waits, keeps the
+                    // slot, and catches up when it is back.
+                    h.ch.stop()?;
+                    std::thread::sleep(Duration::from_secs(60));
+                    h.ch.start_again()?;
+                }
+            }
+            Ok(())
+        })();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let steps = workload
+            .join()
+            .map_err(|_| anyhow::anyhow!("workload panicked"))??;
+        eprintln!("{kills} kills during {steps} workload steps");
+        result
+    })?;
+    h.check_running()?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal("public.orders", "orders", &orders_columns(false))?;
+    h.assert_equal("public.events", "events", &events_columns())?;
+    h.assert_equal("public.full_ident", "full_ident", &full_columns())?;
+    h.assert_equal("public.scratch", "scratch", &[same("k"), same("v")])?;
+    let status = h.cli_ok(&["status", "--config", h.config()])?;
+    ensure!(!status.contains("STOPPED"), "a table stopped:\n{status}");
+    h.stop_run()?;
+    let _ = std::fs::remove_file(&copy_file);
+    Ok(())
+}
+
+#[test]
+fn pg15_kill_9_and_clickhouse_down_stay_equal() -> Result<()> {
+    crashes(PgMajor::V15)
+}
+
+#[test]
+fn pg18_kill_9_and_clickhouse_down_stay_equal() -> Result<()> {
+    crashes(PgMajor::V18)
 }
 
 #[test]

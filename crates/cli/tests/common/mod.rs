@@ -39,7 +39,8 @@ pub fn same(name: &str) -> OracleColumn {
 }
 
 pub struct StreamHarness {
-    pub source: Cluster,
+    /// Shared with workload threads.
+    pub source: std::sync::Arc<Cluster>,
     pub ch: ClickHouseEngine,
     pub config: PathBuf,
     pub data_dir: PathBuf,
@@ -75,7 +76,7 @@ impl StreamHarness {
         }
         std::fs::write(&config, text)?;
         Ok(StreamHarness {
-            source,
+            source: std::sync::Arc::new(source),
             ch,
             config,
             data_dir,
