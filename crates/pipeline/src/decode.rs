@@ -63,6 +63,7 @@ pub struct CommitEvent {
     /// Its invalidation messages concern this database's catalog.
     pub catalog_changed: bool,
     /// Relation OIDs the invalidations name (relcache messages).
+    /// (`end` is the aligned end, see [`aligned_end`].)
     pub relcache_invals: Vec<Oid>,
 }
 
@@ -75,6 +76,14 @@ pub enum DecodeError {
     Xact(#[from] walshadow_wal_decode::XactDecodeError),
     #[error(transparent)]
     Standby(#[from] walshadow_wal_decode::StandbyDecodeError),
+}
+
+/// Where the next record may start after one ending at `end`: PostgreSQL's
+/// `EndRecPtr` (xlogreader.c, `RecPtr + MAXALIGN(total_len)`), the position
+/// a standby reports as replayed and `pg_current_wal_lsn()` shows after a
+/// commit.
+pub fn aligned_end(end: Lsn) -> Lsn {
+    Lsn(end.0.saturating_add(7) & !7)
 }
 
 fn owned(t: &TupleBytes<'_>) -> OwnedTuple {
@@ -154,7 +163,7 @@ pub fn record_events(
                     subxacts: c.subxacts,
                     prepared: c.twophase_xid.is_some(),
                     lsn: rec.lsn,
-                    end: rec.end,
+                    end: aligned_end(rec.end),
                     commit_time: c.commit_time,
                     catalog_changed: !relevant.is_empty(),
                     relcache_invals,

@@ -366,9 +366,11 @@ impl Streamer {
                 self.on_event(lsn, end, event).await?;
             }
             self.events = events;
+            let end = crate::decode::aligned_end(end);
             self.decoded = end;
-            if self.assembler.open_transactions().is_empty() && self.spec.is_none() {
-                // Nothing open: everything up to here is decided.
+            if self.assembler.restart_lsn().is_none() {
+                // No transaction holds changes: everything up to here is
+                // decided.
                 self.safe.0 = self.safe.0.max(end);
                 self.safe.1 = self.safe.1.max(end);
             }

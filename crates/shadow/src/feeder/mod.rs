@@ -265,8 +265,9 @@ impl Feeder {
         }
     }
 
-    /// Holds the standby at `lsn`: WAL from `lsn` on is not sent (and not
-    /// advertised) until the ceiling rises. `Lsn::MAX` lifts it. Lowering it
+    /// Holds the standby at `lsn`: it replays no record ending past `lsn`
+    /// (only the byte at `lsn` is sent beyond it, so a record ending exactly
+    /// there is replayed) until the ceiling rises. `Lsn::MAX` lifts it. Lowering it
     /// below what was already sent holds the standby where it is.
     pub fn set_ceiling(&self, lsn: Lsn) {
         self.ceiling.ceiling.send_if_modified(|c| {

@@ -658,8 +658,12 @@ impl Session {
                 None => end.lsn,
             };
             // The replay ceiling caps what is sent (and advertised), never
-            // the end of an old timeline.
-            let cap = limit.min(*ceiling.borrow_and_update());
+            // the end of an old timeline. One byte more than the ceiling: a
+            // standby reads a record only once it holds a byte past its end
+            // (xlogrecovery.c WaitForWALToBecomeAvailable, `RecPtr <
+            // flushedUpto`), and one byte of the next record never completes
+            // it.
+            let cap = limit.min(Lsn(ceiling.borrow_and_update().0.saturating_add(1)));
 
             if !done_sending && sent < cap {
                 let limit = cap;
