@@ -86,13 +86,20 @@ fn big_transaction(major: PgMajor) -> Result<()> {
     let n = h.assert_equal(
         "public.big",
         "big",
-        &[same("id"), col("md5(payload)", "lower(hex(MD5(payload)))"), same("n")],
+        &[
+            same("id"),
+            col("md5(payload)", "lower(hex(MD5(payload)))"),
+            same("n"),
+        ],
     )?;
     ensure!(n as u64 == rows, "{n} rows, wanted {rows}");
     let leftovers: Vec<_> = std::fs::read_dir(h.state_dir.join("spill"))?
         .filter_map(|e| e.ok())
         .collect();
-    ensure!(leftovers.is_empty(), "spill files left behind: {leftovers:?}");
+    ensure!(
+        leftovers.is_empty(),
+        "spill files left behind: {leftovers:?}"
+    );
     h.stop_run()?;
     Ok(())
 }

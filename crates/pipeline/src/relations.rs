@@ -144,7 +144,7 @@ impl Relations {
 
     async fn classify(&mut self, desc: RelationDesc) -> Result<Resolved, ResolveError> {
         if desc.relkind == "t" {
-            if self.toast_owner.is_empty() {
+            if !self.toast_owner.contains_key(&desc.oid) {
                 self.learn_toast_owners().await?;
             }
             return Ok(match self.toast_owner.get(&desc.oid) {
@@ -213,15 +213,16 @@ impl Relations {
             .map(Arc::new))
     }
 
-    /// Names of relations `oids` (for TRUNCATE), as `schema.name` of their
-    /// partition root when pinned.
-    pub async fn pinned_keys_of(
+    /// The pinned tables a TRUNCATE of relations `oids` touches, as
+    /// `schema.name` of their partition root, each with whether the whole
+    /// table is truncated (every leaf partition, or the table itself).
+    pub async fn truncated_tables(
         &mut self,
         feeder: &Feeder,
         oids: &[Oid],
-    ) -> Result<Vec<String>, ResolveError> {
+    ) -> Result<Vec<(String, bool)>, ResolveError> {
         self.ready(feeder).await?;
-        let mut keys = Vec::new();
+        let mut roots: Vec<(String, Oid, Vec<Oid>)> = Vec::new();
         for &oid in oids {
             let Some(mut d) = self.by_oid_cached(oid).await? else {
                 continue;
@@ -236,10 +237,21 @@ impl Relations {
                 }
             }
             let key = format!("{}.{}", d.schema, d.name);
-            if self.pinned.contains(&key) && !keys.contains(&key) {
-                keys.push(key);
+            if !self.pinned.contains(&key) {
+                continue;
+            }
+            match roots.iter_mut().find(|(k, _, _)| *k == key) {
+                Some((_, _, parts)) => parts.push(oid),
+                None => roots.push((key, d.oid, vec![oid])),
             }
         }
-        Ok(keys)
+        let mut out = Vec::new();
+        for (key, root, truncated) in roots {
+            let leaves = self.catalog.leaf_partitions(root).await?;
+            let whole = leaves.iter().all(|l| truncated.contains(l))
+                && (!leaves.is_empty() || truncated.contains(&root));
+            out.push((key, whole));
+        }
+        Ok(out)
     }
 }

@@ -108,20 +108,7 @@ pub async fn status(config: &Config) -> Result<StatusReport, ReportError> {
     });
     let tables = match (&file, &progress) {
         (Some(f), _) => f.tables.clone(),
-        (None, Some(p)) => p
-            .tables
-            .iter()
-            .map(|(k, t)| {
-                (
-                    k.clone(),
-                    TableStatus {
-                        destination: t.destination.clone(),
-                        rows: t.rows,
-                        stopped: t.stopped.clone(),
-                    },
-                )
-            })
-            .collect(),
+        (None, Some(p)) => TableStatus::all(&p.tables),
         (None, None) => Default::default(),
     };
     Ok(StatusReport {

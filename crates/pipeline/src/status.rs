@@ -20,6 +20,25 @@ pub struct TableStatus {
     pub stopped: Option<Stopped>,
 }
 
+impl TableStatus {
+    /// The status of every table in `tables` (from the progress file).
+    pub fn all(
+        tables: &BTreeMap<String, crate::progress::TableProgress>,
+    ) -> BTreeMap<String, TableStatus> {
+        tables
+            .iter()
+            .map(|(k, t)| {
+                let status = TableStatus {
+                    destination: t.destination.clone(),
+                    rows: t.rows,
+                    stopped: t.stopped.clone(),
+                };
+                (k.clone(), status)
+            })
+            .collect()
+    }
+}
+
 /// The daemon's positions and counters.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusFile {

@@ -856,12 +856,23 @@ impl Streamer {
 
     async fn apply_truncate(&mut self, c: &CommitEvent, oids: &[Oid]) -> Result<(), StreamError> {
         let feeder = &self.shadow.feeder;
-        let keys = match self.relations.as_mut() {
-            Some(r) => r.pinned_keys_of(feeder, oids).await?,
+        let tables = match self.relations.as_mut() {
+            Some(r) => r.truncated_tables(feeder, oids).await?,
             None => return Ok(()),
         };
-        for key in keys {
+        for (key, whole) in tables {
             if self.is_stopped(&key) {
+                continue;
+            }
+            if !whole {
+                // The ClickHouse table cannot tell which rows came from
+                // which partition.
+                self.stop_table(
+                    &key,
+                    c.lsn,
+                    format!("TRUNCATE of some partitions of {key} (not all of them)"),
+                    "ClickHouse holds the whole table without its partitioning, so the truncated partitions' rows cannot be singled out; load the table again (or use DELETE instead of TRUNCATE on single partitions)".into(),
+                );
                 continue;
             }
             // Rows before the TRUNCATE land first, then all of them go; a
@@ -973,21 +984,7 @@ impl Streamer {
             open_transactions: self.assembler.open_transactions().len(),
             memory_used: self.assembler.memory_used(),
             spilled_bytes: self.assembler.spilled_bytes(),
-            tables: self
-                .progress
-                .tables
-                .iter()
-                .map(|(k, t)| {
-                    (
-                        k.clone(),
-                        TableStatus {
-                            destination: t.destination.clone(),
-                            rows: t.rows,
-                            stopped: t.stopped.clone(),
-                        },
-                    )
-                })
-                .collect(),
+            tables: TableStatus::all(&self.progress.tables),
         };
         if let Err(e) = status.write(&self.state_dir) {
             tracing::debug!("writing status: {e}");

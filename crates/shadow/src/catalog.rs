@@ -128,10 +128,15 @@ impl ShadowCatalog {
             };
             let r = self
                 .query(&format!(
-                    "select c.reltoastrelid from pg_partition_tree(to_regclass(format('%I.%I', {}, {}))) p
-                       join pg_class c on c.oid = p.relid where c.reltoastrelid <> 0",
-                    quote_literal(schema),
-                    quote_literal(name)
+                    // pg_partition_tree gives nothing for a table that is not
+                    // partitioned: the table itself is asked for separately.
+                    "select c.reltoastrelid from pg_class c
+                      where c.reltoastrelid <> 0
+                        and c.oid in (select to_regclass(format('%I.%I', {s}, {n}))
+                                      union all
+                                      select relid from pg_partition_tree(to_regclass(format('%I.%I', {s}, {n}))))",
+                    s = quote_literal(schema),
+                    n = quote_literal(name)
                 ))
                 .await?;
             out.extend(
@@ -141,6 +146,19 @@ impl ShadowCatalog {
             );
         }
         Ok(out)
+    }
+
+    /// The leaf partitions of partitioned table `oid` (empty for a table
+    /// that is not partitioned).
+    pub async fn leaf_partitions(&mut self, oid: Oid) -> Result<Vec<Oid>, CatalogError> {
+        let r = self
+            .query(&format!(
+                "select relid from pg_partition_tree({oid}) where isleaf and relid <> {oid}"
+            ))
+            .await?;
+        Ok((0..r.rows.len())
+            .filter_map(|i| r.text(i, 0)?.parse().ok())
+            .collect())
     }
 
     /// The relation `schema.name`, if it exists.
