@@ -262,6 +262,13 @@ fn oracle(major: PgMajor) -> Result<()> {
     h.source.psql(
         "begin; truncate scratch; insert into scratch values (1000, 'after truncate'); commit",
     )?;
+    // Rows written, then the table moved to a new file in the same
+    // transaction: the rows are still the table's.
+    h.source.psql(
+        "begin; insert into scratch values (2000, 'before cluster'); cluster scratch using scratch_pkey; insert into scratch values (2001, 'after cluster'); commit;
+         set allow_in_place_tablespaces = on; create tablespace walshadow_ts location '';
+         begin; insert into scratch values (2002, 'before set tablespace'); update scratch set v = 'moved' where k = 1000; alter table scratch set tablespace walshadow_ts; insert into scratch values (2003, 'after set tablespace'); commit;",
+    )?;
     h.wait_caught_up(CATCH_UP)?;
     let n = h.assert_equal("public.orders", "orders", &orders_columns(false))?;
     ensure!(n > 200_000, "only {n} orders rows");

@@ -64,6 +64,12 @@ pub struct Relations {
     /// `catalog_lsn` has been replayed by the shadow.
     replayed: bool,
     by_file: HashMap<RelFileLocator, Resolved>,
+    /// Relation files of pinned tables as earlier catalog versions had
+    /// them, by relfilenumber (this database only). A transaction that
+    /// writes rows and then moves its table to a new file (`CLUSTER`,
+    /// `SET TABLESPACE`, `TRUNCATE`, a rewriting `ALTER TABLE`) commits with
+    /// the old file pointing nowhere; its rows are still the table's.
+    earlier_files: HashMap<Oid, Resolved>,
     by_oid: HashMap<Oid, Option<Arc<RelationDesc>>>,
     /// TOAST relation OID → pinned key of its owner, filled as owners
     /// resolve.
@@ -84,6 +90,7 @@ impl Relations {
             catalog_lsn,
             replayed: false,
             by_file: HashMap::new(),
+            earlier_files: HashMap::new(),
             by_oid: HashMap::new(),
             toast_owner: HashMap::new(),
         })
@@ -94,7 +101,11 @@ impl Relations {
     pub fn catalog_changed(&mut self, lsn: Lsn) {
         self.catalog_lsn = lsn;
         self.replayed = false;
-        self.by_file.clear();
+        for (file, r) in self.by_file.drain() {
+            if matches!(r, Resolved::Pinned { .. } | Resolved::Toast { .. }) {
+                self.earlier_files.insert(file.rel_number, r);
+            }
+        }
         self.by_oid.clear();
         self.toast_owner.clear();
     }
@@ -135,7 +146,11 @@ impl Relations {
             .relation_by_file(file.spc_oid, file.rel_number)
             .await?
         {
-            None => Resolved::Other,
+            None => self
+                .earlier_files
+                .get(&file.rel_number)
+                .cloned()
+                .unwrap_or(Resolved::Other),
             Some(desc) => self.classify(desc).await?,
         };
         self.by_file.insert(file, resolved.clone());
@@ -193,6 +208,21 @@ impl Relations {
             self.toast_owner.insert(toast, key);
         }
         Ok(())
+    }
+
+    /// Remembers `desc`'s file as pinned table `key`'s (see
+    /// `earlier_files`); a file number reused later by another relation
+    /// is resolved by the catalog first.
+    pub fn remember_file(&mut self, key: &str, desc: &Arc<RelationDesc>) {
+        if desc.relfilenode != 0 {
+            self.earlier_files.insert(
+                desc.relfilenode,
+                Resolved::Pinned {
+                    key: key.to_owned(),
+                    desc: Arc::clone(desc),
+                },
+            );
+        }
     }
 
     /// The pinned table `key` (`schema.name`) as the catalog has it now, or

@@ -532,6 +532,7 @@ impl Streamer {
             let Some(desc) = relations.pinned_table(feeder, &key).await? else {
                 continue;
             };
+            relations.remember_file(&key, &desc);
             if let Err(e) = RowDecoder::new(&desc) {
                 self.stop_table(&key, lsn, e.to_string(), "the table cannot be streamed with a column of this type; change the column's type on the source, or unpin the table".into());
                 continue;
