@@ -459,14 +459,14 @@ impl Streamer {
         }
         self.spec = None;
         self.toast = ToastChunks::new();
+        // Decoding restarts at the first change of the oldest transaction
+        // still open, or right after this commit.
         let restart = self.assembler.restart_lsn().unwrap_or(c.end).min(c.end);
-        if !skip {
-            self.safe = (c.end, restart, c.commit_time);
+        if skip {
+            // Already in ClickHouse: only the restart position moves.
+            self.safe = (self.safe.0.max(c.end), restart, self.safe.2);
         } else {
-            self.safe.1 = self
-                .safe
-                .1
-                .max(restart.min(self.progress.restart.max(restart)));
+            self.safe = (c.end, restart, c.commit_time);
         }
         Ok(())
     }
