@@ -363,7 +363,6 @@ mod tests {
             b.push(&[Value::Int32(3)], &meta(30)),
             Err(PushError::Full { .. })
         ));
-        // A bad row is refused without touching the batch.
         let s = b.seal().unwrap();
         assert_eq!(s.rows, 2);
         assert_eq!(s.body.len(), 2 * (4 + 8 + 8 + 4 + 8 + 1));
@@ -371,6 +370,7 @@ mod tests {
         assert_eq!(s.last, (Lsn(20), Lsn(19)));
         assert_eq!(s.range_token(), "t/A.9-14.13/2");
         assert!(b.is_empty() && b.deadline().is_none());
+        // A bad row is refused without touching the batch.
         assert!(matches!(
             b.push(&[Value::Null], &meta(30)),
             Err(PushError::Encode(_))
@@ -397,6 +397,10 @@ mod tests {
         assert!(!b.is_due(deadline - Duration::from_millis(1)));
         assert!(b.is_due(deadline));
         b.push(&[Value::Int32(2)], &meta(11)).unwrap();
-        assert!(b.is_due(Instant::now()), "66 bytes ≥ 40");
+        // Before the deadline, so only the byte limit can make it due.
+        assert!(
+            b.is_due(deadline - Duration::from_millis(1)),
+            "66 bytes ≥ 40"
+        );
     }
 }

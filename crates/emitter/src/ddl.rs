@@ -245,14 +245,44 @@ impl SchemaDiff {
         default_of: impl Fn(&DestColumn) -> Option<Value>,
     ) -> Result<Vec<String>, SchemaError> {
         let mut out = Vec::new();
+        // Drops first: a rename may take a dropped column's name.
+        for change in &self.changes {
+            if let SchemaChange::DropColumn { name } = change {
+                out.push(drop_column_sql(database, table, name));
+            }
+        }
+        // Renames that take each other's names (a→b, b→a) go through a
+        // temporary name each: ClickHouse refuses a rename onto a live column.
+        let renames: Vec<(i16, &str, &str)> = self
+            .changes
+            .iter()
+            .filter_map(|c| match c {
+                SchemaChange::RenameColumn { attnum, from, to } => {
+                    Some((*attnum, from.as_str(), to.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
+        let crossing = renames
+            .iter()
+            .any(|(_, _, to)| renames.iter().any(|(_, from, _)| from == to));
+        if crossing {
+            for (attnum, from, _) in &renames {
+                let tmp = format!("__walshadow_rename_{attnum}");
+                out.push(rename_column_sql(database, table, from, &tmp));
+            }
+            for (attnum, _, to) in &renames {
+                let tmp = format!("__walshadow_rename_{attnum}");
+                out.push(rename_column_sql(database, table, &tmp, to));
+            }
+        } else {
+            for (_, from, to) in &renames {
+                out.push(rename_column_sql(database, table, from, to));
+            }
+        }
         for change in &self.changes {
             match change {
-                SchemaChange::DropColumn { name } => {
-                    out.push(drop_column_sql(database, table, name))
-                }
-                SchemaChange::RenameColumn { from, to, .. } => {
-                    out.push(rename_column_sql(database, table, from, to))
-                }
+                SchemaChange::DropColumn { .. } | SchemaChange::RenameColumn { .. } => {}
                 SchemaChange::MakeNullable { name, ch_type }
                 | SchemaChange::MakeNotNull { name, ch_type } => {
                     out.extend(modify_nullability_sql(database, table, name, ch_type))

@@ -304,7 +304,11 @@ pub(crate) fn encode_value(
             // The stored int8 is in the currency's smallest unit; the
             // mapping assumes two fractional digits (see crate::types).
             let digits = i128::from(*cents).unsigned_abs();
-            if *scale != 2 || digits >= 10u128.pow(u32::from(*precision)) {
+            // 10^p overflows u128 from p = 39 on; every i64 fits there.
+            let too_wide = 10u128
+                .checked_pow(u32::from(*precision))
+                .is_some_and(|limit| digits >= limit);
+            if *scale != 2 || too_wide {
                 return Err(EncodeErrorKind::DecimalRange {
                     value: cents.to_string(),
                     ch_type: ty.to_string(),
@@ -631,6 +635,10 @@ mod tests {
             err(&d(18, 2), &Value::Money(i64::MAX)),
             EncodeErrorKind::DecimalRange { .. }
         ));
+        // A precision whose 10^p overflows u128 holds any money value.
+        let wide = enc(&d(76, 2), &Value::Money(i64::MIN));
+        assert_eq!(wide[..16], i128::from(i64::MIN).to_le_bytes());
+        assert!(wide[16..].iter().all(|&b| b == 0xff));
         // Unconstrained numeric is text.
         assert_eq!(
             enc(&ChType::String, &Value::Numeric(Numeric::NegInfinity)),

@@ -366,20 +366,10 @@ fn type_name(type_oid: Oid, types: &[TypeDesc]) -> String {
 mod tests {
     use super::*;
 
-    pub(crate) fn attr(name: &str, type_oid: Oid, typmod: i32, not_null: bool) -> AttributeDesc {
+    fn attr(name: &str, type_oid: Oid, typmod: i32, not_null: bool) -> AttributeDesc {
         AttributeDesc {
-            attnum: 1,
-            name: name.into(),
-            type_oid,
             typmod,
-            len: -1,
-            by_value: false,
-            align: "i".into(),
-            storage: "x".into(),
-            not_null,
-            dropped: false,
-            ndims: 0,
-            missing_value: None,
+            ..crate::schema::tests::attr(1, name, type_oid, not_null)
         }
     }
 

@@ -11,6 +11,8 @@
 //! table-driven `mulShift` replaced by exact big-integer arithmetic (it
 //! computes the same floors).
 
+use std::fmt::Write as _;
+
 /// `floor(n * 2^e2 / 10^s)`, exactly; and whether the division was exact.
 fn scaled(n: u64, e2: i32, s: i32) -> (u64, bool) {
     let a = e2 - s;
@@ -345,7 +347,7 @@ fn layout(
     }
     out.push('e');
     out.push(if display_exp < 0 { '-' } else { '+' });
-    out.push_str(&format!("{:02}", display_exp.unsigned_abs()));
+    let _ = write!(out, "{:02}", display_exp.unsigned_abs());
 }
 
 fn special(out: &mut String, nan: bool, inf: bool, zero: bool, negative: bool) -> bool {

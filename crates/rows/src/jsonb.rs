@@ -159,10 +159,9 @@ fn write_scalar<'a>(
     c: &Container<'a>,
     i: usize,
 ) -> Result<Option<&'a [u8]>, DatumError> {
-    let (ty, _) = c.child(i, false)?;
+    let (ty, b) = c.child(i, false)?;
     match ty {
         JENTRY_ISSTRING => {
-            let (_, b) = c.child(i, false)?;
             let s = std::str::from_utf8(b).map_err(|_| bad("string is not valid UTF-8"))?;
             escape_json(out, s);
         }

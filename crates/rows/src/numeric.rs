@@ -12,6 +12,8 @@
 //! Digits are int16 in base 10000, most significant first; the value is
 //! `sum(digit[i] * 10000^(weight - i))`.
 
+use std::fmt::Write as _;
+
 use crate::bytes::{i16_at, u16_at};
 use crate::error::DatumError;
 use crate::value::Numeric;
@@ -144,24 +146,27 @@ impl Numeric {
         if negative {
             out.push('-');
         }
+        // Written straight into `out`: this runs per value for columns
+        // replicated as text.
         if weight < 0 {
             out.push('0');
         } else {
-            out.push_str(&digit(0).to_string());
+            let _ = write!(out, "{}", digit(0));
             for i in 1..=weight {
-                out.push_str(&format!("{:04}", digit(i)));
+                let _ = write!(out, "{:04}", digit(i));
             }
         }
         if dscale > 0 {
             out.push('.');
-            let mut frac = String::with_capacity(dscale + DEC_DIGITS);
+            let frac_start = out.len();
+            out.reserve(dscale + DEC_DIGITS);
             let mut i = weight + 1;
-            while frac.len() < dscale {
-                frac.push_str(&format!("{:04}", digit(i)));
+            while out.len() - frac_start < dscale {
+                let _ = write!(out, "{:04}", digit(i));
                 i += 1;
             }
-            frac.truncate(dscale);
-            out.push_str(&frac);
+            // ASCII digits only, so any length is a char boundary.
+            out.truncate(frac_start + dscale);
         }
     }
 

@@ -569,18 +569,19 @@ impl Assembler {
     /// Open and prepared transactions (subxacts folded into their top-level
     /// transaction), oldest first.
     pub fn open_transactions(&self) -> Vec<OpenTxn> {
+        let empty = |xid| OpenTxn {
+            xid,
+            prepared: false,
+            subxacts: 0,
+            first_lsn: None,
+            changes: 0,
+            memory_bytes: 0,
+            spilled_bytes: 0,
+        };
         let mut by_top: HashMap<Xid, OpenTxn> = HashMap::new();
         for b in self.bufs.values() {
             let top = b.prepared_as.or(b.top).unwrap_or(b.xid);
-            let e = by_top.entry(top).or_insert_with(|| OpenTxn {
-                xid: top,
-                prepared: false,
-                subxacts: 0,
-                first_lsn: None,
-                changes: 0,
-                memory_bytes: 0,
-                spilled_bytes: 0,
-            });
+            let e = by_top.entry(top).or_insert_with(|| empty(top));
             if b.xid != top {
                 e.subxacts += 1;
             }
@@ -594,15 +595,7 @@ impl Assembler {
             e.spilled_bytes += b.spilled_bytes();
         }
         for &xid in self.prepared.keys() {
-            by_top.entry(xid).or_insert(OpenTxn {
-                xid,
-                prepared: true,
-                subxacts: 0,
-                first_lsn: None,
-                changes: 0,
-                memory_bytes: 0,
-                spilled_bytes: 0,
-            });
+            by_top.entry(xid).or_insert_with(|| empty(xid)).prepared = true;
         }
         let mut out: Vec<OpenTxn> = by_top.into_values().collect();
         // Transactions without changes last.
@@ -640,12 +633,8 @@ impl Assembler {
 impl Drop for Assembler {
     /// Spill files are scratch: a clean shutdown leaves none behind.
     fn drop(&mut self) {
-        for (_, b) in self.bufs.drain() {
-            self.acct.release(b.mem_bytes);
-            if let Some(f) = b.spill {
-                f.remove();
-                self.acct.spill_shrank(f.len);
-            }
+        for b in std::mem::take(&mut self.bufs).into_values() {
+            self.discard(b);
         }
     }
 }

@@ -77,7 +77,6 @@ pub(crate) struct SpillFile {
     pub xid: Xid,
     /// Bytes written and kept, header included.
     pub len: u64,
-    pub frames: u64,
     /// A failed append could not be cut back off: reading must refuse.
     pub damaged: bool,
 }
@@ -102,7 +101,6 @@ impl SpillFile {
             path,
             xid,
             len: FILE_HEADER_LEN,
-            frames: 0,
             damaged: false,
         })
     }
@@ -131,16 +129,14 @@ impl SpillFile {
             path: &self.path,
             out: BufWriter::with_capacity(WRITE_BUFFER_BYTES, file),
             written: 0,
-            frames: 0,
         };
         let result = fill(&mut fw).and_then(|()| fw.out.flush().map_err(write_err));
-        let (written, frames) = (fw.written, fw.frames);
+        let written = fw.written;
         // Dropping the writer may flush once more; cut back after that.
         drop(fw);
         match result {
             Ok(()) => {
                 self.len += written;
-                self.frames += frames;
                 Ok(written)
             }
             Err(e) => {
@@ -177,7 +173,6 @@ pub(crate) struct FrameWriter<'a> {
     path: &'a Path,
     out: BufWriter<File>,
     written: u64,
-    frames: u64,
 }
 
 impl FrameWriter<'_> {
@@ -198,7 +193,6 @@ impl FrameWriter<'_> {
             source,
         })?;
         self.written += frame_len(payload.len());
-        self.frames += 1;
         Ok(())
     }
 }
@@ -346,9 +340,7 @@ impl SpillReader {
 
     /// Reads the peeked frame's payload and checks its CRC.
     pub fn take(&mut self) -> Result<(Lsn, Vec<u8>), TxnError> {
-        if self.peeked.is_none() && self.peek_lsn()?.is_none() {
-            return Err(self.corrupt(self.offset, "read past the last frame".into()));
-        }
+        self.peek_lsn()?;
         let Some(p) = self.peeked.take() else {
             return Err(self.corrupt(self.offset, "read past the last frame".into()));
         };

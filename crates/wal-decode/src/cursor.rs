@@ -63,6 +63,14 @@ impl<'a> Cursor<'a> {
         Ok(i64::from_le_bytes(self.array()?))
     }
 
+    /// `n` little-endian `u32`s; the length is checked before anything is
+    /// allocated, so a hostile count costs nothing.
+    pub(crate) fn u32s(&mut self, n: usize) -> Result<Vec<u32>, Truncated> {
+        let raw = self.take(n.checked_mul(4).ok_or(Truncated)?)?;
+        let mut words = Cursor::new(raw);
+        (0..n).map(|_| words.u32()).collect()
+    }
+
     /// Everything not read yet.
     pub(crate) fn rest(&mut self) -> &'a [u8] {
         let out = self.buf.get(self.pos..).unwrap_or_default();

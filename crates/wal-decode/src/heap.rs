@@ -624,15 +624,14 @@ fn decode_truncate<'a>(rec: &RecordView<'a>) -> Result<HeapChange<'a>, HeapError
     let flags = c.u8().map_err(trunc(what))?;
     c.take(3).map_err(trunc(what))?; // padding before relids
     debug_assert_eq!(c.position(), SIZE_OF_HEAP_TRUNCATE);
-    let raw = usize::try_from(nrelids)
-        .ok()
-        .and_then(|n| n.checked_mul(4))
-        .ok_or(HeapErrorKind::Truncated("truncate relids"))
-        .and_then(|len| c.take(len).map_err(trunc("truncate relids")))?;
+    let relids = usize::try_from(nrelids)
+        .map_err(|_| Truncated)
+        .and_then(|n| c.u32s(n))
+        .map_err(trunc("truncate relids"))?;
     no_trailing(&c, what)?;
     Ok(HeapChange::Truncate {
         db,
-        relids: u32s(raw),
+        relids,
         cascade: flags & XLH_TRUNCATE_CASCADE != 0,
         restart_seqs: flags & XLH_TRUNCATE_RESTART_SEQS != 0,
     })
@@ -652,13 +651,6 @@ fn decode_confirm<'a>(rec: &RecordView<'a>) -> Result<HeapChange<'a>, HeapErrorK
             offset: offnum,
         },
     })
-}
-
-/// Little-endian `u32`s of `raw` (a whole number of them).
-pub(crate) fn u32s(raw: &[u8]) -> Vec<u32> {
-    raw.chunks_exact(4)
-        .map(|w| w.try_into().map_or(0, u32::from_le_bytes))
-        .collect()
 }
 
 #[cfg(test)]

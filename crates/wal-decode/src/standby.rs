@@ -16,7 +16,6 @@
 use walshadow_types::{Lsn, Xid};
 
 use crate::cursor::{Cursor, Truncated};
-use crate::heap::u32s;
 use crate::record::RecordView;
 use crate::rmgr::RmgrId;
 
@@ -112,9 +111,7 @@ fn parse_running_xacts(data: &[u8]) -> Result<RunningXacts, StandbyErrorKind> {
     };
     // LogCurrentRunningXacts logs the array only when there is a top xid.
     let (xids, subxids) = if n > 0 {
-        let xids = u32s(c.take(n.checked_mul(4).ok_or(Truncated)?)?);
-        let subxids = u32s(c.take(m.checked_mul(4).ok_or(Truncated)?)?);
-        (xids, subxids)
+        (c.u32s(n)?, c.u32s(m)?)
     } else {
         (Vec::new(), Vec::new())
     };

@@ -28,7 +28,6 @@
 use walshadow_types::{Lsn, Oid, PgMajor, RelFileLocator, Xid};
 
 use crate::cursor::{Cursor, Truncated};
-use crate::heap::u32s;
 use crate::record::RecordView;
 use crate::rmgr::RmgrId;
 use crate::sinval::{Inval, SIZE_OF_INVAL};
@@ -503,7 +502,7 @@ fn array<'a>(
 }
 
 fn xids(c: &mut Cursor<'_>, n: usize, what: &'static str) -> Result<Vec<Xid>, XactErrorKind> {
-    Ok(u32s(array(c, n, 4, what)?))
+    c.u32s(n).map_err(trunc(what))
 }
 
 fn locators(
@@ -511,22 +510,17 @@ fn locators(
     n: usize,
     what: &'static str,
 ) -> Result<Vec<RelFileLocator>, XactErrorKind> {
-    let raw = array(c, n, SIZE_OF_RELFILELOCATOR, what)?;
-    Ok(raw
-        .chunks_exact(SIZE_OF_RELFILELOCATOR)
-        .map(|l| match *u32s(l) {
-            [spc_oid, db_oid, rel_number] => RelFileLocator {
-                spc_oid,
-                db_oid,
-                rel_number,
-            },
-            _ => RelFileLocator {
-                spc_oid: 0,
-                db_oid: 0,
-                rel_number: 0,
-            },
+    let mut items = Cursor::new(array(c, n, SIZE_OF_RELFILELOCATOR, what)?);
+    (0..n)
+        .map(|_| {
+            Ok(RelFileLocator {
+                spc_oid: items.u32()?,
+                db_oid: items.u32()?,
+                rel_number: items.u32()?,
+            })
         })
-        .collect())
+        .collect::<Result<_, Truncated>>()
+        .map_err(trunc(what))
 }
 
 /// `sizeof(xl_xact_stats_item)` of `major`.
@@ -540,20 +534,22 @@ fn stats_items(
     major: PgMajor,
     what: &'static str,
 ) -> Result<Vec<DroppedStats>, XactErrorKind> {
-    let size = stats_item_size(major);
-    let raw = array(c, n, size, what)?;
-    Ok(raw
-        .chunks_exact(size)
-        .map(|item| {
-            let w = u32s(item);
-            let word = |i: usize| w.get(i).copied().unwrap_or(0);
-            DroppedStats {
-                kind: word(0) as i32,
-                db: word(1),
-                objid: u64::from(word(2)) | (u64::from(word(3)) << 32),
-            }
+    let mut items = Cursor::new(array(c, n, stats_item_size(major), what)?);
+    (0..n)
+        .map(|_| {
+            Ok(DroppedStats {
+                kind: items.i32()?,
+                db: items.u32()?,
+                // objid_lo, objid_hi from 18: one little-endian u64.
+                objid: if major >= PgMajor::V18 {
+                    items.u64()?
+                } else {
+                    u64::from(items.u32()?)
+                },
+            })
         })
-        .collect())
+        .collect::<Result<_, Truncated>>()
+        .map_err(trunc(what))
 }
 
 fn invals(

@@ -8,11 +8,11 @@
 use std::io::Read;
 
 use walshadow_testkit::{Lsn, PgMajor, WaldumpRecord};
-use walshadow_types::RelFileLocator;
+use walshadow_types::{RelFileLocator, Xid};
 use walshadow_wal_decode::sinval::Inval;
 use walshadow_wal_decode::{
-    HeapChange, OldTuple, RecordView, RmgrId, WalRecord, XactRecord, decode_heap, decode_record,
-    decode_running_xacts, decode_xact, heap_record_name,
+    DroppedStats, HeapChange, OldTuple, RecordView, RmgrId, WalRecord, XactRecord, decode_heap,
+    decode_record, decode_running_xacts, decode_xact, heap_record_name,
 };
 
 pub fn unzstd(path: &str) -> Vec<u8> {
@@ -145,6 +145,10 @@ fn relpath(l: &RelFileLocator) -> String {
         1664 => format!("global/{}", l.rel_number),
         spc => format!("pg_tblspc/{spc}/.../{}/{}", l.db_oid, l.rel_number),
     }
+}
+
+fn relpaths(rels: &[RelFileLocator]) -> String {
+    rels.iter().map(relpath).collect::<Vec<_>>().join(" ")
 }
 
 /// `standby_desc_invalidations`' words for one message.
@@ -322,16 +326,11 @@ fn check_heap(
             rel,
             tid,
             tuple,
-            speculative,
             flags,
+            ..
         } => {
             eq("off", tid.offset, num(&toks, "off", 0)?)?;
             eq("flags", *flags, hex8(&toks, "flags")?)?;
-            eq(
-                "speculative",
-                *speculative,
-                flags & XLH_INSERT_IS_SPECULATIVE != 0,
-            )?;
             block_eq(dump, 0, *rel, tid.block)?;
             // Logical level keeps the tuple with an image; without the
             // flag an image drops it.
@@ -428,12 +427,11 @@ fn check_heap(
             rel,
             tid,
             old,
-            super_delete,
             flags,
+            ..
         } => {
             eq("off", tid.offset, num(&toks, "off", 0)?)?;
             eq("flags", *flags, hex8(&toks, "flags")?)?;
-            eq("super", *super_delete, flags & XLH_DELETE_IS_SUPER != 0)?;
             eq(
                 "old tuple kind",
                 old_flags(old),
@@ -469,6 +467,56 @@ fn check_heap(
     Ok(())
 }
 
+/// What commit and abort records share, as `xact_desc_commit` and
+/// `xact_desc_abort` print it.
+struct End<'a> {
+    /// `COMMIT` or `ABORT`; `_PREPARED` is appended for two-phase ones.
+    name: &'static str,
+    xid: Xid,
+    twophase_xid: Option<Xid>,
+    time: i64,
+    subxacts: &'a [Xid],
+    rels: &'a [RelFileLocator],
+    stats: &'a [DroppedStats],
+}
+
+fn check_end(rec: &RecordView<'_>, end: &End<'_>, kind: &str, body: &str) -> Result<(), String> {
+    let time = match end.twophase_xid {
+        Some(x) => {
+            eq("kind", kind.to_owned(), format!("{}_PREPARED", end.name))?;
+            body.strip_prefix(&format!("{x}: "))
+                .ok_or_else(|| format!("{kind} desc does not start with {x}"))?
+        }
+        None => {
+            eq("kind", kind, end.name)?;
+            eq("xid", end.xid, rec.xid())?;
+            body
+        }
+    };
+    time_eq(segments(time)[0], end.time)?;
+    eq(
+        "subxacts",
+        join(end.subxacts),
+        segment(body, "subxacts:").unwrap_or("").to_owned(),
+    )?;
+    eq(
+        "rels",
+        relpaths(end.rels),
+        segment(body, "rels:").unwrap_or("").to_owned(),
+    )?;
+    let stats = end
+        .stats
+        .iter()
+        .map(|s| format!("{}/{}/{}", s.kind, s.db, s.objid))
+        .collect::<Vec<_>>()
+        .join(" ");
+    eq(
+        "dropped stats",
+        stats,
+        segment(body, "dropped stats:").unwrap_or("").to_owned(),
+    )
+}
+
 fn check_xact(
     rec: &RecordView<'_>,
     x: &XactRecord<'_>,
@@ -477,86 +525,29 @@ fn check_xact(
 ) -> Result<(), String> {
     match x {
         XactRecord::Commit(c) => {
-            eq(
-                "kind",
-                kind,
-                if c.twophase_xid.is_some() {
-                    "COMMIT_PREPARED"
-                } else {
-                    "COMMIT"
-                },
-            )?;
-            let time = match c.twophase_xid {
-                Some(x) => body
-                    .strip_prefix(&format!("{x}: "))
-                    .ok_or_else(|| format!("COMMIT_PREPARED desc does not start with {x}"))?,
-                None => {
-                    eq("xid", c.xid, rec.xid())?;
-                    body
-                }
+            let end = End {
+                name: "COMMIT",
+                xid: c.xid,
+                twophase_xid: c.twophase_xid,
+                time: c.commit_time,
+                subxacts: &c.subxacts,
+                rels: &c.dropped_rels,
+                stats: &c.dropped_stats,
             };
-            time_eq(segments(time)[0], c.commit_time)?;
-            eq(
-                "subxacts",
-                join(&c.subxacts),
-                segment(body, "subxacts:").unwrap_or("").to_owned(),
-            )?;
-            eq(
-                "rels",
-                c.dropped_rels
-                    .iter()
-                    .map(relpath)
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                segment(body, "rels:").unwrap_or("").to_owned(),
-            )?;
-            let stats = c
-                .dropped_stats
-                .iter()
-                .map(|s| format!("{}/{}/{}", s.kind, s.db, s.objid))
-                .collect::<Vec<_>>()
-                .join(" ");
-            eq(
-                "dropped stats",
-                stats,
-                segment(body, "dropped stats:").unwrap_or("").to_owned(),
-            )?;
+            check_end(rec, &end, kind, body)?;
             invals_eq(body, &c.invals)?;
         }
         XactRecord::Abort(a) => {
-            eq(
-                "kind",
-                kind,
-                if a.twophase_xid.is_some() {
-                    "ABORT_PREPARED"
-                } else {
-                    "ABORT"
-                },
-            )?;
-            let time = match a.twophase_xid {
-                Some(x) => body
-                    .strip_prefix(&format!("{x}: "))
-                    .ok_or_else(|| format!("ABORT_PREPARED desc does not start with {x}"))?,
-                None => {
-                    eq("xid", a.xid, rec.xid())?;
-                    body
-                }
+            let end = End {
+                name: "ABORT",
+                xid: a.xid,
+                twophase_xid: a.twophase_xid,
+                time: a.abort_time,
+                subxacts: &a.subxacts,
+                rels: &a.dropped_rels,
+                stats: &a.dropped_stats,
             };
-            time_eq(segments(time)[0], a.abort_time)?;
-            eq(
-                "subxacts",
-                join(&a.subxacts),
-                segment(body, "subxacts:").unwrap_or("").to_owned(),
-            )?;
-            eq(
-                "rels",
-                a.dropped_rels
-                    .iter()
-                    .map(relpath)
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                segment(body, "rels:").unwrap_or("").to_owned(),
-            )?;
+            check_end(rec, &end, kind, body)?;
         }
         XactRecord::Prepare(p) => {
             eq("kind", kind, "PREPARE")?;
@@ -573,20 +564,12 @@ fn check_xact(
             )?;
             eq(
                 "commit rels",
-                p.commit_rels
-                    .iter()
-                    .map(relpath)
-                    .collect::<Vec<_>>()
-                    .join(" "),
+                relpaths(&p.commit_rels),
                 segment(body, "rels(commit):").unwrap_or("").to_owned(),
             )?;
             eq(
                 "abort rels",
-                p.abort_rels
-                    .iter()
-                    .map(relpath)
-                    .collect::<Vec<_>>()
-                    .join(" "),
+                relpaths(&p.abort_rels),
                 segment(body, "rels(abort):").unwrap_or("").to_owned(),
             )?;
             invals_eq(body, &p.invals)?;
