@@ -489,19 +489,13 @@ fn decode_ours(
     let mut records = set.records(tli, Some(start), Some(end))?;
     let (mut n_records, mut n_changes, mut n_values) = (0u64, 0u64, 0usize);
     let mut events = Vec::new();
-    let mut payload = Vec::new();
     let mut toast = ToastChunks::new();
     while let Some(rec) = records.next_ref()? {
         n_records += 1;
-        let lsn = rec.lsn;
         record_events(&rec, Some(db_oid), major, &mut events)?;
         for event in events.drain(..) {
             match event {
-                Event::Change { xid, seq, change } => {
-                    payload.clear();
-                    change.encode(&mut payload);
-                    asm.add(xid, seq.max(lsn), &payload)?;
-                }
+                Event::Change { xid, seq, payload } => asm.add(xid, seq, &payload)?,
                 Event::Assign { top, subxacts } => {
                     for s in subxacts {
                         asm.assign(top, s);

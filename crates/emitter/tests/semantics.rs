@@ -437,6 +437,29 @@ async fn schema_changes_follow_in_place() {
         "1\t10\t100\t7\t\\N\n3\t\\N\t300\t8\te\n"
     );
 
+    // Two columns swapping names: each goes through a temporary name.
+    let mut v3 = v2.clone();
+    v3.attributes[3].name = "d".into();
+    v3.attributes[4].name = "c".into();
+    let swapped = DestTable::new(&v3, &meta_cols).unwrap();
+    let statements = SchemaDiff::between(&new, &swapped)
+        .unwrap()
+        .ddl("ddl", "t", |_| None)
+        .unwrap();
+    for sql in &statements {
+        client
+            .execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    assert_eq!(
+        client
+            .query("SELECT id, c, d FROM ddl.t FINAL ORDER BY id")
+            .await
+            .unwrap(),
+        "1\t7\t100\n3\t8\t300\n"
+    );
+
     // What cannot follow in place is refused with the remedy.
     let mut retyped = v2.clone();
     retyped.attributes[3].type_oid = TEXT;

@@ -14,6 +14,7 @@
 //! ```
 
 use walshadow_types::{Oid, RelFileLocator};
+use walshadow_wal_decode::{OldTuple, TupleBytes};
 
 const VERSION: u8 = 1;
 
@@ -77,6 +78,17 @@ pub enum OldRow {
     Full(OwnedTuple),
 }
 
+impl OwnedTuple {
+    fn view(&self) -> TupleBytes<'_> {
+        TupleBytes {
+            infomask2: self.infomask2,
+            infomask: self.infomask,
+            hoff: self.hoff,
+            data: &self.data,
+        }
+    }
+}
+
 impl OldRow {
     pub fn tuple(&self) -> &OwnedTuple {
         match self {
@@ -102,37 +114,21 @@ pub struct Change {
 pub struct BadPayload(&'static str);
 
 impl Change {
+    /// Serializes this change (tests; the pipeline encodes straight from
+    /// the WAL record with [`encode_change`]).
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.push(VERSION);
-        out.push(self.kind.code());
-        for v in [self.rel.spc_oid, self.rel.db_oid, self.rel.rel_number] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        if self.kind == ChangeKind::Truncate {
-            out.extend_from_slice(&(self.truncated.len() as u32).to_le_bytes());
-            for r in &self.truncated {
-                out.extend_from_slice(&r.to_le_bytes());
-            }
-            return;
-        }
-        match &self.new {
-            Some(t) => {
-                out.push(1);
-                encode_tuple(t, out);
-            }
-            None => out.push(0),
-        }
-        match &self.old {
-            None => out.push(0),
-            Some(OldRow::Key(t)) => {
-                out.push(1);
-                encode_tuple(t, out);
-            }
-            Some(OldRow::Full(t)) => {
-                out.push(2);
-                encode_tuple(t, out);
-            }
-        }
+        let old = self.old.as_ref().map(|o| match o {
+            OldRow::Key(t) => OldTuple::Key(t.view()),
+            OldRow::Full(t) => OldTuple::Full(t.view()),
+        });
+        encode_change(
+            self.kind,
+            self.rel,
+            self.new.as_ref().map(OwnedTuple::view).as_ref(),
+            old.as_ref(),
+            &self.truncated,
+            out,
+        );
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Change, BadPayload> {
@@ -176,12 +172,54 @@ impl Change {
     }
 }
 
-fn encode_tuple(t: &OwnedTuple, out: &mut Vec<u8>) {
+/// Serializes a change straight from the tuples a WAL record carries (one
+/// copy of the tuple bytes, into `out`).
+pub fn encode_change(
+    kind: ChangeKind,
+    rel: RelFileLocator,
+    new: Option<&TupleBytes<'_>>,
+    old: Option<&OldTuple<'_>>,
+    truncated: &[Oid],
+    out: &mut Vec<u8>,
+) {
+    out.push(VERSION);
+    out.push(kind.code());
+    for v in [rel.spc_oid, rel.db_oid, rel.rel_number] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    if kind == ChangeKind::Truncate {
+        out.extend_from_slice(&(truncated.len() as u32).to_le_bytes());
+        for r in truncated {
+            out.extend_from_slice(&r.to_le_bytes());
+        }
+        return;
+    }
+    match new {
+        Some(t) => {
+            out.push(1);
+            encode_tuple(t, out);
+        }
+        None => out.push(0),
+    }
+    match old {
+        None => out.push(0),
+        Some(OldTuple::Key(t)) => {
+            out.push(1);
+            encode_tuple(t, out);
+        }
+        Some(OldTuple::Full(t)) => {
+            out.push(2);
+            encode_tuple(t, out);
+        }
+    }
+}
+
+fn encode_tuple(t: &TupleBytes<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(&t.infomask2.to_le_bytes());
     out.extend_from_slice(&t.infomask.to_le_bytes());
     out.push(t.hoff);
     out.extend_from_slice(&(t.data.len() as u32).to_le_bytes());
-    out.extend_from_slice(&t.data);
+    out.extend_from_slice(t.data);
 }
 
 struct Reader<'a>(&'a [u8]);

@@ -1,28 +1,31 @@
 //! WAL records to pipeline events: heap changes of the source database
-//! become owned [`Change`]s for the transaction assembler; transaction
+//! become serialized [`crate::change::Change`]s for the transaction
+//! assembler (encoded straight from the record's bytes); transaction
 //! records become commit/abort/prepare events.
 //!
 //! Follows decode.c's choices (what logical decoding reads from each
 //! record); everything else is skipped on purpose by the record parsers.
 
-use walshadow_types::{Lsn, Oid, PgMajor, Xid};
+use walshadow_types::{Lsn, Oid, PgMajor, RelFileLocator, Xid};
 use walshadow_wal_decode::{
     HeapChange, Inval, OldTuple, RecordView, RmgrId, TupleBytes, XactRecord, decode_heap,
     decode_running_xacts, decode_xact,
 };
 
-use crate::change::{Change, ChangeKind, OldRow, OwnedTuple};
+use crate::change::{ChangeKind, encode_change};
 
 /// What the pipeline does with a record.
 #[derive(Debug)]
 pub enum Event {
     /// A row change by `xid` (a subtransaction's xid when in one). `seq`
     /// is the record's LSN plus the tuple's index in a multi-insert: unique
-    /// per row, inside the record's own bytes.
+    /// per row, inside the record's own bytes. `payload` is the change
+    /// serialized for the assembler ([`crate::change`]), encoded straight
+    /// from the record.
     Change {
         xid: Xid,
         seq: Lsn,
-        change: Change,
+        payload: Vec<u8>,
     },
     /// `top` is the top-level transaction of `subxacts`.
     Assign {
@@ -57,14 +60,12 @@ pub struct CommitEvent {
     /// `COMMIT PREPARED`.
     pub prepared: bool,
     pub lsn: Lsn,
+    /// The aligned end of the commit record ([`aligned_end`]).
     pub end: Lsn,
     /// µs since 2000-01-01 UTC.
     pub commit_time: i64,
     /// Its invalidation messages concern this database's catalog.
     pub catalog_changed: bool,
-    /// Relation OIDs the invalidations name (relcache messages).
-    /// (`end` is the aligned end, see [`aligned_end`].)
-    pub relcache_invals: Vec<Oid>,
 }
 
 /// A record that does not parse.
@@ -84,23 +85,6 @@ pub enum DecodeError {
 /// commit.
 pub fn aligned_end(end: Lsn) -> Lsn {
     Lsn(end.0.saturating_add(7) & !7)
-}
-
-fn owned(t: &TupleBytes<'_>) -> OwnedTuple {
-    OwnedTuple {
-        infomask2: t.infomask2,
-        infomask: t.infomask,
-        hoff: t.hoff,
-        data: t.data.to_vec(),
-    }
-}
-
-fn old_row(o: &Option<OldTuple<'_>>) -> Option<OldRow> {
-    match o {
-        None => None,
-        Some(OldTuple::Key(t)) => Some(OldRow::Key(owned(t))),
-        Some(OldTuple::Full(t)) => Some(OldRow::Full(owned(t))),
-    }
 }
 
 /// Turns one record into events (pushed onto `out`), keeping only heap
@@ -134,27 +118,16 @@ pub fn record_events(
             None => {}
             Some(XactRecord::Commit(c)) => {
                 let ours = |db: Oid| db_oid.is_none_or(|o| o == db) || db == 0;
-                let relevant: Vec<&Inval> = c
-                    .invals
-                    .iter()
-                    .filter(|i| match i {
-                        Inval::Catcache { db, .. }
-                        | Inval::Catalog { db, .. }
-                        | Inval::Relcache { db, .. }
-                        | Inval::Relmap { db }
-                        | Inval::Snapshot { db, .. }
-                        | Inval::RelSync { db, .. } => ours(*db),
-                        Inval::Smgr { locator, .. } => ours(locator.db_oid),
-                        Inval::Other(_) => true,
-                    })
-                    .collect();
-                let relcache_invals = relevant
-                    .iter()
-                    .filter_map(|i| match i {
-                        Inval::Relcache { rel, .. } => Some(*rel),
-                        _ => None,
-                    })
-                    .collect();
+                let catalog_changed = c.invals.iter().any(|i| match i {
+                    Inval::Catcache { db, .. }
+                    | Inval::Catalog { db, .. }
+                    | Inval::Relcache { db, .. }
+                    | Inval::Relmap { db }
+                    | Inval::Snapshot { db, .. }
+                    | Inval::RelSync { db, .. } => ours(*db),
+                    Inval::Smgr { locator, .. } => ours(locator.db_oid),
+                    Inval::Other(_) => true,
+                });
                 // Commits of a transaction that touched the catalog without
                 // invalidation messages do not exist: every catalog change
                 // registers one (inval.c CacheInvalidateHeapTuple).
@@ -165,8 +138,7 @@ pub fn record_events(
                     lsn: rec.lsn,
                     end: aligned_end(rec.end),
                     commit_time: c.commit_time,
-                    catalog_changed: !relevant.is_empty(),
-                    relcache_invals,
+                    catalog_changed,
                 }));
             }
             Some(XactRecord::Abort(a)) => out.push(Event::Abort {
@@ -204,18 +176,18 @@ fn heap_events(
 ) {
     let ours = |db: Oid| db_oid.is_none_or(|o| o == db);
     let mut index = 0u64;
-    let mut push = |kind, rel: walshadow_types::RelFileLocator, new, old| {
+    let mut push = |kind,
+                    rel: RelFileLocator,
+                    new: Option<&TupleBytes<'_>>,
+                    old: Option<&OldTuple<'_>>,
+                    truncated: &[Oid]| {
         if ours(rel.db_oid) {
+            let mut payload = Vec::new();
+            encode_change(kind, rel, new, old, truncated, &mut payload);
             out.push(Event::Change {
                 xid,
                 seq: Lsn(lsn.0 + index),
-                change: Change {
-                    kind,
-                    rel,
-                    new,
-                    old,
-                    truncated: Vec::new(),
-                },
+                payload,
             });
         }
         index += 1;
@@ -234,12 +206,12 @@ fn heap_events(
                 } else {
                     ChangeKind::Insert
                 };
-                push(kind, rel, Some(owned(&t)), None);
+                push(kind, rel, Some(&t), None, &[]);
             }
         }
         HeapChange::MultiInsert { rel, tuples, .. } => {
             for t in &tuples {
-                push(ChangeKind::Insert, rel, Some(owned(t)), None);
+                push(ChangeKind::Insert, rel, Some(t), None, &[]);
             }
         }
         HeapChange::Update {
@@ -257,7 +229,7 @@ fn heap_events(
                 && prefix_len == 0
                 && suffix_len == 0
             {
-                push(ChangeKind::Update, rel, Some(owned(&t)), old_row(&old));
+                push(ChangeKind::Update, rel, Some(&t), old.as_ref(), &[]);
             }
         }
         HeapChange::Delete {
@@ -271,27 +243,16 @@ fn heap_events(
             } else {
                 ChangeKind::Delete
             };
-            push(kind, rel, None, old_row(&old));
+            push(kind, rel, None, old.as_ref(), &[]);
         }
-        HeapChange::Confirm { rel, .. } => push(ChangeKind::SpecConfirm, rel, None, None),
+        HeapChange::Confirm { rel, .. } => push(ChangeKind::SpecConfirm, rel, None, None, &[]),
         HeapChange::Truncate { db, relids, .. } => {
-            if ours(db) {
-                out.push(Event::Change {
-                    xid,
-                    seq: lsn,
-                    change: Change {
-                        kind: ChangeKind::Truncate,
-                        rel: walshadow_types::RelFileLocator {
-                            spc_oid: 0,
-                            db_oid: db,
-                            rel_number: 0,
-                        },
-                        new: None,
-                        old: None,
-                        truncated: relids,
-                    },
-                });
-            }
+            let rel = RelFileLocator {
+                spc_oid: 0,
+                db_oid: db,
+                rel_number: 0,
+            };
+            push(ChangeKind::Truncate, rel, None, None, &relids);
         }
     }
 }

@@ -120,13 +120,7 @@ impl Progress {
 
     /// Writes `<dir>/progress.json` durably.
     pub fn write(&self, dir: &Path) -> Result<(), ProgressError> {
-        use std::io::Write;
         let path = dir.join(Self::FILE);
-        let tmp = dir.join(format!("{}.tmp", Self::FILE));
-        let io = |path: &Path| {
-            let path = path.to_owned();
-            move |source| ProgressError::Io { path, source }
-        };
         let file = ProgressFile {
             progress: self.clone(),
             crc32c: self.checksum(),
@@ -135,13 +129,8 @@ impl Progress {
             path: path.clone(),
             problem: e.to_string(),
         })?;
-        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-        f.write_all(&text).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
-        std::fs::rename(&tmp, &path).map_err(io(&path))?;
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io(dir))
+        walshadow_shadow::durable::write_file(dir, Self::FILE, &text)
+            .map_err(|source| ProgressError::Io { path, source })
     }
 }
 

@@ -71,9 +71,10 @@ pub struct Relations {
     /// the old file pointing nowhere; its rows are still the table's.
     earlier_files: HashMap<Oid, Resolved>,
     by_oid: HashMap<Oid, Option<Arc<RelationDesc>>>,
-    /// TOAST relation OID → pinned key of its owner, filled as owners
-    /// resolve.
+    /// TOAST relation OID → pinned key of its owner (pinned tables and
+    /// their partitions), learned once per catalog version.
     toast_owner: HashMap<Oid, String>,
+    toast_owners_known: bool,
 }
 
 impl Relations {
@@ -93,6 +94,7 @@ impl Relations {
             earlier_files: HashMap::new(),
             by_oid: HashMap::new(),
             toast_owner: HashMap::new(),
+            toast_owners_known: false,
         })
     }
 
@@ -108,6 +110,7 @@ impl Relations {
         }
         self.by_oid.clear();
         self.toast_owner.clear();
+        self.toast_owners_known = false;
     }
 
     pub fn catalog_lsn(&self) -> Lsn {
@@ -159,8 +162,11 @@ impl Relations {
 
     async fn classify(&mut self, desc: RelationDesc) -> Result<Resolved, ResolveError> {
         if desc.relkind == "t" {
-            if !self.toast_owner.contains_key(&desc.oid) {
-                self.learn_toast_owners().await?;
+            if !self.toast_owners_known {
+                for (toast, key) in self.catalog.pinned_toast_tables(&self.pinned).await? {
+                    self.toast_owner.insert(toast, key);
+                }
+                self.toast_owners_known = true;
             }
             return Ok(match self.toast_owner.get(&desc.oid) {
                 Some(owner) => Resolved::Toast {
@@ -171,8 +177,19 @@ impl Relations {
             });
         }
         let desc = Arc::new(desc);
-        let mut root = Arc::clone(&desc);
-        // Partitions stream into their root's table.
+        let (key, _) = self.root_of(Arc::clone(&desc)).await?;
+        if self.pinned.contains(&key) {
+            Ok(Resolved::Pinned { key, desc })
+        } else {
+            Ok(Resolved::Other)
+        }
+    }
+
+    /// `schema.name` and OID of the partition root of `desc` (itself when
+    /// it is not a partition): partitions stream into their root's table.
+    async fn root_of(&mut self, desc: Arc<RelationDesc>) -> Result<(String, Oid), ResolveError> {
+        let mut root = desc;
+        // Bounded: partition trees are shallow; a cycle cannot hang us.
         for _ in 0..64 {
             let Some(parent) = root.partition_parent else {
                 break;
@@ -182,15 +199,7 @@ impl Relations {
                 None => break,
             }
         }
-        let key = format!("{}.{}", root.schema, root.name);
-        if self.pinned.contains(&key) {
-            if let Some(t) = desc.toast_relid {
-                self.toast_owner.insert(t, key.clone());
-            }
-            Ok(Resolved::Pinned { key, desc })
-        } else {
-            Ok(Resolved::Other)
-        }
+        Ok((format!("{}.{}", root.schema, root.name), root.oid))
     }
 
     async fn by_oid_cached(&mut self, oid: Oid) -> Result<Option<Arc<RelationDesc>>, ResolveError> {
@@ -200,14 +209,6 @@ impl Relations {
         let d = self.catalog.relation(oid).await?.map(Arc::new);
         self.by_oid.insert(oid, d.clone());
         Ok(d)
-    }
-
-    /// TOAST tables of every pinned table and its partitions.
-    async fn learn_toast_owners(&mut self) -> Result<(), ResolveError> {
-        for (toast, key) in self.catalog.pinned_toast_tables(&self.pinned).await? {
-            self.toast_owner.insert(toast, key);
-        }
-        Ok(())
     }
 
     /// Remembers `desc`'s file as pinned table `key`'s (see
@@ -254,25 +255,16 @@ impl Relations {
         self.ready(feeder).await?;
         let mut roots: Vec<(String, Oid, Vec<Oid>)> = Vec::new();
         for &oid in oids {
-            let Some(mut d) = self.by_oid_cached(oid).await? else {
+            let Some(d) = self.by_oid_cached(oid).await? else {
                 continue;
             };
-            for _ in 0..64 {
-                let Some(parent) = d.partition_parent else {
-                    break;
-                };
-                match self.by_oid_cached(parent).await? {
-                    Some(p) => d = p,
-                    None => break,
-                }
-            }
-            let key = format!("{}.{}", d.schema, d.name);
+            let (key, root_oid) = self.root_of(d).await?;
             if !self.pinned.contains(&key) {
                 continue;
             }
             match roots.iter_mut().find(|(k, _, _)| *k == key) {
                 Some((_, _, parts)) => parts.push(oid),
-                None => roots.push((key, d.oid, vec![oid])),
+                None => roots.push((key, root_oid, vec![oid])),
             }
         }
         let mut out = Vec::new();

@@ -40,7 +40,7 @@ use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_shadow::run::{Shadow, TapEvent};
 use walshadow_txn::{Assembler, AssemblerConfig};
 use walshadow_types::catalog::RelationDesc;
-use walshadow_types::{Lsn, Oid, Xid};
+use walshadow_types::{Lsn, Oid};
 use walshadow_wal_decode::WalStreamDecoder;
 
 use crate::change::{Change, ChangeKind, OwnedTuple};
@@ -289,7 +289,7 @@ impl Streamer {
                 Some(TapEvent::Wal { start, data }) => self.on_wal(start, &data).await?,
             }
         }
-        self.flush_all(true).await?;
+        self.flush_all().await?;
         self.write_progress()?;
         self.write_status();
         tracing::info!(applied = %self.progress.applied, "streaming stopped");
@@ -315,7 +315,7 @@ impl Streamer {
             .values()
             .any(|t| t.batch.as_ref().is_some_and(|b| b.is_due(now)));
         if due || now.duration_since(self.last_flush) >= self.batch.max_age {
-            self.flush_all(true).await?;
+            self.flush_all().await?;
         }
         if self.progress_dirty {
             self.write_progress()?;
@@ -328,7 +328,7 @@ impl Streamer {
     /// restart position.
     async fn restart_decoding(&mut self, from: Lsn) -> Result<(), StreamError> {
         if self.decoder.is_some() {
-            self.flush_all(true).await?;
+            self.flush_all().await?;
             self.write_progress()?;
         }
         let restart = self.progress.restart.max(from);
@@ -352,18 +352,18 @@ impl Streamer {
         let major = self.major;
         while let Some(decoder) = self.decoder.as_mut() {
             let mut events = std::mem::take(&mut self.events);
-            let (lsn, end) = match decoder.poll_ref()? {
+            let end = match decoder.poll_ref()? {
                 None => {
                     self.events = events;
                     break;
                 }
                 Some(rec) => {
                     record_events(&rec, db_oid, major, &mut events)?;
-                    (rec.lsn, rec.end)
+                    rec.end
                 }
             };
             for event in events.drain(..) {
-                self.on_event(lsn, end, event).await?;
+                self.on_event(event).await?;
             }
             self.events = events;
             let end = crate::decode::aligned_end(end);
@@ -380,7 +380,7 @@ impl Streamer {
                 b.rows() >= self.batch.max_rows || b.bytes() >= self.batch.max_bytes
             })
         }) {
-            self.flush_all(false).await?;
+            self.flush_all().await?;
         }
         if self.last_status.elapsed() >= Duration::from_secs(1) {
             self.on_timer().await?;
@@ -388,13 +388,9 @@ impl Streamer {
         Ok(())
     }
 
-    async fn on_event(&mut self, lsn: Lsn, end: Lsn, event: Event) -> Result<(), StreamError> {
+    async fn on_event(&mut self, event: Event) -> Result<(), StreamError> {
         match event {
-            Event::Change { xid, seq, change } => {
-                let mut payload = Vec::new();
-                change.encode(&mut payload);
-                self.assembler.add(xid, seq.max(lsn), &payload)?;
-            }
+            Event::Change { xid, seq, payload } => self.assembler.add(xid, seq, &payload)?,
             Event::Assign { top, subxacts } => {
                 for s in subxacts {
                     self.assembler.assign(top, s);
@@ -417,7 +413,6 @@ impl Streamer {
             }
             Event::Commit(c) => self.on_commit(c).await?,
         }
-        let _ = end;
         Ok(())
     }
 
@@ -441,10 +436,10 @@ impl Streamer {
         if c.catalog_changed && !skip {
             // Everything before this commit becomes durable first: the
             // shadow moves past no commit whose rows might be re-decoded.
-            self.flush_all(true).await?;
+            self.flush_all().await?;
             self.write_progress()?;
-            self.relations_mut().await?.catalog_changed(c.end);
-            self.refresh_tables(c.lsn, &c.relcache_invals).await?;
+            self.connect_relations().await?.catalog_changed(c.end);
+            self.refresh_tables(c.lsn).await?;
         }
         if let Some(txn) = txn {
             if skip {
@@ -475,16 +470,9 @@ impl Streamer {
         if self.relations.is_none() {
             let wait = Duration::from_secs(300);
             let started = Instant::now();
-            // The shadow must reach the point walshadow resumes from (on a
-            // first run: the end of its base backup, where it becomes
-            // consistent) before it takes connections.
-            self.shadow.feeder.set_ceiling(
-                self.shadow
-                    .feeder
-                    .ceiling()
-                    .min(Lsn::MAX)
-                    .max(self.progress.applied),
-            );
+            // The shadow takes connections once it is consistent (on a first
+            // run: at the end of its base backup, which `applied` starts at;
+            // it was started held there).
             let catalog = loop {
                 match ShadowCatalog::connect(
                     &self.shadow.socket_dir,
@@ -505,21 +493,17 @@ impl Streamer {
             let relations =
                 Relations::new(catalog, self.pinned.clone(), self.progress.applied).await?;
             self.relations = Some(relations);
-            self.refresh_tables(self.progress.applied, &[]).await?;
+            self.refresh_tables(self.progress.applied).await?;
         }
         self.relations
             .as_mut()
             .ok_or_else(|| StreamError::State("shadow catalog".into()))
     }
 
-    async fn relations_mut(&mut self) -> Result<&mut Relations, StreamError> {
-        self.connect_relations().await
-    }
-
     /// Brings each pinned table's ClickHouse table in line with the catalog
     /// now: creates it, applies added/dropped/renamed columns, or stops the
     /// table on a change ClickHouse cannot follow.
-    async fn refresh_tables(&mut self, lsn: Lsn, _invals: &[Oid]) -> Result<(), StreamError> {
+    async fn refresh_tables(&mut self, lsn: Lsn) -> Result<(), StreamError> {
         let keys: Vec<String> = self.pinned.iter().cloned().collect();
         for key in keys {
             if self.is_stopped(&key) {
@@ -562,7 +546,12 @@ impl Streamer {
                     let old = match DestTable::new(old_desc, &self.meta) {
                         Ok(d) => d,
                         Err(e) => {
-                            self.stop_table(&key, lsn, e.to_string(), String::new());
+                            self.stop_table(
+                                &key,
+                                lsn,
+                                e.to_string(),
+                                "the table's recorded schema in progress.json cannot be mapped any more; load the table again (drop its ClickHouse table and its entry in progress.json, then restart)".into(),
+                            );
                             continue;
                         }
                     };
@@ -591,16 +580,37 @@ impl Streamer {
                 // Rows encoded for the old layout go first.
                 self.flush_table(&key).await?;
                 let settings = new.query_settings();
+                let mut refused = None;
                 for sql in &statements {
                     tracing::info!(table = %key, "ClickHouse: {sql}");
                     let settings = settings.clone();
                     let sql = sql.clone();
-                    self.retry_clickhouse("changing a table", move |ch| {
-                        let sql = sql.clone();
-                        let settings = settings.clone();
-                        async move { ch.execute_with_settings(&sql, &settings).await }
-                    })
-                    .await?;
+                    let done = self
+                        .retry_clickhouse("changing a table", move |ch| {
+                            let sql = sql.clone();
+                            let settings = settings.clone();
+                            async move { ch.execute_with_settings(&sql, &settings).await }
+                        })
+                        .await;
+                    match done {
+                        Ok(()) => {}
+                        // Transient errors were retried; a refusal is this
+                        // table's, not the stream's.
+                        Err(StreamError::ClickHouse(e)) => {
+                            refused = Some(e);
+                            break;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                if let Some(e) = refused {
+                    self.stop_table(
+                        &key,
+                        lsn,
+                        format!("ClickHouse refused the schema change: {e}"),
+                        "apply the change to the ClickHouse table by hand so it matches the source, or load the table again".into(),
+                    );
+                    continue;
                 }
             }
             if let Some(t) = self.progress.tables.get_mut(&key) {
@@ -801,13 +811,11 @@ impl Streamer {
                 .map(lay_out)
                 .map_err(|e| row_error(key, seq, e))
         };
-        let key_of = |row: &[Value]| -> Vec<Value> {
+        let same_key = |a: &[Value], b: &[Value]| {
             dest.columns
                 .iter()
-                .zip(row)
-                .filter(|(col, _)| col.key)
-                .map(|(_, v)| v.clone())
-                .collect()
+                .zip(a.iter().zip(b))
+                .all(|(col, (x, y))| !col.key || x == y)
         };
         let mut rows: Vec<(Vec<Value>, bool, Lsn)> = Vec::new();
         match change.kind {
@@ -823,7 +831,7 @@ impl Streamer {
                 let new_row = decode(t)?;
                 if let Some(old) = &change.old {
                     let old_row = decode(old.tuple())?;
-                    if key_of(&old_row) != key_of(&new_row) {
+                    if !same_key(&old_row, &new_row) {
                         rows.push((old_row, true, seq));
                     }
                 }
@@ -930,24 +938,23 @@ impl Streamer {
         }
     }
 
-    /// Flushes every table; at a transaction boundary (`at_boundary`) the
-    /// progress then advances to the last processed commit.
-    async fn flush_all(&mut self, at_boundary: bool) -> Result<(), StreamError> {
+    /// Flushes every table, then advances progress to the last transaction
+    /// boundary (`safe`; it is only ever set at one, and this is called
+    /// between records, never inside a commit's changes).
+    async fn flush_all(&mut self) -> Result<(), StreamError> {
         let keys: Vec<String> = self.tables.keys().cloned().collect();
         for key in keys {
             self.flush_table(&key).await?;
         }
         self.last_flush = Instant::now();
-        if at_boundary {
-            let (applied, restart, commit_time) = self.safe;
-            if applied > self.progress.applied || restart > self.progress.restart {
-                self.progress.applied = self.progress.applied.max(applied);
-                self.progress.restart = self.progress.restart.max(restart);
-                if commit_time != 0 {
-                    self.applied_commit_time = commit_time;
-                }
-                self.progress_dirty = true;
+        let (applied, restart, commit_time) = self.safe;
+        if applied > self.progress.applied || restart > self.progress.restart {
+            self.progress.applied = self.progress.applied.max(applied);
+            self.progress.restart = self.progress.restart.max(restart);
+            if commit_time != 0 {
+                self.applied_commit_time = commit_time;
             }
+            self.progress_dirty = true;
         }
         Ok(())
     }
@@ -1010,10 +1017,4 @@ fn row_error(key: &str, lsn: Lsn, e: RowError) -> TableFault {
             "the row cannot be decoded; report it with the LSN".into(),
         ),
     }
-}
-
-/// `Xid` in messages.
-#[allow(dead_code)]
-fn xid_text(x: Xid) -> String {
-    x.to_string()
 }

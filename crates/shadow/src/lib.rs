@@ -17,6 +17,7 @@
 pub mod access;
 pub mod bootstrap;
 pub mod catalog;
+pub mod durable;
 pub mod feeder;
 pub mod filter;
 pub mod process;

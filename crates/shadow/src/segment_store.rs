@@ -763,17 +763,10 @@ fn fsync_dir(dir: &Path) -> Result<(), StoreError> {
         .map_err(|e| io_err(dir, "fsync of the directory", e))
 }
 
-/// Writes `name` in `dir` by write-temp + fsync + rename + directory fsync.
+/// Writes `name` in `dir` durably ([`crate::durable::write_file`]).
 fn write_durably(dir: &Path, name: &str, content: &[u8]) -> Result<(), StoreError> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let write = || -> io::Result<()> {
-        let f = File::create(&tmp)?;
-        f.write_all_at(content, 0)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, dir.join(name))
-    };
-    write().map_err(|e| io_err(dir, &format!("writing {name}"), e))?;
-    fsync_dir(dir)
+    crate::durable::write_file(dir, name, content)
+        .map_err(|e| io_err(dir, &format!("writing {name}"), e))
 }
 
 struct SavedState {

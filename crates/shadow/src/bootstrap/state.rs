@@ -83,13 +83,7 @@ impl InitState {
     /// Writes `<dir>/init.json` durably: temp file, fsync, rename, fsync of
     /// the directory. A crash leaves either the old file or the new one.
     pub fn write(&self, dir: &std::path::Path) -> Result<(), StateFileError> {
-        use std::io::Write;
         let path = dir.join(Self::FILE);
-        let tmp = dir.join(format!("{}.tmp", Self::FILE));
-        let io = |path: &std::path::Path| {
-            let path = path.to_owned();
-            move |source| StateFileError::Io { path, source }
-        };
         let file = InitFile {
             state: self.clone(),
             crc32c: self.checksum(),
@@ -98,13 +92,8 @@ impl InitState {
             path: path.clone(),
             problem: e.to_string(),
         })?;
-        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-        f.write_all(&text).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
-        std::fs::rename(&tmp, &path).map_err(io(&path))?;
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io(dir))
+        crate::durable::write_file(dir, Self::FILE, &text)
+            .map_err(|source| StateFileError::Io { path, source })
     }
 
     /// Reads and checks `<dir>/init.json`.

@@ -56,7 +56,6 @@
 //! row), not by the WAL.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use walshadow_types::{Lsn, PgMajor};
@@ -66,7 +65,6 @@ use super::pg_class::RowCache;
 use super::{FilterStats, RecordFilter};
 
 pub const FILE: &str = "filter.ckpt";
-const TEMP: &str = "filter.ckpt.tmp";
 const MAGIC: [u8; 4] = *b"WSFC";
 pub const FORMAT_VERSION: u32 = 1;
 const HEADER_LEN: usize = 16;
@@ -124,20 +122,11 @@ pub fn write(
     filter: &RecordFilter,
 ) -> Result<(), CheckpointError> {
     let bytes = encode(identity, timeline, lsn, filter);
-    let path = dir.join(FILE);
-    let tmp = dir.join(TEMP);
-    let io = |what, p: &Path| {
-        let path = p.to_owned();
-        move |source| CheckpointError::Io { path, what, source }
-    };
-    let mut f = std::fs::File::create(&tmp).map_err(io("creating", &tmp))?;
-    f.write_all(&bytes).map_err(io("writing", &tmp))?;
-    f.sync_all().map_err(io("fsync", &tmp))?;
-    drop(f);
-    std::fs::rename(&tmp, &path).map_err(io("renaming the temporary file", &path))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io("fsync of the directory", dir))
+    crate::durable::write_file(dir, FILE, &bytes).map_err(|source| CheckpointError::Io {
+        path: dir.join(FILE),
+        what: "writing durably",
+        source,
+    })
 }
 
 /// Reads `<dir>/filter.ckpt`: `None` if there is none. `expect` is the
