@@ -23,7 +23,8 @@
 use walshadow_types::{Lsn, PgMajor};
 use walshadow_wal_decode::{
     HeapChange, OldTuple, RecordView, TupleBytes, WalDecodeError, WalErrorKind, WalRecord,
-    WalStreamDecoder, XactRecord, decode_heap, decode_record, decode_running_xacts, decode_xact,
+    WalStreamDecoder, XactRecord, decode_heap, decode_prune, decode_record, decode_running_xacts,
+    decode_xact,
 };
 
 pub const STREAM_HEADER: usize = 16;
@@ -355,9 +356,11 @@ pub fn heap_xact_major(b: u8) -> PgMajor {
 }
 
 /// `[major][record bytes]`: the record is fixed up as for `decode_record`,
-/// then read by every rmgr decoder (heap, xact, standby), which must not
-/// panic, must be deterministic, and may hand out only bytes of the record.
-/// Returns how many decoders read it without error (for the seed test).
+/// then read by every rmgr decoder (heap, xact, standby, prune), which must
+/// not panic, must be deterministic, and may hand out only bytes of the
+/// record. Returns how many of the heap, xact and standby decoders read it
+/// without error (for the seed test; `decode_prune` answers `None`, not an
+/// error, for other rmgrs' records, so it is not counted).
 pub fn run_heap_xact(data: &[u8]) -> usize {
     let Some((&m, rest)) = data.split_first() else {
         return 0;
@@ -446,6 +449,19 @@ pub fn run_heap_xact(data: &[u8]) -> usize {
     ok += usize::from(running.is_ok());
     if let Ok(Some(r)) = &running {
         assert!((r.xids.len() + r.subxids.len()) * 4 <= v.main_data().len());
+    }
+
+    let prune = decode_prune(&v, major);
+    assert_eq!(
+        prune,
+        decode_prune(&v, major),
+        "decode_prune is not deterministic"
+    );
+    if let Ok(Some(p)) = &prune {
+        let offsets = 2 * p.redirected.len() + p.dead.len() + p.unused.len();
+        let data = v.block(0).map_or(0, |b| v.block_data(b).len());
+        assert!(offsets * 2 <= data, "{offsets} offsets from {data} bytes");
+        assert!(!p.image_only || offsets == 0);
     }
     ok
 }

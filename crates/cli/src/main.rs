@@ -3,6 +3,7 @@
 
 mod catalog_cmd;
 mod shadow_cmd;
+mod toast_cmd;
 mod wal_dump;
 
 use clap::{Parser, Subcommand};
@@ -42,6 +43,20 @@ enum Command {
     /// Inspect WAL.
     #[command(subcommand)]
     Wal(WalCommand),
+    /// The TOAST chunk mirror (`<state dir>/toast-mirror.redb`), while
+    /// `walshadow run` is stopped.
+    #[command(subcommand)]
+    Toast(ToastCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ToastCommand {
+    /// Print the mirror's size: values, chunks, chunk bytes, file size,
+    /// deletions pending, values per TOAST relation.
+    Stats(toast_cmd::ToastArgs),
+    /// Run the deletions the recorded progress allows, then compact the
+    /// file (free pages returned to the file system), and print the size.
+    Compact(toast_cmd::ToastArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -79,6 +94,8 @@ fn main() -> std::process::ExitCode {
         Command::Init(args) => shadow_cmd::init(args),
         Command::Run(args) => shadow_cmd::run(args),
         Command::Status(args) => shadow_cmd::status(args),
+        Command::Toast(ToastCommand::Stats(args)) => toast_cmd::stats(args),
+        Command::Toast(ToastCommand::Compact(args)) => toast_cmd::compact(args),
         Command::Catalog(CatalogCommand::Show(args)) => catalog_cmd::show(args),
         Command::ExportSchema(args) => catalog_cmd::export(args),
         Command::Wal(WalCommand::Dump(args)) => wal_dump::run(args),

@@ -12,10 +12,11 @@
 //!   rows moving between partitions) equals its one ClickHouse table.
 //! - `pinned_later`: pinned tables created mid-stream, rows in the creating
 //!   transaction and after.
-//! - `stops_alone`: an unsupported column type, a column type change and an
-//!   unresolvable TOAST pointer each stop their own table, with a reason and
-//!   a remedy in `walshadow status` and `progress.json`; the other tables
-//!   keep streaming and stay equal.
+//! - `stops_alone`: an unsupported column type and a column type change
+//!   each stop their own table, with a reason and a remedy in `walshadow
+//!   status` and `progress.json`; the other tables keep streaming and stay
+//!   equal, among them one whose UPDATE leaves a TOASTed value unchanged
+//!   (an unresolvable TOAST pointer is in `stream_toast.rs`).
 //! - `truncate_partition` (ignored: a known bug): a TRUNCATE of one
 //!   partition must not empty the root's whole ClickHouse table.
 //!
@@ -1058,12 +1059,11 @@ fn stops_alone(major: PgMajor) -> Result<()> {
     )?;
 
     // (c) an UPDATE of another column: the new tuple points at chunks an
-    // earlier transaction wrote.
+    // earlier transaction wrote (resolved from the chunk mirror).
     let before_update = h.source.current_lsn()?;
     h.source.psql(
         "begin; update toasty set small = 2 where id = 1; insert into good values (102, 'same txn as the update'); commit;",
     )?;
-    let after_update = h.source.current_lsn()?;
     h.source.psql(
         "insert into good values (103, 'after the update');
          insert into toasty values (2, 'short', 1);
@@ -1079,14 +1079,7 @@ fn stops_alone(major: PgMajor) -> Result<()> {
         retype_after == retype_before,
         "retype in ClickHouse after its stop: {retype_after:?}, expected {retype_before:?}"
     );
-    let toasty_ch = h.clickhouse_rows("toasty", &toasty)?;
-    let original = h
-        .source
-        .query_one("select '1' || E'\\t' || md5(big) || E'\\t' || '1' from toasty where id = 1")?;
-    ensure!(
-        toasty_ch == [original.clone()],
-        "toasty in ClickHouse: {toasty_ch:?}, expected [{original:?}]"
-    );
+    h.assert_equal("public.toasty", "toasty", &toasty)?;
 
     let status = status_json(&h)?;
     let rt = stopped_json(&status, "public.retype")?;
@@ -1108,26 +1101,6 @@ fn stops_alone(major: PgMajor) -> Result<()> {
         rt_lsn > before_alter && rt_lsn < before_update,
         "retype stopped at {rt_lsn}, not at the ALTER (between {before_alter} and {before_update})"
     );
-    let tt = stopped_json(&status, "public.toasty")?;
-    let reason = tt["reason"].as_str().unwrap_or_default();
-    ensure!(
-        reason.contains("public.toasty") && reason.contains("column big"),
-        "toasty's reason names neither the table nor the column: {reason}"
-    );
-    let at = reason
-        .split("WAL at ")
-        .nth(1)
-        .and_then(|r| r.split(':').next())
-        .and_then(|l| l.parse::<Lsn>().ok())
-        .with_context(|| format!("no LSN in toasty's reason: {reason}"))?;
-    ensure!(
-        at > before_update && at < after_update,
-        "toasty's reason names {at}, not the UPDATE (between {before_update} and {after_update})"
-    );
-    ensure!(
-        !tt["remedy"].as_str().unwrap_or_default().is_empty(),
-        "toasty stopped without a remedy: {tt}"
-    );
     ensure!(
         status["tables"]["public.good"]["stopped"].is_null(),
         "good stopped: {status:#}"
@@ -1139,7 +1112,6 @@ fn stops_alone(major: PgMajor) -> Result<()> {
     for (key, words) in [
         ("public.geo", ["column p", "point"]),
         ("public.retype", ["\"n\"", "changed type"]),
-        ("public.toasty", ["column big", "TOAST"]),
     ] {
         let line = text
             .lines()
@@ -1167,7 +1139,7 @@ fn stops_alone(major: PgMajor) -> Result<()> {
     // the good table goes on.
     let progress: serde_json::Value =
         serde_json::from_slice(&std::fs::read(h.state_dir.join("progress.json"))?)?;
-    for key in ["public.geo", "public.retype", "public.toasty"] {
+    for key in ["public.geo", "public.retype"] {
         ensure!(
             progress["progress"]["tables"][key]["stopped"]["reason"].is_string(),
             "{key} not stopped in progress.json: {progress:#}"
@@ -1179,14 +1151,17 @@ fn stops_alone(major: PgMajor) -> Result<()> {
         .psql("insert into good values (200, 'after the restart'); insert into retype values (200, 1, 'ignored')")?;
     h.wait_caught_up(CATCH_UP)?;
     h.assert_equal("public.good", "good", &good)?;
+    h.assert_equal("public.toasty", "toasty", &toasty)?;
     let status = status_json(&h)?;
-    for key in ["public.geo", "public.retype", "public.toasty"] {
+    for key in ["public.geo", "public.retype"] {
         stopped_json(&status, key)?;
     }
-    ensure!(
-        status["tables"]["public.good"]["stopped"].is_null(),
-        "good stopped after the restart: {status:#}"
-    );
+    for key in ["public.good", "public.toasty"] {
+        ensure!(
+            status["tables"][key]["stopped"].is_null(),
+            "{key} stopped after the restart: {status:#}"
+        );
+    }
     h.stop_run()?;
     Ok(())
 }

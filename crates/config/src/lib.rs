@@ -32,6 +32,7 @@
 //!
 //! [stream]
 //! # memory_mb = 256                         # transaction buffers past this spill to disk
+//! # toast_cache_mb = 64                      # cache of the TOAST chunk mirror (on disk)
 //!
 //! [table."public.orders"]                   # a pinned table: streams from the start
 //! ```
@@ -117,12 +118,17 @@ pub struct StreamConfig {
     /// to `state.spill_dir`.
     #[serde(default = "default_memory_mb")]
     pub memory_mb: usize,
+    /// Cache of the TOAST chunk mirror (`<state dir>/toast-mirror.redb`),
+    /// in MB; the mirror itself lives on disk.
+    #[serde(default = "default_toast_cache_mb")]
+    pub toast_cache_mb: usize,
 }
 
 impl Default for StreamConfig {
     fn default() -> Self {
         StreamConfig {
             memory_mb: default_memory_mb(),
+            toast_cache_mb: default_toast_cache_mb(),
         }
     }
 }
@@ -233,6 +239,10 @@ fn default_deleted_column() -> String {
 }
 fn default_memory_mb() -> usize {
     256
+}
+
+fn default_toast_cache_mb() -> usize {
+    64
 }
 
 impl Config {

@@ -6,17 +6,22 @@
 //! another build is refused rather than misread):
 //!
 //! ```text
-//!  u8 version=1 | u8 kind | u32 spc | u32 db | u32 rel
+//!  u8 version=2 | u8 kind | u32 spc | u32 db | u32 rel
 //!  kind Insert/SpecInsert/Update/Delete:
+//!     u8 has_tid [u32 block | u16 offset]
 //!     u8 has_new [tuple] | u8 old_kind (0 none, 1 key, 2 full) [tuple]
 //!  kind Truncate: u32 n | n × u32 relid
 //!  tuple: u16 infomask2 | u16 infomask | u8 hoff | u32 len | len bytes
 //! ```
+//!
+//! The TID is the inserted tuple's (insert) or the deleted one's (delete):
+//! TOAST chunk deletes carry nothing else, so the chunk mirror finds the
+//! chunk by where it was inserted.
 
 use walshadow_types::{Oid, RelFileLocator};
-use walshadow_wal_decode::{OldTuple, TupleBytes};
+use walshadow_wal_decode::{OldTuple, Tid, TupleBytes};
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 /// What happened to a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +107,8 @@ impl OldRow {
 pub struct Change {
     pub kind: ChangeKind,
     pub rel: RelFileLocator,
+    /// Where the inserted (or deleted) tuple is in `rel`.
+    pub tid: Option<Tid>,
     pub new: Option<OwnedTuple>,
     pub old: Option<OldRow>,
     /// `Truncate`: the relation OIDs truncated.
@@ -124,6 +131,7 @@ impl Change {
         encode_change(
             self.kind,
             self.rel,
+            self.tid,
             self.new.as_ref().map(OwnedTuple::view).as_ref(),
             old.as_ref(),
             &self.truncated,
@@ -145,6 +153,7 @@ impl Change {
         let mut change = Change {
             kind,
             rel,
+            tid: None,
             new: None,
             old: None,
             truncated: Vec::new(),
@@ -155,6 +164,12 @@ impl Change {
                 change.truncated.push(r.u32()?);
             }
         } else {
+            if r.u8()? == 1 {
+                change.tid = Some(Tid {
+                    block: r.u32()?,
+                    offset: r.u16()?,
+                });
+            }
             if r.u8()? == 1 {
                 change.new = Some(r.tuple()?);
             }
@@ -177,6 +192,7 @@ impl Change {
 pub fn encode_change(
     kind: ChangeKind,
     rel: RelFileLocator,
+    tid: Option<Tid>,
     new: Option<&TupleBytes<'_>>,
     old: Option<&OldTuple<'_>>,
     truncated: &[Oid],
@@ -193,6 +209,14 @@ pub fn encode_change(
             out.extend_from_slice(&r.to_le_bytes());
         }
         return;
+    }
+    match tid {
+        Some(t) => {
+            out.push(1);
+            out.extend_from_slice(&t.block.to_le_bytes());
+            out.extend_from_slice(&t.offset.to_le_bytes());
+        }
+        None => out.push(0),
     }
     match new {
         Some(t) => {
@@ -283,6 +307,7 @@ mod tests {
             Change {
                 kind: ChangeKind::Update,
                 rel,
+                tid: None,
                 new: Some(t.clone()),
                 old: Some(OldRow::Key(t.clone())),
                 truncated: vec![],
@@ -290,6 +315,10 @@ mod tests {
             Change {
                 kind: ChangeKind::Delete,
                 rel,
+                tid: Some(Tid {
+                    block: 7,
+                    offset: 3,
+                }),
                 new: None,
                 old: Some(OldRow::Full(t.clone())),
                 truncated: vec![],
@@ -297,6 +326,7 @@ mod tests {
             Change {
                 kind: ChangeKind::Truncate,
                 rel,
+                tid: None,
                 new: None,
                 old: None,
                 truncated: vec![16384, 16390],

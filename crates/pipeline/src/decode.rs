@@ -8,8 +8,8 @@
 
 use walshadow_types::{Lsn, Oid, PgMajor, RelFileLocator, Xid};
 use walshadow_wal_decode::{
-    HeapChange, Inval, OldTuple, RecordView, RmgrId, TupleBytes, XactRecord, decode_heap,
-    decode_running_xacts, decode_xact,
+    HeapChange, Inval, OldTuple, RecordView, RmgrId, Tid, TupleBytes, XactRecord, decode_heap,
+    decode_prune, decode_running_xacts, decode_xact,
 };
 
 use crate::change::{ChangeKind, encode_change};
@@ -49,6 +49,16 @@ pub enum Event {
     /// source crashed) can be forgotten.
     RunningXacts {
         oldest_running: Xid,
+    },
+    /// Pruning or vacuuming (record at `lsn`, ending at `end`) left line
+    /// pointers `offsets` of `rel`'s block `block` without a tuple: TOAST
+    /// chunks there are gone.
+    Pruned {
+        rel: RelFileLocator,
+        block: u32,
+        offsets: Vec<u16>,
+        lsn: Lsn,
+        end: Lsn,
     },
 }
 
@@ -110,6 +120,23 @@ pub fn record_events(
                 });
             }
             let Some(change) = decode_heap(rec)? else {
+                if let Some(p) = decode_prune(rec, major)?
+                    && db_oid.is_none_or(|o| o == p.rel.db_oid)
+                {
+                    // A record whose page image replaced its lists says
+                    // nothing here; the VACUUM pass that follows lists the
+                    // same line pointers as unused.
+                    let offsets: Vec<u16> = p.vacated().collect();
+                    if !offsets.is_empty() {
+                        out.push(Event::Pruned {
+                            rel: p.rel,
+                            block: p.block,
+                            offsets,
+                            lsn: rec.lsn,
+                            end: aligned_end(rec.end),
+                        });
+                    }
+                }
                 return Ok(());
             };
             heap_events(xid, rec.lsn, change, db_oid, out);
@@ -178,12 +205,13 @@ fn heap_events(
     let mut index = 0u64;
     let mut push = |kind,
                     rel: RelFileLocator,
+                    tid: Option<Tid>,
                     new: Option<&TupleBytes<'_>>,
                     old: Option<&OldTuple<'_>>,
                     truncated: &[Oid]| {
         if ours(rel.db_oid) {
             let mut payload = Vec::new();
-            encode_change(kind, rel, new, old, truncated, &mut payload);
+            encode_change(kind, rel, tid, new, old, truncated, &mut payload);
             out.push(Event::Change {
                 xid,
                 seq: Lsn(lsn.0 + index),
@@ -195,6 +223,7 @@ fn heap_events(
     match change {
         HeapChange::Insert {
             rel,
+            tid,
             tuple,
             speculative,
             ..
@@ -206,12 +235,19 @@ fn heap_events(
                 } else {
                     ChangeKind::Insert
                 };
-                push(kind, rel, Some(&t), None, &[]);
+                push(kind, rel, Some(tid), Some(&t), None, &[]);
             }
         }
-        HeapChange::MultiInsert { rel, tuples, .. } => {
-            for t in &tuples {
-                push(ChangeKind::Insert, rel, Some(t), None, &[]);
+        HeapChange::MultiInsert {
+            rel,
+            block,
+            offsets,
+            tuples,
+            ..
+        } => {
+            for (t, &offset) in tuples.iter().zip(&offsets) {
+                let tid = Tid { block, offset };
+                push(ChangeKind::Insert, rel, Some(tid), Some(t), None, &[]);
             }
         }
         HeapChange::Update {
@@ -229,11 +265,12 @@ fn heap_events(
                 && prefix_len == 0
                 && suffix_len == 0
             {
-                push(ChangeKind::Update, rel, Some(&t), old.as_ref(), &[]);
+                push(ChangeKind::Update, rel, None, Some(&t), old.as_ref(), &[]);
             }
         }
         HeapChange::Delete {
             rel,
+            tid,
             old,
             super_delete,
             ..
@@ -243,16 +280,18 @@ fn heap_events(
             } else {
                 ChangeKind::Delete
             };
-            push(kind, rel, None, old.as_ref(), &[]);
+            push(kind, rel, Some(tid), None, old.as_ref(), &[]);
         }
-        HeapChange::Confirm { rel, .. } => push(ChangeKind::SpecConfirm, rel, None, None, &[]),
+        HeapChange::Confirm { rel, .. } => {
+            push(ChangeKind::SpecConfirm, rel, None, None, None, &[])
+        }
         HeapChange::Truncate { db, relids, .. } => {
             let rel = RelFileLocator {
                 spc_oid: 0,
                 db_oid: db,
                 rel_number: 0,
             };
-            push(ChangeKind::Truncate, rel, None, None, &relids);
+            push(ChangeKind::Truncate, rel, None, None, None, &relids);
         }
     }
 }

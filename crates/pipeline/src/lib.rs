@@ -8,6 +8,7 @@
 //!                          ▼                               │
 //!   decode ─▶ Assembler ─▶ Streamer ─▶ RowDecoder ─▶ emitter ─▶ ClickHouse
 //!                             │ progress.json (applied, restart) ─▶ slot flush
+//!                             └─▶ toast: chunk mirror (TOAST values written long ago)
 //! ```
 
 pub mod change;
@@ -18,3 +19,4 @@ pub mod relations;
 pub mod report;
 pub mod status;
 pub mod stream;
+pub mod toast;

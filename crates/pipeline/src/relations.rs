@@ -71,9 +71,10 @@ pub struct Relations {
     /// the old file pointing nowhere; its rows are still the table's.
     earlier_files: HashMap<Oid, Resolved>,
     by_oid: HashMap<Oid, Option<Arc<RelationDesc>>>,
-    /// TOAST relation OID → pinned key of its owner (pinned tables and
-    /// their partitions), learned once per catalog version.
-    toast_owner: HashMap<Oid, String>,
+    /// TOAST relation OID → its relfilenumber and the pinned key of its
+    /// owner (pinned tables and their partitions), learned once per
+    /// catalog version.
+    toast_owner: HashMap<Oid, (Oid, String)>,
     toast_owners_known: bool,
 }
 
@@ -162,14 +163,9 @@ impl Relations {
 
     async fn classify(&mut self, desc: RelationDesc) -> Result<Resolved, ResolveError> {
         if desc.relkind == "t" {
-            if !self.toast_owners_known {
-                for (toast, key) in self.catalog.pinned_toast_tables(&self.pinned).await? {
-                    self.toast_owner.insert(toast, key);
-                }
-                self.toast_owners_known = true;
-            }
+            self.learn_toast_owners().await?;
             return Ok(match self.toast_owner.get(&desc.oid) {
-                Some(owner) => Resolved::Toast {
+                Some((_, owner)) => Resolved::Toast {
                     owner_key: owner.clone(),
                     toast_relid: desc.oid,
                 },
@@ -183,6 +179,33 @@ impl Relations {
         } else {
             Ok(Resolved::Other)
         }
+    }
+
+    async fn learn_toast_owners(&mut self) -> Result<(), ResolveError> {
+        if !self.toast_owners_known {
+            for (toast, file, key) in self.catalog.pinned_toast_tables(&self.pinned).await? {
+                self.toast_owner.insert(toast, (file, key));
+            }
+            self.toast_owners_known = true;
+        }
+        Ok(())
+    }
+
+    /// The TOAST relations of the pinned tables (and their partitions) at
+    /// the current catalog: OID → relfilenumber. The chunk mirror compares
+    /// two catalog versions' maps to see TOAST relations rewritten,
+    /// truncated or gone.
+    pub async fn toast_files(
+        &mut self,
+        feeder: &Feeder,
+    ) -> Result<HashMap<Oid, Oid>, ResolveError> {
+        self.ready(feeder).await?;
+        self.learn_toast_owners().await?;
+        Ok(self
+            .toast_owner
+            .iter()
+            .map(|(toast, (file, _))| (*toast, *file))
+            .collect())
     }
 
     /// `schema.name` and OID of the partition root of `desc` (itself when

@@ -34,6 +34,7 @@ pub struct StatusReport {
     pub open_transactions: Option<usize>,
     pub memory_used: Option<usize>,
     pub spilled_bytes: Option<u64>,
+    pub toast: Option<crate::status::ToastStatus>,
     pub tables: std::collections::BTreeMap<String, TableStatus>,
 }
 
@@ -125,6 +126,7 @@ pub async fn status(config: &Config) -> Result<StatusReport, ReportError> {
         open_transactions: file.as_ref().map(|f| f.open_transactions),
         memory_used: file.as_ref().map(|f| f.memory_used),
         spilled_bytes: file.as_ref().map(|f| f.spilled_bytes),
+        toast: file.as_ref().and_then(|f| f.toast),
         tables,
     })
 }
@@ -160,6 +162,22 @@ impl fmt::Display for StatusReport {
             writeln!(
                 f,
                 "open transactions: {o} ({m} bytes in memory, {s} spilled)"
+            )?;
+        }
+        if let Some(t) = &self.toast {
+            writeln!(
+                f,
+                "TOAST mirror:    {} values, {} chunks, {} bytes of chunk data in a {} byte file; {} hits, {} misses; {} read from the source ({} gone, {} failed); {} rows waiting for a newer version",
+                t.values,
+                t.chunks,
+                t.data_bytes,
+                t.file_bytes,
+                t.hits,
+                t.misses,
+                t.source_fetches,
+                t.source_misses,
+                t.source_errors,
+                t.waiting_rows
             )?;
         }
         writeln!(f, "tables:")?;

@@ -61,7 +61,54 @@ pub struct StatusFile {
     pub open_transactions: usize,
     pub memory_used: usize,
     pub spilled_bytes: u64,
+    /// The TOAST chunk mirror (absent in files of older versions).
+    #[serde(default)]
+    pub toast: Option<ToastStatus>,
     pub tables: BTreeMap<String, TableStatus>,
+}
+
+/// The TOAST chunk mirror's size and traffic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToastStatus {
+    /// Values, chunks and chunk bytes held.
+    pub values: u64,
+    pub chunks: u64,
+    pub data_bytes: u64,
+    /// Size of the mirror's file.
+    pub file_bytes: u64,
+    /// Deletions waiting for progress to be durable.
+    pub pending: u64,
+    /// Pointers resolved from the mirror, and not found there.
+    pub hits: u64,
+    pub misses: u64,
+    /// Values read from the source; not found there; reads that failed.
+    pub source_fetches: u64,
+    pub source_misses: u64,
+    pub source_errors: u64,
+    /// Row versions skipped for a value gone from the source, waiting for
+    /// a newer version of their row.
+    pub waiting_rows: u64,
+}
+
+impl ToastStatus {
+    pub fn new(
+        m: walshadow_toast_mirror::MirrorStats,
+        c: crate::toast::ToastCounters,
+    ) -> ToastStatus {
+        ToastStatus {
+            values: m.values,
+            chunks: m.chunks,
+            data_bytes: m.data_bytes,
+            file_bytes: m.file_bytes,
+            pending: m.pending,
+            hits: m.hits,
+            misses: m.misses,
+            source_fetches: c.source_fetches,
+            source_misses: c.source_misses,
+            source_errors: c.source_errors,
+            waiting_rows: c.waiting_rows,
+        }
+    }
 }
 
 impl StatusFile {

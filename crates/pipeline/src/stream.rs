@@ -35,7 +35,7 @@ use walshadow_emitter::{
     BatchConfig, ClickHouseClient, ClientConfig, DestTable, MetaColumns, RetryPolicy,
     RowBinaryEncoder, RowMeta, SchemaDiff, TableBatch, TableSettings,
 };
-use walshadow_rows::{RowDecoder, RowError, ToastChunks, TupleRef, Value};
+use walshadow_rows::{RowDecoder, RowError, ToastChunk, TupleRef, Value};
 use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_shadow::run::{Shadow, TapEvent};
 use walshadow_txn::{Assembler, AssemblerConfig};
@@ -47,7 +47,8 @@ use crate::change::{Change, ChangeKind, OwnedTuple};
 use crate::decode::{CommitEvent, Event, record_events};
 use crate::progress::{Progress, Stopped, TableProgress};
 use crate::relations::{Relations, Resolved};
-use crate::status::{StatusFile, TableStatus};
+use crate::status::{StatusFile, TableStatus, ToastStatus};
+use crate::toast::{SourceValue, Toast, Wait};
 
 /// Why streaming stopped (definite errors of one table stop only that
 /// table and are not here).
@@ -71,6 +72,8 @@ pub enum StreamError {
     Flush(#[from] walshadow_emitter::FlushError),
     #[error("the shadow's catalog did not answer within {0:?}: {1}")]
     ShadowUnavailable(Duration, String),
+    #[error("TOAST chunk mirror: {0}")]
+    Mirror(#[from] walshadow_toast_mirror::MirrorError),
     #[error("{0}")]
     State(String),
 }
@@ -87,6 +90,27 @@ struct RelationDecoder {
 
 /// A table-level definite error: `(reason, remedy)`.
 type TableFault = (String, String);
+
+/// Why a change's rows could not be made.
+#[derive(Debug)]
+enum RowsFault {
+    /// A TOAST value neither this transaction nor the mirror has.
+    Unresolved {
+        column: String,
+        toast_relid: Oid,
+        value_id: Oid,
+    },
+    /// Definite for the table.
+    Table(TableFault),
+    /// The mirror could not be read.
+    Mirror(walshadow_toast_mirror::MirrorError),
+}
+
+impl From<TableFault> for RowsFault {
+    fn from(f: TableFault) -> Self {
+        RowsFault::Table(f)
+    }
+}
 
 /// Per pinned table, while running.
 #[derive(Debug)]
@@ -126,7 +150,9 @@ pub struct Streamer {
     safe: (Lsn, Lsn, i64),
     received: Lsn,
     decoded: Lsn,
-    toast: ToastChunks,
+    toast: Toast,
+    /// `applied` as last written to progress.json.
+    durable_applied: Lsn,
     /// A speculative insertion waiting for its confirmation.
     spec: Option<(Lsn, Change)>,
     last_status: Instant,
@@ -192,6 +218,9 @@ impl Streamer {
             .map_err(|e| StreamError::State(e.to_string()))?;
         let pinned: BTreeSet<String> = config.tables.keys().cloned().collect();
         let safe = (progress.applied, progress.restart, 0);
+        let durable_applied = progress.applied;
+        let mut toast = Toast::open(&config.state.dir, config.stream.toast_cache_mb, &source)?;
+        toast.compact_if_sparse(progress.applied)?;
         let _ = hold.send(progress.restart);
         let major = walshadow_types::PgMajor::from_number(shadow.state.major)
             .map_err(|e| StreamError::State(e.to_string()))?;
@@ -219,7 +248,8 @@ impl Streamer {
             safe,
             received: Lsn::INVALID,
             decoded: Lsn::INVALID,
-            toast: ToastChunks::new(),
+            durable_applied,
+            toast,
             spec: None,
             last_status: Instant::now(),
             last_flush: Instant::now(),
@@ -292,6 +322,7 @@ impl Streamer {
         self.flush_all().await?;
         self.write_progress()?;
         self.write_status();
+        self.toast.close().await;
         tracing::info!(applied = %self.progress.applied, "streaming stopped");
         Ok(())
     }
@@ -336,7 +367,6 @@ impl Streamer {
         self.decoder = Some(WalStreamDecoder::new(from, restart, self.seg_size)?);
         // Open transactions are rebuilt from the restart position.
         self.assembler = Assembler::open(self.assembler_config.clone())?;
-        self.toast = ToastChunks::new();
         self.spec = None;
         self.received = from;
         Ok(())
@@ -412,6 +442,13 @@ impl Streamer {
                 self.assembler.forget_older_than(oldest_running)
             }
             Event::Commit(c) => self.on_commit(c).await?,
+            Event::Pruned {
+                rel,
+                block,
+                offsets,
+                lsn,
+                end,
+            } => self.on_pruned(rel, block, offsets, lsn, end).await?,
         }
         Ok(())
     }
@@ -432,6 +469,7 @@ impl Streamer {
         let skip = c.end <= self.progress.applied;
         if !skip {
             self.connect_relations().await?;
+            self.toast.begin_commit();
         }
         if c.catalog_changed && !skip {
             // Everything before this commit becomes durable first: the
@@ -452,8 +490,15 @@ impl Streamer {
                 }
             }
         }
+        if c.catalog_changed && !skip {
+            // TOAST relations rewritten, truncated or gone with this commit.
+            let feeder = &self.shadow.feeder;
+            if let Some(r) = self.relations.as_mut() {
+                let files = r.toast_files(feeder).await?;
+                self.toast.catalog_now(files, c.lsn, c.end)?;
+            }
+        }
         self.spec = None;
-        self.toast = ToastChunks::new();
         // Decoding restarts at the first change of the oldest transaction
         // still open, or right after this commit.
         let restart = self.assembler.restart_lsn().unwrap_or(c.end).min(c.end);
@@ -462,6 +507,40 @@ impl Streamer {
             self.safe = (self.safe.0.max(c.end), restart, self.safe.2);
         } else {
             self.safe = (c.end, restart, c.commit_time);
+        }
+        Ok(())
+    }
+
+    /// VACUUM or pruning removed tuples: the mirror forgets the TOAST
+    /// chunks among them once progress past `lsn` is durable (deleted
+    /// chunks are usually gone already, by their delete; this catches
+    /// tuples that die without one, like the recently-dead copies a VACUUM
+    /// FULL carries over).
+    async fn on_pruned(
+        &mut self,
+        rel: walshadow_types::RelFileLocator,
+        block: u32,
+        offsets: Vec<u16>,
+        lsn: Lsn,
+        end: Lsn,
+    ) -> Result<(), StreamError> {
+        self.connect_relations().await?;
+        let feeder = &self.shadow.feeder;
+        let Some(relations) = self.relations.as_mut() else {
+            return Ok(());
+        };
+        if let Resolved::Toast { toast_relid, .. } = relations.resolve(feeder, rel).await? {
+            let n = self.toast.pruned(
+                toast_relid,
+                rel.rel_number,
+                block,
+                offsets.into_iter(),
+                lsn,
+                end,
+            )?;
+            if n > 0 {
+                tracing::debug!(toast_relid, block, chunks = n, lsn = %lsn, "TOAST chunks pruned");
+            }
         }
         Ok(())
     }
@@ -494,6 +573,14 @@ impl Streamer {
                 Relations::new(catalog, self.pinned.clone(), self.progress.applied).await?;
             self.relations = Some(relations);
             self.refresh_tables(self.progress.applied).await?;
+            if !self.toast.knows_catalog() {
+                let feeder = &self.shadow.feeder;
+                if let Some(r) = self.relations.as_mut() {
+                    let files = r.toast_files(feeder).await?;
+                    let applied = self.progress.applied;
+                    self.toast.catalog_now(files, applied, applied)?;
+                }
+            }
         }
         self.relations
             .as_mut()
@@ -647,6 +734,7 @@ impl Streamer {
             t.batch = None;
             t.decoders.clear();
         }
+        self.toast.clear_waits(key);
         self.progress_dirty = true;
     }
 
@@ -685,32 +773,167 @@ impl Streamer {
         };
         match resolved {
             Resolved::Other => Ok(()),
-            Resolved::Toast { toast_relid, .. } => {
-                if change.kind == ChangeKind::Insert
-                    && let Some(t) = &change.new
-                    && let Err(e) = self.toast.add_chunk_tuple(toast_relid, tuple_ref(t))
-                {
-                    tracing::warn!(lsn = %seq, "unreadable TOAST chunk: {e}");
+            Resolved::Toast {
+                owner_key,
+                toast_relid,
+            } => {
+                let file = change.rel.rel_number;
+                match (change.kind, change.tid, &change.new) {
+                    (ChangeKind::Insert, Some(tid), Some(t)) => {
+                        match ToastChunk::from_tuple(tuple_ref(t)) {
+                            Ok(chunk) => self.toast.insert_chunk(
+                                toast_relid,
+                                file,
+                                mirror_tid(tid),
+                                chunk,
+                                seq,
+                            )?,
+                            // Its value will not resolve; the row that
+                            // points at it stops the table then.
+                            Err(e) => {
+                                tracing::warn!(table = %owner_key, lsn = %seq, "unreadable TOAST chunk: {e}")
+                            }
+                        }
+                    }
+                    (ChangeKind::Delete, Some(tid), _) => {
+                        self.toast
+                            .delete_chunk(toast_relid, file, mirror_tid(tid), seq, c.end)?
+                    }
+                    _ => {}
                 }
                 Ok(())
             }
             Resolved::Pinned { key, desc } => {
-                if self.is_stopped(&key) {
-                    return Ok(());
-                }
-                let rows = match self.rows_of(c, seq, &key, &desc, &change) {
-                    Ok(rows) => rows,
-                    Err((reason, remedy)) => {
-                        self.stop_table(&key, c.lsn, reason, remedy);
-                        return Ok(());
-                    }
-                };
-                for (row, meta) in rows {
-                    self.push_row(&key, c.lsn, &row, &meta).await?;
-                }
-                Ok(())
+                self.apply_row_change(c, seq, &key, &desc, &change).await
             }
         }
+    }
+
+    /// Emits the rows of a change of pinned table `key`, reading TOAST
+    /// values the mirror lacks from the source.
+    async fn apply_row_change(
+        &mut self,
+        c: &CommitEvent,
+        seq: Lsn,
+        key: &str,
+        desc: &Arc<RelationDesc>,
+        change: &Change,
+    ) -> Result<(), StreamError> {
+        // Each round resolves one more value (a row has a bounded number
+        // of columns, each at most one pointer).
+        for _ in 0..=desc.attributes.len() {
+            if self.is_stopped(key) {
+                return Ok(());
+            }
+            let fault = match self.rows_of(c, seq, key, desc, change) {
+                Ok(rows) => {
+                    for (row, meta) in rows {
+                        if self.toast.has_waits(key) {
+                            let k = self.key_text(key, &row);
+                            self.toast.superseded(key, &k, c.end);
+                        }
+                        self.push_row(key, c.lsn, &row, &meta).await?;
+                    }
+                    return Ok(());
+                }
+                Err(f) => f,
+            };
+            match fault {
+                RowsFault::Mirror(e) => return Err(e.into()),
+                RowsFault::Table((reason, remedy)) => {
+                    self.stop_table(key, c.lsn, reason, remedy);
+                    return Ok(());
+                }
+                RowsFault::Unresolved {
+                    column,
+                    toast_relid,
+                    value_id,
+                } => match self.toast.read_from_source(toast_relid, value_id).await {
+                    Ok(SourceValue::Stored) => continue,
+                    Ok(SourceValue::Gone { source_lsn }) => {
+                        let Some(row_key) = self.change_key(key, desc, change) else {
+                            let reason = format!(
+                                "table {key}, column {column}, WAL at {seq}: TOAST value {value_id} (TOAST relation {toast_relid}) is neither in the chunk mirror nor on the source, and the row's key cannot be read to wait for its newer version"
+                            );
+                            self.stop_table(key, seq, reason, "load the table again".into());
+                            return Ok(());
+                        };
+                        self.toast.wait(
+                            key,
+                            Wait {
+                                key: row_key,
+                                commit: c.end,
+                                lsn: seq,
+                                column,
+                                toast_relid,
+                                value_id,
+                                source_lsn,
+                            },
+                        );
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        let reason = format!(
+                            "table {key}, column {column}, WAL at {seq}: TOAST value {value_id} is not in the chunk mirror (written before walshadow read this table's WAL) and reading it from the source failed: {e}"
+                        );
+                        self.stop_table(key, seq, reason, "give walshadow's source role read access to the table's TOAST relation (superuser, or GRANT pg_read_all_data), then load the table again".into());
+                        return Ok(());
+                    }
+                },
+            }
+        }
+        let reason = format!(
+            "table {key}, WAL at {seq}: TOAST values still unresolved after reading them from the source"
+        );
+        self.stop_table(key, seq, reason, "report it with the LSN".into());
+        Ok(())
+    }
+
+    /// The key columns of a laid-out destination row, as PostgreSQL text.
+    fn key_text(&self, key: &str, row: &[Value]) -> Vec<Option<String>> {
+        let Some(dest) = self.tables.get(key).and_then(|t| t.dest.as_ref()) else {
+            return Vec::new();
+        };
+        dest.columns
+            .iter()
+            .zip(row)
+            .filter(|(col, _)| col.key)
+            .map(|(_, v)| v.to_pg_text())
+            .collect()
+    }
+
+    /// The key of the row a change writes (its new tuple, else its old
+    /// key), read without the columns that cannot be resolved.
+    fn change_key(
+        &self,
+        key: &str,
+        desc: &Arc<RelationDesc>,
+        change: &Change,
+    ) -> Option<Vec<Option<String>>> {
+        let table = self.tables.get(key)?;
+        let dest = table.dest.as_ref()?;
+        let rd = table.decoders.get(&desc.oid)?;
+        let wanted: Vec<bool> = rd
+            .positions
+            .iter()
+            .map(|p| p.and_then(|p| dest.columns.get(p)).is_some_and(|c| c.key))
+            .collect();
+        let tuple = change
+            .new
+            .as_ref()
+            .or(change.old.as_ref().map(|o| o.tuple()))?;
+        let source = self.toast.source();
+        let values = rd
+            .decoder
+            .decode_only(tuple_ref(tuple), &source, &wanted)
+            .ok()?;
+        let mut row = vec![Value::Null; dest.columns.len()];
+        for (v, pos) in values.into_iter().zip(&rd.positions) {
+            if let Some(slot) = pos.and_then(|p| row.get_mut(p)) {
+                *slot = v;
+            }
+        }
+        Some(self.key_text(key, &row))
     }
 
     /// Adds one row to the table's batch, flushing the batch first when it
@@ -752,15 +975,15 @@ impl Streamer {
         key: &str,
         desc: &Arc<RelationDesc>,
         change: &Change,
-    ) -> Result<Vec<(Vec<Value>, RowMeta)>, TableFault> {
+    ) -> Result<Vec<(Vec<Value>, RowMeta)>, RowsFault> {
         let Some(table) = self.tables.get_mut(key) else {
             return Ok(Vec::new());
         };
         let Some(dest) = table.dest.as_ref() else {
-            return Err((
+            return Err(RowsFault::Table((
                 format!("rows arrived for {key} before its ClickHouse table was created"),
                 "restart walshadow".into(),
-            ));
+            )));
         };
         if !table
             .decoders
@@ -768,10 +991,10 @@ impl Streamer {
             .is_some_and(|d| Arc::ptr_eq(&d.desc, desc))
         {
             let decoder = RowDecoder::new(desc).map_err(|e| {
-                (
+                RowsFault::Table((
                     e.to_string(),
                     "change the column's type on the source, or unpin the table".into(),
-                )
+                ))
             })?;
             let positions = decoder
                 .column_names()
@@ -804,12 +1027,13 @@ impl Streamer {
             }
             row
         };
-        let toast = &self.toast;
-        let decode = |t: &OwnedTuple| -> Result<Vec<Value>, TableFault> {
-            decoder
-                .decode(tuple_ref(t), toast)
-                .map(lay_out)
-                .map_err(|e| row_error(key, seq, e))
+        let toast = self.toast.source();
+        let decode = |t: &OwnedTuple| -> Result<Vec<Value>, RowsFault> {
+            let r = decoder.decode(tuple_ref(t), &toast);
+            if let Some(e) = toast.take_error() {
+                return Err(RowsFault::Mirror(e));
+            }
+            r.map(lay_out).map_err(|e| row_error(key, seq, e))
         };
         let same_key = |a: &[Value], b: &[Value]| {
             dest.columns
@@ -839,10 +1063,10 @@ impl Streamer {
             }
             ChangeKind::Delete => {
                 let Some(old) = &change.old else {
-                    return Err((
+                    return Err(RowsFault::Table((
                         format!("DELETE at {seq} on {key} carries no old key"),
                         "give the table a primary key or REPLICA IDENTITY FULL".into(),
-                    ));
+                    )));
                 };
                 rows.push((decode(old.tuple())?, true, seq));
             }
@@ -884,6 +1108,7 @@ impl Streamer {
                 );
                 continue;
             }
+            self.toast.clear_waits(&key);
             // Rows before the TRUNCATE land first, then all of them go; a
             // crash between replays this transaction (its commit is past
             // `applied`), which truncates again.
@@ -956,11 +1181,27 @@ impl Streamer {
             }
             self.progress_dirty = true;
         }
+        for (key, w) in self.toast.overdue(self.progress.applied) {
+            let reason = format!(
+                "table {key}, column {}, WAL at {}: TOAST value {} (TOAST relation {}) is neither in the chunk mirror nor on the source, and no later change of the row (key {}) arrived up to {}",
+                w.column,
+                w.lsn,
+                w.value_id,
+                w.toast_relid,
+                key_display(&w.key),
+                w.source_lsn
+            );
+            self.stop_table(&key, w.lsn, reason, "load the table again".into());
+        }
         Ok(())
     }
 
     fn write_progress(&mut self) -> Result<(), StreamError> {
+        // The mirror holds every chunk up to `applied` before progress says
+        // so; its deletions wait for the progress already on disk.
+        self.toast.commit(self.durable_applied)?;
         self.progress.write(&self.state_dir)?;
+        self.durable_applied = self.progress.applied;
         self.progress_dirty = false;
         let _ = self.hold.send(self.progress.restart);
         // The shadow may follow everything ClickHouse holds.
@@ -992,6 +1233,7 @@ impl Streamer {
             open_transactions: self.assembler.open_transactions().len(),
             memory_used: self.assembler.memory_used(),
             spilled_bytes: self.assembler.spilled_bytes(),
+            toast: Some(ToastStatus::new(self.toast.stats(), self.toast.counters())),
             tables: TableStatus::all(&self.progress.tables),
         };
         if let Err(e) = status.write(&self.state_dir) {
@@ -1000,21 +1242,36 @@ impl Streamer {
     }
 }
 
+fn key_display(key: &[Option<String>]) -> String {
+    let parts: Vec<&str> = key.iter().map(|k| k.as_deref().unwrap_or("NULL")).collect();
+    format!("({})", parts.join(", "))
+}
+
 fn tuple_ref(t: &OwnedTuple) -> TupleRef<'_> {
     TupleRef::from_wal(t.infomask2, t.infomask, t.hoff, &t.data)
 }
 
-fn row_error(key: &str, lsn: Lsn, e: RowError) -> TableFault {
+fn row_error(key: &str, lsn: Lsn, e: RowError) -> RowsFault {
     match e {
-        RowError::UnresolvedToast { column, .. } => (
-            format!(
-                "table {key}, column {column}, WAL at {lsn}: the row points at a TOAST value this transaction did not write (an UPDATE that left a large value unchanged)"
-            ),
-            "values TOASTed before the change cannot be resolved from the WAL yet (the TOAST chunk mirror comes with a later release); load the table again".into(),
-        ),
-        other => (
+        RowError::UnresolvedToast {
+            column,
+            toast_relid,
+            value_id,
+        } => RowsFault::Unresolved {
+            column,
+            toast_relid,
+            value_id,
+        },
+        other => RowsFault::Table((
             format!("table {key}, WAL at {lsn}: {other}"),
             "the row cannot be decoded; report it with the LSN".into(),
-        ),
+        )),
+    }
+}
+
+fn mirror_tid(t: walshadow_wal_decode::Tid) -> walshadow_toast_mirror::Tid {
+    walshadow_toast_mirror::Tid {
+        block: t.block,
+        offset: t.offset,
     }
 }

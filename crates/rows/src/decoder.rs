@@ -132,6 +132,28 @@ impl RowDecoder {
         tuple: TupleRef<'_>,
         toast: &dyn ToastSource,
     ) -> Result<Vec<Value>, RowError> {
+        self.decode_some(tuple, toast, None)
+    }
+
+    /// Decodes only the live columns whose flag in `wanted` is set (same
+    /// order as [`RowDecoder::column_names`]); the others come out NULL,
+    /// unread. Lets a caller read a row's key when another column cannot
+    /// be decoded yet.
+    pub fn decode_only(
+        &self,
+        tuple: TupleRef<'_>,
+        toast: &dyn ToastSource,
+        wanted: &[bool],
+    ) -> Result<Vec<Value>, RowError> {
+        self.decode_some(tuple, toast, Some(wanted))
+    }
+
+    fn decode_some(
+        &self,
+        tuple: TupleRef<'_>,
+        toast: &dyn ToastSource,
+        wanted: Option<&[bool]>,
+    ) -> Result<Vec<Value>, RowError> {
         let raw = deform(&tuple, &self.storage).map_err(|e| match e {
             DeformError::Tuple(s) => RowError::BadTuple(format!("{}: {s}", self.table)),
             DeformError::Datum(i, e) => e.at(self.columns.get(i).map_or("?", |c| c.name.as_str())),
@@ -141,6 +163,12 @@ impl RowDecoder {
             let Some(kind) = &col.kind else {
                 continue;
             };
+            if let Some(w) = wanted
+                && !w.get(out.len()).copied().unwrap_or(false)
+            {
+                out.push(Value::Null);
+                continue;
+            }
             let v = match raw.get(i) {
                 Some(Some(bytes)) => {
                     decode_datum(kind, bytes, toast).map_err(|e| e.at(&col.name))?

@@ -116,11 +116,11 @@ impl ShadowCatalog {
     }
 
     /// The TOAST tables of the tables `keys` (`schema.name`) and of their
-    /// partitions: `(toast relation OID, key)`.
+    /// partitions: `(toast relation OID, its relfilenumber, key)`.
     pub async fn pinned_toast_tables(
         &mut self,
         keys: &std::collections::BTreeSet<String>,
-    ) -> Result<Vec<(Oid, String)>, CatalogError> {
+    ) -> Result<Vec<(Oid, Oid, String)>, CatalogError> {
         let mut out = Vec::new();
         for key in keys {
             let Some((schema, name)) = key.split_once('.') else {
@@ -130,20 +130,20 @@ impl ShadowCatalog {
                 .query(&format!(
                     // pg_partition_tree gives nothing for a table that is not
                     // partitioned: the table itself is asked for separately.
-                    "select c.reltoastrelid from pg_class c
-                      where c.reltoastrelid <> 0
-                        and c.oid in (select to_regclass(format('%I.%I', {s}, {n}))
+                    "select c.reltoastrelid, t.relfilenode from pg_class c
+                       join pg_class t on t.oid = c.reltoastrelid
+                      where c.oid in (select to_regclass(format('%I.%I', {s}, {n}))
                                       union all
                                       select relid from pg_partition_tree(to_regclass(format('%I.%I', {s}, {n}))))",
                     s = quote_literal(schema),
                     n = quote_literal(name)
                 ))
                 .await?;
-            out.extend(
-                (0..r.rows.len())
-                    .filter_map(|i| r.text(i, 0)?.parse::<Oid>().ok())
-                    .map(|o| (o, key.clone())),
-            );
+            out.extend((0..r.rows.len()).filter_map(|i| {
+                let toast = r.text(i, 0)?.parse::<Oid>().ok()?;
+                let file = r.text(i, 1)?.parse::<Oid>().ok()?;
+                Some((toast, file, key.clone()))
+            }));
         }
         Ok(out)
     }

@@ -63,6 +63,14 @@ impl<'a> Cursor<'a> {
         Ok(i64::from_le_bytes(self.array()?))
     }
 
+    /// `n` little-endian `u16`s; the length is checked before anything is
+    /// allocated, so a hostile count costs nothing.
+    pub(crate) fn u16s(&mut self, n: usize) -> Result<Vec<u16>, Truncated> {
+        let raw = self.take(n.checked_mul(2).ok_or(Truncated)?)?;
+        let mut words = Cursor::new(raw);
+        (0..n).map(|_| words.u16()).collect()
+    }
+
     /// `n` little-endian `u32`s; the length is checked before anything is
     /// allocated, so a hostile count costs nothing.
     pub(crate) fn u32s(&mut self, n: usize) -> Result<Vec<u32>, Truncated> {

@@ -14,8 +14,9 @@
 //! `heap_delete` in heapam.c write them). What differs between majors is
 //! only in records this module skips: Heap2 opcodes 0x10..0x30 are
 //! PRUNE/VACUUM/FREEZE_PAGE up to 16 and PRUNE_ON_ACCESS/PRUNE_VACUUM_SCAN/
-//! PRUNE_VACUUM_CLEANUP from 17, and `xl_heap_inplace` carries invalidation
-//! messages from 18. [`heap_record_name`] names them per major.
+//! PRUNE_VACUUM_CLEANUP from 17 (their line pointers are read by
+//! [`crate::prune`]), and `xl_heap_inplace` carries invalidation messages
+//! from 18. [`heap_record_name`] names them per major.
 //!
 //! Where the tuples are:
 //!
@@ -340,6 +341,7 @@ pub fn decode_heap<'a>(rec: &RecordView<'a>) -> Result<Option<HeapChange<'a>>, H
         (RmgrId::HEAP2, XLOG_HEAP2_REWRITE) => Ok(None),
         // Pruning, vacuuming and freezing (all three opcodes, both namings)
         // remove or freeze tuples already dead or committed: physical upkeep.
+        // decode_prune (prune.rs) reads which line pointers they free.
         (RmgrId::HEAP2, XLOG_HEAP2_PRUNE | XLOG_HEAP2_VACUUM | XLOG_HEAP2_FREEZE_PAGE) => Ok(None),
         // Visibility map bits: physical only.
         (RmgrId::HEAP2, XLOG_HEAP2_VISIBLE) => Ok(None),
@@ -352,15 +354,15 @@ pub fn decode_heap<'a>(rec: &RecordView<'a>) -> Result<Option<HeapChange<'a>>, H
     out.map_err(err)
 }
 
-fn block0<'a>(rec: &RecordView<'a>) -> Result<&'a BlockRef, HeapErrorKind> {
+pub(crate) fn block0<'a>(rec: &RecordView<'a>) -> Result<&'a BlockRef, HeapErrorKind> {
     rec.block(0).ok_or(HeapErrorKind::MissingBlock(0))
 }
 
-fn trunc(what: &'static str) -> impl Fn(Truncated) -> HeapErrorKind {
+pub(crate) fn trunc(what: &'static str) -> impl Fn(Truncated) -> HeapErrorKind {
     move |_| HeapErrorKind::Truncated(what)
 }
 
-fn no_trailing(c: &Cursor<'_>, what: &'static str) -> Result<(), HeapErrorKind> {
+pub(crate) fn no_trailing(c: &Cursor<'_>, what: &'static str) -> Result<(), HeapErrorKind> {
     match c.remaining() {
         0 => Ok(()),
         extra => Err(HeapErrorKind::TrailingBytes { what, extra }),

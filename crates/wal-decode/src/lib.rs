@@ -23,7 +23,8 @@
 //!
 //! On top of records, the rmgr decoders read what logical decoding
 //! (decode.c) reads, zero-copy: [`heap`] (row changes of Heap/Heap2
-//! records), [`xact`] (commit, abort, prepare, assignment, invalidations),
+//! records), [`prune`] (the line pointers pruning and vacuum records free,
+//! read apart from `heap` since they change no row), [`xact`] (commit, abort, prepare, assignment, invalidations),
 //! [`standby`] (running transactions) and [`sinval`] (invalidation
 //! messages). Each takes a [`RecordView`] and returns values borrowing it.
 
@@ -44,6 +45,7 @@ mod error;
 pub mod heap;
 mod page;
 mod pglz;
+pub mod prune;
 mod record;
 mod rmgr;
 pub mod sinval;
@@ -65,6 +67,7 @@ pub use page::{
     XLP_FIRST_IS_OVERWRITE_CONTRECORD, XLP_LONG_HEADER,
 };
 pub use pglz::{PglzError, pglz_decompress};
+pub use prune::{PruneRecord, decode_prune};
 pub use record::{RecordHeader, RecordView, SIZE_OF_XLOG_RECORD, WalRecord, decode_record};
 pub use rmgr::RmgrId;
 pub use sinval::Inval;

@@ -41,6 +41,41 @@ pub(crate) fn record(rmid: u8, info: u8, xid: u32, blocks: &[Blk<'_>], main: &[u
         r.extend_from_slice(b.data);
     }
     r.extend_from_slice(main);
+    finish(r, rmid, info, xid)
+}
+
+/// A record whose only block, 0 (`blkno`), carries an uncompressed
+/// full-page image (24 stored bytes, a hole over the rest, applied at redo)
+/// and `data`, which may be empty.
+pub(crate) fn record_with_image(
+    rmid: u8,
+    info: u8,
+    blkno: u32,
+    data: &[u8],
+    main: &[u8],
+) -> WalRecord {
+    let mut r = vec![0u8; 24];
+    r.push(0);
+    // BKPBLOCK_HAS_IMAGE, BKPBLOCK_HAS_DATA
+    r.push(0x10 | if data.is_empty() { 0 } else { 0x20 });
+    r.extend_from_slice(&(data.len() as u16).to_le_bytes());
+    r.extend_from_slice(&24u16.to_le_bytes()); // bimg_len
+    r.extend_from_slice(&24u16.to_le_bytes()); // hole_offset
+    r.push(0x01 | 0x02); // BKPIMAGE_HAS_HOLE | BKPIMAGE_APPLY
+    for w in [REL.spc_oid, REL.db_oid, REL.rel_number, blkno] {
+        r.extend_from_slice(&w.to_le_bytes());
+    }
+    if !main.is_empty() {
+        r.extend_from_slice(&[255, main.len() as u8]);
+    }
+    r.extend_from_slice(&[0u8; 24]); // the page header
+    r.extend_from_slice(data);
+    r.extend_from_slice(main);
+    finish(r, rmid, info, 0)
+}
+
+/// Sets the fixed header's lengths, ids and CRC, then decodes `r`.
+fn finish(mut r: Vec<u8>, rmid: u8, info: u8, xid: u32) -> WalRecord {
     let len = r.len() as u32;
     r[0..4].copy_from_slice(&len.to_le_bytes());
     r[4..8].copy_from_slice(&xid.to_le_bytes());

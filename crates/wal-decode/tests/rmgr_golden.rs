@@ -11,17 +11,14 @@
 mod common;
 
 use walshadow_testkit::{PgMajor, parse_waldump_output};
-use walshadow_types::Lsn;
-use walshadow_wal_decode::{WalRecord, WalStreamDecoder};
 
-use common::{Tables, check_record, check_workload, is_decoded_rmgr, read_records, unzstd};
-
-fn data(dir: &str) -> String {
-    format!("{}/tests/data/{dir}", env!("CARGO_MANIFEST_DIR"))
-}
+use common::{
+    Tables, check_record, check_workload, data_dir, golden_records, is_prune_kind, read_records,
+    unzstd,
+};
 
 fn workload(major: PgMajor) {
-    let dir = data(&format!("rmgr-pg{major}"));
+    let dir = data_dir(&format!("rmgr-pg{major}"));
     let recs = read_records(&unzstd(&format!("{dir}/records.bin.zst")));
     let dump_text = String::from_utf8(unzstd(&format!("{dir}/waldump.txt.zst"))).unwrap();
     let dump = parse_waldump_output(&dump_text).unwrap();
@@ -37,40 +34,6 @@ fn pg15_captured_workload() {
 #[test]
 fn pg18_captured_workload() {
     workload(PgMajor::V18);
-}
-
-/// Every decoded-rmgr record of the golden WAL capture of `major`.
-fn golden_records(major: PgMajor) -> (Vec<WalRecord>, String) {
-    let dir = data(&format!("pg{major}"));
-    let range = std::fs::read_to_string(format!("{dir}/range")).unwrap();
-    let (start, end) = range.trim().split_once(' ').unwrap();
-    let (start, end): (Lsn, Lsn) = (start.parse().unwrap(), end.parse().unwrap());
-    let tar_bytes = unzstd(&format!("{dir}/wal.tar.zst"));
-    let mut archive = tar::Archive::new(tar_bytes.as_slice());
-    let mut wal = Vec::new();
-    let mut first = None;
-    for entry in archive.entries().unwrap() {
-        use std::io::Read;
-        let mut entry = entry.unwrap();
-        let name = entry.path().unwrap().to_string_lossy().into_owned();
-        let segno = u64::from_str_radix(&name[16..24], 16).unwrap()
-            + (u64::from_str_radix(&name[8..16], 16).unwrap() << 12);
-        first.get_or_insert(Lsn(segno << 20));
-        entry.read_to_end(&mut wal).unwrap();
-    }
-    let mut d = WalStreamDecoder::new(first.unwrap(), start, 1 << 20).unwrap();
-    d.feed(&wal);
-    let mut recs = Vec::new();
-    while let Some(rec) = d.poll_ref().unwrap() {
-        if rec.lsn >= end {
-            break;
-        }
-        if is_decoded_rmgr(rec.rmgr()) {
-            recs.push(rec.to_owned());
-        }
-    }
-    let dump = String::from_utf8(unzstd(&format!("{dir}/waldump.txt.zst"))).unwrap();
-    (recs, dump)
 }
 
 fn golden(major: PgMajor) {
@@ -109,13 +72,25 @@ fn golden(major: PgMajor) {
     ] {
         assert!(kinds.contains(k), "PostgreSQL {major}: no {k} in {kinds:?}");
     }
-    // Pruning and vacuuming, under the opcode names of each major.
-    let prune = if major >= PgMajor::V17 {
-        "Heap2/PRUNE_ON_ACCESS"
+    // Pruning and vacuuming, under the opcode names of each major; each
+    // such record was read by decode_prune as pg_waldump read it.
+    let prunes: &[&str] = if major >= PgMajor::V17 {
+        &[
+            "PRUNE_ON_ACCESS",
+            "PRUNE_VACUUM_SCAN",
+            "PRUNE_VACUUM_CLEANUP",
+        ]
     } else {
-        "Heap2/PRUNE"
+        &["PRUNE", "VACUUM"]
     };
-    assert!(kinds.contains(prune), "{kinds:?}");
+    for k in prunes {
+        assert!(kinds.contains(&format!("Heap2/{k}")), "{kinds:?}");
+    }
+    let n = dump
+        .iter()
+        .filter(|d| d.rmgr == "Heap2" && is_prune_kind(major, d.kind()))
+        .count();
+    assert!(n > 50, "PostgreSQL {major}: {n} pruning records");
 }
 
 #[test]

@@ -4,8 +4,13 @@
 //! so they get past `decode_record`) with their main data and block data
 //! cut at every length and with every byte overwritten by 0x00, 0x7F, 0x80
 //! and 0xFF, and under every info value of each decoded rmgr; each variant
-//! goes through `decode_heap`, `decode_xact` (as 15 and as 18) and
-//! `decode_running_xacts`. A panic fails the test; an error is fine.
+//! goes through `decode_heap`, `decode_xact` (as 15 and as 18),
+//! `decode_running_xacts` and `decode_prune` (as 15, 16, 17 and 18). The
+//! rmgr captures hold no pruning record, so the pruning and vacuum records
+//! of the golden WAL (`tests/data/pgNN/`, one per kind, image presence and
+//! list shape) and a crafted one with every list (and 17+'s freeze plans)
+//! are damaged the same way. A panic fails the test; an error
+//! is fine.
 
 mod common;
 
@@ -15,10 +20,10 @@ use walshadow_testkit::PgMajor;
 use walshadow_types::Lsn;
 use walshadow_wal_decode::{
     HeapChange, OldTuple, RecordView, RmgrId, TupleBytes, WalRecord, XactRecord, decode_heap,
-    decode_record, decode_running_xacts, decode_xact,
+    decode_prune, decode_record, decode_running_xacts, decode_xact,
 };
 
-use common::{read_records, unzstd};
+use common::{golden_records, read_records, unzstd};
 
 /// One block reference to rebuild: no image, data only.
 struct Block {
@@ -176,6 +181,19 @@ fn exercise(raw: &[u8]) -> usize {
         }
     }
     ok += usize::from(decode_running_xacts(&v).is_ok());
+    // Not counted in `ok`: decode_prune answers None, not an error, for
+    // records of other rmgrs.
+    for major in PgMajor::ALL {
+        let prune = decode_prune(&v, major);
+        assert_eq!(prune, decode_prune(&v, major), "not deterministic");
+        if let Ok(Some(p)) = prune {
+            // Every offset came out of the record's bytes.
+            let offsets = 2 * p.redirected.len() + p.dead.len() + p.unused.len();
+            let data = v.block(0).map_or(0, |b| v.block_data(b).len());
+            assert!(offsets * 2 <= data, "{offsets} offsets from {data} bytes");
+            assert!(!p.image_only || offsets == 0);
+        }
+    }
     ok
 }
 
@@ -243,10 +261,97 @@ fn representatives(recs: &[WalRecord]) -> Vec<&WalRecord> {
         .collect()
 }
 
+/// The golden WAL's pruning and vacuum records, one per (xl_info, image
+/// presence, which of the redirected/dead/unused lists are empty).
+fn golden_prunes(major: PgMajor) -> Vec<WalRecord> {
+    let (recs, _) = golden_records(major);
+    let mut seen = BTreeSet::new();
+    recs.into_iter()
+        .filter(|r| {
+            let v = r.view();
+            let Ok(Some(p)) = decode_prune(&v, major) else {
+                return false;
+            };
+            seen.insert((
+                v.header.xl_info,
+                p.image_only,
+                p.redirected.is_empty(),
+                p.dead.is_empty(),
+                p.unused.is_empty(),
+            ))
+        })
+        .collect()
+}
+
+/// A pruning record with every list (and on 17+ freeze plans and a
+/// conflict horizon), a shape the golden WAL lacks: 15's PRUNE, 17+'s
+/// PRUNE_VACUUM_SCAN.
+fn crafted_prune(major: PgMajor) -> WalRecord {
+    let u16s = |v: &[u16]| v.iter().flat_map(|o| o.to_le_bytes()).collect::<Vec<u8>>();
+    let (main, data) = if major >= PgMajor::V17 {
+        // XLHP_CLEANUP_LOCK, _HAS_CONFLICT_HORIZON, _HAS_FREEZE_PLANS,
+        // _HAS_REDIRECTIONS, _HAS_DEAD_ITEMS, _HAS_NOW_UNUSED_ITEMS
+        let mut main = vec![0, 0xFC];
+        main.extend(900u32.to_le_bytes());
+        let mut data = u16s(&[1, 0]); // nplans, padding
+        data.extend(901u32.to_le_bytes()); // xmax
+        data.extend(u16s(&[0, 0x0900])); // infomask2, infomask
+        data.extend([0, 0]); // frzflags, padding
+        data.extend(u16s(&[2])); // ntuples
+        data.extend(u16s(&[1, 3, 5, 2, 6, 7, 1, 8, 9, 10]));
+        (main, data)
+    } else {
+        let mut main = 900u32.to_le_bytes().to_vec();
+        main.extend(u16s(&[1, 2]));
+        if major >= PgMajor::V16 {
+            main.push(0);
+        }
+        (main, u16s(&[3, 5, 6, 7, 8]))
+    };
+    let mut locator = [0u8; 12];
+    locator[..4].copy_from_slice(&1663u32.to_le_bytes());
+    locator[4..8].copy_from_slice(&5u32.to_le_bytes());
+    locator[8..].copy_from_slice(&16384u32.to_le_bytes());
+    let p = Parts {
+        xid: 0,
+        info: if major >= PgMajor::V17 { 0x20 } else { 0x10 },
+        rmid: RmgrId::HEAP2.0,
+        toplevel_xid: None,
+        blocks: vec![Block {
+            id: 0,
+            fork_flags: 0,
+            locator,
+            blkno: 1,
+            data,
+        }],
+        main,
+    };
+    let raw = p.assemble();
+    let mut blocks = Vec::new();
+    let lsn = Lsn(0x0100_0028);
+    let r = decode_record(lsn, Lsn(lsn.0 + raw.len() as u64), &raw, &mut blocks)
+        .unwrap()
+        .to_owned();
+    let d = decode_prune(&r.view(), major).unwrap().unwrap();
+    assert_eq!(
+        (d.redirected, d.dead, d.unused),
+        (vec![(3, 5)], vec![6, 7], vec![8])
+    );
+    r
+}
+
 fn mutations(major: PgMajor) {
     let recs = captured(major);
-    let reps = representatives(&recs);
+    let mut prunes = golden_prunes(major);
+    prunes.push(crafted_prune(major));
+    assert!(
+        prunes.len() >= 3,
+        "{} pruning representatives",
+        prunes.len()
+    );
+    let mut reps = representatives(&recs);
     assert!(reps.len() > 40, "{} representatives", reps.len());
+    reps.extend(&prunes);
     let (mut runs, mut decoded) = (0, 0);
     for r in reps {
         let mut p = Parts::of(r);
@@ -274,7 +379,8 @@ fn mutations(major: PgMajor) {
         }
     }
     eprintln!(
-        "PostgreSQL {major}: {runs} variants; {decoded} decodes of info/rmgr swaps succeeded"
+        "PostgreSQL {major}: {runs} variants ({} pruning records); {decoded} decodes of info/rmgr swaps succeeded",
+        prunes.len()
     );
     assert!(runs > 50_000, "{runs}");
 }

@@ -11,8 +11,9 @@ use walshadow_testkit::{Lsn, PgMajor, WaldumpRecord};
 use walshadow_types::{RelFileLocator, Xid};
 use walshadow_wal_decode::sinval::Inval;
 use walshadow_wal_decode::{
-    DroppedStats, HeapChange, OldTuple, RecordView, RmgrId, WalRecord, XactRecord, decode_heap,
-    decode_record, decode_running_xacts, decode_xact, heap_record_name,
+    DroppedStats, HeapChange, OldTuple, PruneRecord, RecordView, RmgrId, WalRecord,
+    WalStreamDecoder, XactRecord, decode_heap, decode_prune, decode_record, decode_running_xacts,
+    decode_xact, heap_record_name,
 };
 
 pub fn unzstd(path: &str) -> Vec<u8> {
@@ -233,6 +234,7 @@ pub fn check_record(
             )?;
             let change = decode_heap(rec).map_err(|e| e.to_string())?;
             check_heap(change.as_ref(), body, dump)?;
+            check_prune(major, rec, body, dump)?;
         }
         RmgrId::XACT => {
             let x = decode_xact(rec, major)
@@ -465,6 +467,102 @@ fn check_heap(
         }
     }
     Ok(())
+}
+
+/// Whether pg_waldump of `major` names a pruning or vacuum record `kind`
+/// (what `decode_prune` reads).
+pub fn is_prune_kind(major: PgMajor, kind: &str) -> bool {
+    if major >= PgMajor::V17 {
+        matches!(
+            kind,
+            "PRUNE_ON_ACCESS" | "PRUNE_VACUUM_SCAN" | "PRUNE_VACUUM_CLEANUP"
+        )
+    } else {
+        matches!(kind, "PRUNE" | "VACUUM")
+    }
+}
+
+/// `from->to` pairs following `key` (heapdesc.c's `redirect_elem_desc`).
+fn redirects_after(toks: &[&str], key: &str) -> Vec<(u16, u16)> {
+    let Some(i) = toks.iter().position(|t| *t == key) else {
+        return vec![];
+    };
+    toks[i + 1..]
+        .iter()
+        .map_while(|t| {
+            let (a, b) = t.split_once("->")?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect()
+}
+
+/// `decode_prune` agrees with pg_waldump: it reads exactly the pruning and
+/// vacuum records, on the same block, with the counts pg_waldump prints
+/// (15: nredirected and ndead of PRUNE, nunused of VACUUM; 16+ all three)
+/// and, where it prints them (16+), the same offsets. A record whose block 0
+/// has an image and no data is `image_only`; 17+ print no counts for it,
+/// 15's counts come from the main data and are not compared.
+fn check_prune(
+    major: PgMajor,
+    rec: &RecordView<'_>,
+    body: &str,
+    dump: &WaldumpRecord,
+) -> Result<Option<PruneRecord>, String> {
+    let kind = dump.kind();
+    let p = decode_prune(rec, major).map_err(|e| format!("decode_prune: {e}"))?;
+    let Some(p) = p else {
+        return if is_prune_kind(major, kind) {
+            Err(format!("decode_prune returned None for {kind}"))
+        } else {
+            Ok(None)
+        };
+    };
+    if !is_prune_kind(major, kind) {
+        return Err(format!("decode_prune read a {kind}: {p:?}"));
+    }
+    block_eq(dump, 0, p.rel, p.block)?;
+    let fpi0 = dump.blocks.iter().any(|b| b.id == 0 && b.fpi);
+    let toks = tokens(body);
+    if p.image_only {
+        eq("image_only needs an image", fpi0, true)?;
+        if major >= PgMajor::V16 {
+            eq(
+                "counts printed without block data",
+                toks.contains(&"nunused"),
+                false,
+            )?;
+        }
+        return Ok(Some(p));
+    }
+    let counts = [
+        ("nredirected", p.redirected.len()),
+        ("ndead", p.dead.len()),
+        ("nunused", p.unused.len()),
+    ];
+    let mut compared = 0;
+    for (key, ours) in counts {
+        if toks.contains(&key) {
+            eq(key, ours, num(&toks, key, 0)?)?;
+            compared += 1;
+        }
+    }
+    if compared == 0 {
+        return Err("pg_waldump printed no count to compare".into());
+    }
+    if toks.contains(&"redirected") {
+        eq(
+            "redirected",
+            p.redirected.clone(),
+            redirects_after(&toks, "redirected"),
+        )?;
+    }
+    for (key, ours) in [("dead", &p.dead), ("unused", &p.unused)] {
+        if toks.contains(&key) {
+            let ours: Vec<u32> = ours.iter().map(|&o| u32::from(o)).collect();
+            eq(key, ours, list_after(&toks, key))?;
+        }
+    }
+    Ok(Some(p))
 }
 
 /// What commit and abort records share, as `xact_desc_commit` and
@@ -1169,4 +1267,43 @@ pub fn check_workload(major: PgMajor, recs: &[WalRecord], dump: &[WaldumpRecord]
         "PostgreSQL {major}: no RUNNING_XACTS with the prepared xact {}",
         open.xid
     );
+}
+
+/// `tests/data/NAME` of this crate.
+pub fn data_dir(name: &str) -> String {
+    format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every decoded-rmgr record of the golden WAL capture of `major`
+/// (`tests/data/pgNN/`) and pg_waldump's text for it.
+pub fn golden_records(major: PgMajor) -> (Vec<WalRecord>, String) {
+    let dir = data_dir(&format!("pg{major}"));
+    let range = std::fs::read_to_string(format!("{dir}/range")).unwrap();
+    let (start, end) = range.trim().split_once(' ').unwrap();
+    let (start, end): (Lsn, Lsn) = (start.parse().unwrap(), end.parse().unwrap());
+    let tar_bytes = unzstd(&format!("{dir}/wal.tar.zst"));
+    let mut archive = tar::Archive::new(tar_bytes.as_slice());
+    let mut wal = Vec::new();
+    let mut first = None;
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let name = entry.path().unwrap().to_string_lossy().into_owned();
+        let segno = u64::from_str_radix(&name[16..24], 16).unwrap()
+            + (u64::from_str_radix(&name[8..16], 16).unwrap() << 12);
+        first.get_or_insert(Lsn(segno << 20));
+        entry.read_to_end(&mut wal).unwrap();
+    }
+    let mut d = WalStreamDecoder::new(first.unwrap(), start, 1 << 20).unwrap();
+    d.feed(&wal);
+    let mut recs = Vec::new();
+    while let Some(rec) = d.poll_ref().unwrap() {
+        if rec.lsn >= end {
+            break;
+        }
+        if is_decoded_rmgr(rec.rmgr()) {
+            recs.push(rec.to_owned());
+        }
+    }
+    let dump = String::from_utf8(unzstd(&format!("{dir}/waldump.txt.zst"))).unwrap();
+    (recs, dump)
 }
