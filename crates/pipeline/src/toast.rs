@@ -129,6 +129,8 @@ pub struct Toast {
     waits: BTreeMap<String, Vec<Wait>>,
     waits_dirty: bool,
     counters: ToastCounters,
+    /// `counters` as last given to the mirror.
+    counters_saved: ToastCounters,
 }
 
 /// The mirror as a [`ToastSource`] for the row decoder; a storage error is
@@ -193,6 +195,7 @@ impl Toast {
             waits,
             waits_dirty: false,
             counters,
+            counters_saved: counters,
         };
         t.counters.waiting_rows = t.waiting_rows();
         let s = t.mirror.stats();
@@ -349,8 +352,11 @@ impl Toast {
             self.mirror.set_state(WAITS_STATE, &bytes)?;
             self.waits_dirty = false;
         }
-        let counters = serde_json::to_vec(&self.counters).unwrap_or_default();
-        self.mirror.set_state(COUNTERS_STATE, &counters)?;
+        if self.counters != self.counters_saved {
+            let counters = serde_json::to_vec(&self.counters).unwrap_or_default();
+            self.mirror.set_state(COUNTERS_STATE, &counters)?;
+            self.counters_saved = self.counters;
+        }
         self.mirror.commit(durable_applied)
     }
 
