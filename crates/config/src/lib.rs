@@ -4,6 +4,7 @@
 //! [source]
 //! url  = "postgres://walshadow@db:5432/postgres?sslmode=verify-full&sslrootcert=/etc/walshadow/ca.pem"
 //! slot = "walshadow"                       # physical slot, created by `walshadow init`
+//! # config_table = "walshadow.tables"       # runtime opt-in/out rows (created by init)
 //!
 //! [shadow]
 //! data_dir = "/var/lib/walshadow/shadow"    # the catalog-only standby's PGDATA
@@ -34,13 +35,23 @@
 //! # memory_mb = 256                         # transaction buffers past this spill to disk
 //! # toast_cache_mb = 64                      # cache of the TOAST chunk mirror (on disk)
 //!
+//! [metrics]                                 # optional; absent = no endpoint
+//! listen = "127.0.0.1:9187"                 # Prometheus scrapes GET /metrics here
+//!
+//! [backfill]
+//! # workers = 2                             # connections per `copy` load (block ranges)
+//! # max_attempts = 5                        # fresh snapshots before a load stays pending
+//! # batch_rows = 50000                      # rows per ClickHouse insert of a load
+//! # chunk_blocks = 1024                     # 8 KiB blocks per COPY: the resume granularity
+//!
 //! [table."public.orders"]                   # a pinned table: streams from the start
+//! # initial_load = "copy"                   # none (default) | copy: load its rows first
 //! ```
 //!
 //! Unknown keys are errors (a typo must not silently fall back to a
-//! default); every error names the key and what to write instead. The
-//! source-side config table (tables opted in at runtime) comes with a later
-//! issue.
+//! default); every error names the key and what to write instead. Tables
+//! are also opted in and out at runtime by rows of the source-side config
+//! table (`[source] config_table`), read from the WAL.
 
 use std::path::{Path, PathBuf};
 
@@ -76,6 +87,11 @@ pub struct Config {
     pub clickhouse: Option<ClickHouseConfig>,
     #[serde(default)]
     pub stream: StreamConfig,
+    #[serde(default)]
+    pub backfill: BackfillConfig,
+    /// The Prometheus endpoint; without it `run` serves none.
+    #[serde(default)]
+    pub metrics: Option<MetricsConfig>,
     /// Pinned tables by `schema.name`.
     #[serde(default, rename = "table")]
     pub tables: std::collections::BTreeMap<String, TableConfig>,
@@ -133,11 +149,140 @@ impl Default for StreamConfig {
     }
 }
 
-/// `[table."schema.name"]`: one pinned table. Empty for now; later issues
-/// add the initial load mode.
+/// `[metrics]`: the Prometheus scrape endpoint of `walshadow run`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `IP:port` serving `GET /metrics`; `0.0.0.0:9187` (or `[::]:9187`)
+    /// for every interface.
+    #[serde(deserialize_with = "socket_addr")]
+    pub listen: std::net::SocketAddr,
+}
+
+/// An `IP:port`; host names are refused rather than resolved, so the
+/// address bound is the one written.
+fn socket_addr<'de, D: serde::Deserializer<'de>>(d: D) -> Result<std::net::SocketAddr, D::Error> {
+    let text = String::deserialize(d)?;
+    text.parse().map_err(|_| {
+        serde::de::Error::custom(format!(
+            "{text:?}: expected IP:port such as \"127.0.0.1:9187\" or \"[::]:9187\" (host names are not resolved)"
+        ))
+    })
+}
+
+/// `[table."schema.name"]`: one pinned table.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TableConfig {}
+pub struct TableConfig {
+    /// How the rows the table had before streaming began are loaded:
+    /// `none` (default), `copy`, `base_backup`, `object_store`. Applies
+    /// once, when the table is first seen (at the resume position).
+    #[serde(default)]
+    pub initial_load: Option<String>,
+}
+
+/// The config table's DDL (`walshadow init` runs it): one row per table
+/// opted in (`replicate`) with its `initial_load`.
+pub fn config_table_sql(schema: &str, name: &str) -> String {
+    let q = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+    let (s, t) = (q(schema), q(name));
+    format!(
+        "CREATE SCHEMA IF NOT EXISTS {s};
+CREATE TABLE IF NOT EXISTS {s}.{t} (
+    schema_name  text NOT NULL,
+    table_name   text NOT NULL,
+    replicate    boolean NOT NULL DEFAULT true,
+    initial_load text,
+    PRIMARY KEY (schema_name, table_name)
+);
+COMMENT ON TABLE {s}.{t} IS 'walshadow: a row per table to stream (replicate) and how to load its existing rows (initial_load: none, copy)';"
+    )
+}
+
+/// How a table's rows from before its opt-in are loaded (`initial_load`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum InitialLoad {
+    /// Nothing loaded: the table streams from its opt-in on.
+    None,
+    /// A snapshot read with `COPY` after the opt-in.
+    Copy,
+    /// From a fresh base backup (not in this release).
+    BaseBackup,
+    /// From a backup in object storage (not in this release).
+    ObjectStore,
+}
+
+impl InitialLoad {
+    /// Parses a config value (case-insensitive; NULL or empty is `none`).
+    /// An unknown value comes back as the error, for the caller's warning.
+    pub fn parse(text: Option<&str>) -> Result<InitialLoad, String> {
+        let t = text.map(str::trim).unwrap_or("");
+        match t.to_ascii_lowercase().as_str() {
+            "" | "none" => Ok(InitialLoad::None),
+            "copy" => Ok(InitialLoad::Copy),
+            "base_backup" => Ok(InitialLoad::BaseBackup),
+            "object_store" => Ok(InitialLoad::ObjectStore),
+            _ => Err(t.to_owned()),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InitialLoad::None => "none",
+            InitialLoad::Copy => "copy",
+            InitialLoad::BaseBackup => "base_backup",
+            InitialLoad::ObjectStore => "object_store",
+        }
+    }
+}
+
+/// `[backfill]`: initial loads.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackfillConfig {
+    /// Connections a `copy` load reads one table with (block ranges of one
+    /// exported snapshot).
+    #[serde(default = "default_backfill_workers")]
+    pub workers: usize,
+    /// Attempts of a load (a fresh snapshot each) before its entry stays
+    /// pending with the error.
+    #[serde(default = "default_backfill_attempts")]
+    pub max_attempts: u32,
+    /// Rows per ClickHouse insert of a load.
+    #[serde(default = "default_backfill_batch_rows")]
+    pub batch_rows: usize,
+    /// Heap blocks (8 KiB) one `COPY` reads: the resume granularity (a
+    /// restart reads at most this much again per worker).
+    #[serde(default = "default_backfill_chunk_blocks")]
+    pub chunk_blocks: u32,
+}
+
+fn default_backfill_chunk_blocks() -> u32 {
+    1024
+}
+
+impl Default for BackfillConfig {
+    fn default() -> Self {
+        BackfillConfig {
+            workers: default_backfill_workers(),
+            max_attempts: default_backfill_attempts(),
+            batch_rows: default_backfill_batch_rows(),
+            chunk_blocks: default_backfill_chunk_blocks(),
+        }
+    }
+}
+
+fn default_backfill_workers() -> usize {
+    2
+}
+
+fn default_backfill_attempts() -> u32 {
+    5
+}
+
+fn default_backfill_batch_rows() -> usize {
+    50_000
+}
 
 /// A pinned table's name split in schema and name. Quoting is not needed:
 /// the split is at the first dot, so a schema may not contain one.
@@ -155,6 +300,14 @@ pub struct SourceConfig {
     /// Physical replication slot holding WAL for walshadow.
     #[serde(default = "default_slot")]
     pub slot: String,
+    /// The config table in the source database (`schema.name`): a row per
+    /// table opted in or out at runtime. `walshadow init` creates it.
+    #[serde(default = "default_config_table")]
+    pub config_table: String,
+}
+
+fn default_config_table() -> String {
+    "walshadow.tables".into()
 }
 
 /// `[shadow]`: the catalog-only standby walshadow runs.
@@ -317,6 +470,33 @@ impl Config {
                 return Err(invalid(key, "must be at least 1".into()));
             }
         }
+        if split_table_name(&self.source.config_table).is_none() {
+            return Err(invalid(
+                "source.config_table",
+                format!(
+                    "{:?}: name the table as \"schema.name\"",
+                    self.source.config_table
+                ),
+            ));
+        }
+        if self.backfill.workers == 0 || self.backfill.workers > 64 {
+            return Err(invalid("backfill.workers", "must be 1 to 64".into()));
+        }
+        if self.backfill.max_attempts == 0 {
+            return Err(invalid(
+                "backfill.max_attempts",
+                "must be at least 1".into(),
+            ));
+        }
+        if self.backfill.chunk_blocks == 0 {
+            return Err(invalid(
+                "backfill.chunk_blocks",
+                "must be at least 1".into(),
+            ));
+        }
+        if self.backfill.batch_rows == 0 {
+            return Err(invalid("backfill.batch_rows", "must be at least 1".into()));
+        }
         if self.stream.memory_mb == 0 {
             return Err(invalid("stream.memory_mb", "must be at least 1".into()));
         }
@@ -445,6 +625,31 @@ mod tests {
         assert!(err.to_string().contains("schema.name"), "{err}");
         let err = parse(&format!("{GOOD}\n[table.\"public.orders\"]\n")).unwrap_err();
         assert!(err.to_string().contains("[clickhouse]"), "{err}");
+    }
+
+    #[test]
+    fn metrics_section() {
+        if !Path::new("/usr/lib/postgresql/15/bin/postgres").exists() {
+            return;
+        }
+        assert_eq!(parse(GOOD).unwrap().metrics, None);
+        let c = parse(&format!("{GOOD}\n[metrics]\nlisten = \"127.0.0.1:9187\"\n")).unwrap();
+        let listen = c.metrics.unwrap().listen;
+        assert_eq!(listen, "127.0.0.1:9187".parse().unwrap());
+        let c = parse(&format!("{GOOD}\n[metrics]\nlisten = \"[::]:9187\"\n")).unwrap();
+        assert!(c.metrics.unwrap().listen.is_ipv6());
+        let err = parse(&format!("{GOOD}\n[metrics]\nlisten = \"localhost:9187\"\n")).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("listen") && msg.contains("IP:port"), "{msg}");
+        let err = parse(&format!("{GOOD}\n[metrics]\nlisten = \"127.0.0.1\"\n")).unwrap_err();
+        assert!(err.to_string().contains("IP:port"), "{err}");
+        let err = parse(&format!("{GOOD}\n[metrics]\n")).unwrap_err();
+        assert!(err.to_string().contains("listen"), "{err}");
+        let err = parse(&format!(
+            "{GOOD}\n[metrics]\nlisten = \"127.0.0.1:9187\"\nport = 1\n"
+        ))
+        .unwrap_err();
+        assert!(err.to_string().contains("port"), "{err}");
     }
 
     #[test]

@@ -36,7 +36,9 @@ pub enum DaemonError {
 
 /// Runs until `stop` turns true.
 pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), DaemonError> {
-    if config.tables.is_empty() || config.clickhouse.is_none() {
+    // Without a destination only the shadow runs; with one, tables come
+    // from the config file and from the config table.
+    if config.clickhouse.is_none() {
         let shadow = Shadow::start(config).await?;
         let fed = walshadow_shadow::run::feed_until_stopped(config, &shadow, stop).await;
         let stopped = shadow.stop().await;
@@ -75,13 +77,29 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
     let shadow = Arc::new(Shadow::start_held(config, progress.applied).await?);
     let (hold_tx, hold_rx) = watch::channel(progress.restart);
     let (tx, rx) = mpsc::channel(TAP_QUEUE);
-    let streamer = match Streamer::new(config, Arc::clone(&shadow), progress, hold_tx).await {
-        Ok(s) => s,
-        Err(e) => {
-            stop_shadow(shadow).await;
-            return Err(e.into());
-        }
+    let metrics = crate::metrics::Metrics::new();
+    // Kept for the whole run: dropping it stops the endpoint.
+    let _metrics_server = match &config.metrics {
+        Some(m) => match metrics.serve(m.listen).await {
+            Ok(server) => {
+                tracing::info!(listen = %server.local_addr(), "serving Prometheus metrics at /metrics");
+                Some(server)
+            }
+            Err(e) => {
+                stop_shadow(shadow).await;
+                return Err(StreamError::State(e.to_string()).into());
+            }
+        },
+        None => None,
     };
+    let streamer =
+        match Streamer::new(config, Arc::clone(&shadow), progress, hold_tx, metrics).await {
+            Ok(s) => s,
+            Err(e) => {
+                stop_shadow(shadow).await;
+                return Err(e.into());
+            }
+        };
     let stream_task = tokio::spawn(streamer.run(rx));
     let tap = WalTap { tx, hold: hold_rx };
     let fed =

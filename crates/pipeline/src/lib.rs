@@ -11,12 +11,15 @@
 //!                             └─▶ toast: chunk mirror (TOAST values written long ago)
 //! ```
 
+pub mod backfills;
 pub mod change;
 pub mod daemon;
 pub mod decode;
+pub mod metrics;
 pub mod progress;
 pub mod relations;
 pub mod report;
+pub mod scope;
 pub mod status;
 pub mod stream;
 pub mod toast;

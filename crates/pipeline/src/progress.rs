@@ -38,6 +38,29 @@ pub struct TableProgress {
     pub stopped: Option<Stopped>,
     /// Rows written to ClickHouse (inserts, updates and delete markers).
     pub rows: u64,
+    /// Opted in by the config table (not pinned in the config file).
+    #[serde(default)]
+    pub opted_in: bool,
+    /// Where streaming of the table began (its opt-in's commit).
+    #[serde(default)]
+    pub since: Lsn,
+    /// Opted out at this commit: not streamed; its ClickHouse table stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opted_out: Option<Lsn>,
+}
+
+impl TableProgress {
+    pub fn new(destination: String, since: Lsn) -> TableProgress {
+        TableProgress {
+            destination,
+            schema: None,
+            stopped: None,
+            rows: 0,
+            opted_in: false,
+            since,
+            opted_out: None,
+        }
+    }
 }
 
 /// The whole file.
@@ -148,10 +171,8 @@ mod tests {
         p.tables.insert(
             "public.t".into(),
             TableProgress {
-                destination: "t".into(),
-                schema: None,
-                stopped: None,
                 rows: 7,
+                ..TableProgress::new("t".into(), Lsn(0x100))
             },
         );
         p.write(&dir).unwrap();

@@ -39,6 +39,9 @@ pub enum Resolved {
     },
     /// The TOAST table of `owner_key`'s relation.
     Toast { owner_key: String, toast_relid: Oid },
+    /// The config table (`[source] config_table`): its rows opt tables in
+    /// and out.
+    Config { desc: Arc<RelationDesc> },
     /// Anything else: its changes are not streamed.
     Other,
 }
@@ -59,6 +62,8 @@ pub struct Relations {
     /// The source database the pinned tables live in.
     pub db_oid: Oid,
     pinned: BTreeSet<String>,
+    /// `schema.name` of the config table.
+    config_key: String,
     /// The catalog is the same from here to the decode position.
     catalog_lsn: Lsn,
     /// `catalog_lsn` has been replayed by the shadow.
@@ -82,6 +87,7 @@ impl Relations {
     pub async fn new(
         mut catalog: ShadowCatalog,
         pinned: BTreeSet<String>,
+        config_key: String,
         catalog_lsn: Lsn,
     ) -> Result<Relations, ResolveError> {
         let db_oid = catalog.current_database_oid().await?;
@@ -89,6 +95,7 @@ impl Relations {
             catalog,
             db_oid,
             pinned,
+            config_key,
             catalog_lsn,
             replayed: false,
             by_file: HashMap::new(),
@@ -110,6 +117,15 @@ impl Relations {
             }
         }
         self.by_oid.clear();
+        self.toast_owner.clear();
+        self.toast_owners_known = false;
+    }
+
+    /// The tables in scope changed (an opt-in or opt-out): files resolve
+    /// anew.
+    pub fn set_pinned(&mut self, pinned: BTreeSet<String>) {
+        self.pinned = pinned;
+        self.by_file.clear();
         self.toast_owner.clear();
         self.toast_owners_known = false;
     }
@@ -174,6 +190,9 @@ impl Relations {
         }
         let desc = Arc::new(desc);
         let (key, _) = self.root_of(Arc::clone(&desc)).await?;
+        if key == self.config_key {
+            return Ok(Resolved::Config { desc });
+        }
         if self.pinned.contains(&key) {
             Ok(Resolved::Pinned { key, desc })
         } else {

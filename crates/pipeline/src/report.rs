@@ -35,6 +35,8 @@ pub struct StatusReport {
     pub memory_used: Option<usize>,
     pub spilled_bytes: Option<u64>,
     pub toast: Option<crate::status::ToastStatus>,
+    /// Initial loads (`backfills.toml`), by table.
+    pub backfills: std::collections::BTreeMap<String, walshadow_backfill::ledger::Pass>,
     pub tables: std::collections::BTreeMap<String, TableStatus>,
 }
 
@@ -127,6 +129,9 @@ pub async fn status(config: &Config) -> Result<StatusReport, ReportError> {
         memory_used: file.as_ref().map(|f| f.memory_used),
         spilled_bytes: file.as_ref().map(|f| f.spilled_bytes),
         toast: file.as_ref().and_then(|f| f.toast),
+        backfills: walshadow_backfill::ledger::Ledger::read(&config.state.dir)
+            .map(|l| l.tables)
+            .unwrap_or_default(),
         tables,
     })
 }
@@ -179,6 +184,29 @@ impl fmt::Display for StatusReport {
                 t.source_errors,
                 t.waiting_rows
             )?;
+        }
+        if !self.backfills.is_empty() {
+            writeln!(f, "initial loads:")?;
+            for (key, p) in &self.backfills {
+                let phase = match p.phase {
+                    walshadow_backfill::ledger::Phase::Pending => "pending",
+                    walshadow_backfill::ledger::Phase::Loading => "loading",
+                    walshadow_backfill::ledger::Phase::Done => "done",
+                    walshadow_backfill::ledger::Phase::Failed => "failed",
+                };
+                write!(
+                    f,
+                    "  {key}: {} at {}, {phase}, {} rows, {} attempts",
+                    p.mode, p.s, p.rows, p.attempts
+                )?;
+                if p.resumes > 0 {
+                    write!(f, ", {} resumes", p.resumes)?;
+                }
+                writeln!(f)?;
+                if let Some(e) = &p.error {
+                    writeln!(f, "    last error: {e}")?;
+                }
+            }
         }
         writeln!(f, "tables:")?;
         for (key, t) in &self.tables {

@@ -43,10 +43,12 @@ use walshadow_types::catalog::RelationDesc;
 use walshadow_types::{Lsn, Oid};
 use walshadow_wal_decode::WalStreamDecoder;
 
+use crate::backfills::Backfills;
 use crate::change::{Change, ChangeKind, OwnedTuple};
 use crate::decode::{CommitEvent, Event, record_events};
 use crate::progress::{Progress, Stopped, TableProgress};
 use crate::relations::{Relations, Resolved};
+use crate::scope::{ScopeChange, config_row};
 use crate::status::{StatusFile, TableStatus, ToastStatus};
 use crate::toast::{SourceValue, Toast, Wait};
 
@@ -74,6 +76,8 @@ pub enum StreamError {
     ShadowUnavailable(Duration, String),
     #[error("TOAST chunk mirror: {0}")]
     Mirror(#[from] walshadow_toast_mirror::MirrorError),
+    #[error("initial loads: {0}")]
+    Ledger(#[from] walshadow_backfill::ledger::LedgerError),
     #[error("{0}")]
     State(String),
 }
@@ -136,7 +140,19 @@ pub struct Streamer {
     assembler: Assembler,
     assembler_config: AssemblerConfig,
     relations: Option<Relations>,
+    /// Tables streaming now: pinned in the config file or opted in.
     pinned: BTreeSet<String>,
+    /// Pinned in the config file (the config table cannot opt them out).
+    toml_tables: BTreeSet<String>,
+    /// `schema.name` of the config table.
+    config_key: String,
+    /// Opt-ins and opt-outs of the commit being applied.
+    scope_changes: Vec<ScopeChange>,
+    config_decoder: Option<(Arc<RelationDesc>, RowDecoder)>,
+    backfills: Backfills,
+    metrics: crate::metrics::Metrics,
+    /// Rows and bytes of each load already counted in `metrics`.
+    load_counted: HashMap<String, (u64, u64)>,
     progress: Progress,
     /// `progress` changed since it was last written.
     progress_dirty: bool,
@@ -179,6 +195,7 @@ impl Streamer {
         shadow: Arc<Shadow>,
         progress: Progress,
         hold: watch::Sender<Lsn>,
+        metrics: crate::metrics::Metrics,
     ) -> Result<Streamer, StreamError> {
         let ch_cfg = config
             .clickhouse
@@ -216,7 +233,42 @@ impl Streamer {
         let assembler = Assembler::open(assembler_config.clone())?;
         let source = walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url)
             .map_err(|e| StreamError::State(e.to_string()))?;
-        let pinned: BTreeSet<String> = config.tables.keys().cloned().collect();
+        let toml_tables: BTreeSet<String> = config.tables.keys().cloned().collect();
+        let mut pinned = toml_tables.clone();
+        pinned.extend(
+            progress
+                .tables
+                .iter()
+                .filter(|(_, t)| t.opted_in && t.opted_out.is_none())
+                .map(|(k, _)| k.clone()),
+        );
+        let mut backfills = Backfills::open(
+            config.state.dir.clone(),
+            config.backfill.clone(),
+            &source,
+            ch.clone(),
+            ch_cfg.database.clone(),
+            meta.clone(),
+        )?;
+        // A pinned table seen for the first time loads per its
+        // `initial_load`, at the position streaming resumes from.
+        for (key, t) in &config.tables {
+            if progress.tables.contains_key(key) {
+                continue;
+            }
+            match walshadow_config::InitialLoad::parse(t.initial_load.as_deref()) {
+                Ok(walshadow_config::InitialLoad::None) => {}
+                Ok(walshadow_config::InitialLoad::Copy) => {
+                    backfills.request(key, "copy", progress.applied)?
+                }
+                Ok(other) => {
+                    tracing::warn!(table = %key, initial_load = other.as_str(), "initial_load mode not available in this release: the table streams from {} without an initial load", progress.applied)
+                }
+                Err(text) => {
+                    tracing::warn!(table = %key, "unknown initial_load {text:?} ([table.\"{key}\"]): the table streams from {} without an initial load", progress.applied)
+                }
+            }
+        }
         let safe = (progress.applied, progress.restart, 0);
         let durable_applied = progress.applied;
         let mut toast = Toast::open(&config.state.dir, config.stream.toast_cache_mb, &source)?;
@@ -239,6 +291,13 @@ impl Streamer {
             assembler_config,
             relations: None,
             pinned: pinned.clone(),
+            toml_tables,
+            config_key: config.source.config_table.clone(),
+            scope_changes: Vec::new(),
+            config_decoder: None,
+            backfills,
+            metrics,
+            load_counted: HashMap::new(),
             progress,
             progress_dirty: false,
             state_dir: config.state.dir.clone(),
@@ -256,16 +315,12 @@ impl Streamer {
             events: Vec::new(),
             applied_commit_time: 0,
         };
+        let progress_applied = s.progress.applied;
         for key in &pinned {
             s.progress
                 .tables
                 .entry(key.clone())
-                .or_insert_with(|| TableProgress {
-                    destination: table_name(key),
-                    schema: None,
-                    stopped: None,
-                    rows: 0,
-                });
+                .or_insert_with(|| TableProgress::new(table_name(key), progress_applied));
             s.tables.insert(
                 key.clone(),
                 Table {
@@ -319,6 +374,7 @@ impl Streamer {
                 Some(TapEvent::Wal { start, data }) => self.on_wal(start, &data).await?,
             }
         }
+        self.backfills.abort_all();
         self.flush_all().await?;
         self.write_progress()?;
         self.write_status();
@@ -351,8 +407,26 @@ impl Streamer {
         if self.progress_dirty {
             self.write_progress()?;
         }
+        self.backfills.reap();
+        if self.backfills.has_queued() {
+            self.connect_relations().await?;
+            self.start_loads();
+        }
         self.write_status();
         Ok(())
+    }
+
+    /// Starts the loads whose `S` has been decoded, into tables whose
+    /// ClickHouse table exists.
+    fn start_loads(&mut self) {
+        let ready: HashMap<String, String> = self
+            .tables
+            .iter()
+            .filter(|(k, t)| t.dest.is_some() && !self.is_stopped(k))
+            .map(|(k, _)| (k.clone(), table_name(k)))
+            .collect();
+        self.backfills
+            .start_due(self.decoded, |key| ready.get(key).cloned());
     }
 
     /// A new stream from `from`: everything not durable is rebuilt from the
@@ -454,6 +528,8 @@ impl Streamer {
     }
 
     async fn on_commit(&mut self, c: CommitEvent) -> Result<(), StreamError> {
+        // Loads check their snapshots against the commits seen.
+        self.backfills.recent().record(c.xid, c.end);
         let txn = if c.prepared {
             match self.assembler.commit_prepared(c.xid) {
                 Ok(t) => Some(t),
@@ -489,6 +565,9 @@ impl Streamer {
                     self.apply_change(&c, seq, change).await?;
                 }
             }
+        }
+        if !self.scope_changes.is_empty() {
+            self.apply_scope_changes(&c).await?;
         }
         if c.catalog_changed && !skip {
             // TOAST relations rewritten, truncated or gone with this commit.
@@ -569,8 +648,13 @@ impl Streamer {
                     Err(e) => return Err(StreamError::ShadowUnavailable(wait, e.to_string())),
                 }
             };
-            let relations =
-                Relations::new(catalog, self.pinned.clone(), self.progress.applied).await?;
+            let relations = Relations::new(
+                catalog,
+                self.pinned.clone(),
+                self.config_key.clone(),
+                self.progress.applied,
+            )
+            .await?;
             self.relations = Some(relations);
             self.refresh_tables(self.progress.applied).await?;
             if !self.toast.knows_catalog() {
@@ -663,6 +747,25 @@ impl Streamer {
                     }
                 }
             };
+            if let Some(old) = &old_schema
+                && old.oid != desc.oid
+            {
+                // Dropped and created again under the name: the old
+                // relation's rows are gone with it (no delete records say
+                // so).
+                self.flush_table(&key).await?;
+                let sql = format!(
+                    "TRUNCATE TABLE {}.{}",
+                    walshadow_emitter::quote_ident(&self.database),
+                    walshadow_emitter::quote_ident(&dest_name)
+                );
+                tracing::info!(table = %key, lsn = %lsn, old_oid = old.oid, new_oid = desc.oid, "the table was dropped and created again: its ClickHouse rows are removed");
+                self.retry_clickhouse("truncating a re-created table", move |ch| {
+                    let sql = sql.clone();
+                    async move { ch.execute(&sql).await }
+                })
+                .await?;
+            }
             if !statements.is_empty() {
                 // Rows encoded for the old layout go first.
                 self.flush_table(&key).await?;
@@ -735,6 +838,7 @@ impl Streamer {
             t.decoders.clear();
         }
         self.toast.clear_waits(key);
+        self.metrics.set_table_stopped(key, true);
         self.progress_dirty = true;
     }
 
@@ -806,7 +910,170 @@ impl Streamer {
             Resolved::Pinned { key, desc } => {
                 self.apply_row_change(c, seq, &key, &desc, &change).await
             }
+            Resolved::Config { desc } => {
+                self.config_change(seq, &desc, &change);
+                Ok(())
+            }
         }
+    }
+
+    /// A change of the config table: remembered, applied after the commit.
+    fn config_change(&mut self, seq: Lsn, desc: &Arc<RelationDesc>, change: &Change) {
+        if !self
+            .config_decoder
+            .as_ref()
+            .is_some_and(|(d, _)| Arc::ptr_eq(d, desc))
+        {
+            match RowDecoder::new(desc) {
+                Ok(dec) => self.config_decoder = Some((Arc::clone(desc), dec)),
+                Err(e) => {
+                    tracing::error!(lsn = %seq, "the config table {} cannot be read: {e}", self.config_key);
+                    return;
+                }
+            }
+        }
+        let Some((_, decoder)) = &self.config_decoder else {
+            return;
+        };
+        let source = self.toast.source();
+        let row = |t: &OwnedTuple| {
+            decoder
+                .decode(tuple_ref(t), &source)
+                .ok()
+                .and_then(|v| config_row(decoder, &v))
+        };
+        let old_key = change
+            .old
+            .as_ref()
+            .and_then(|o| row(o.tuple()))
+            .map(|r| r.0);
+        let mut out = Vec::new();
+        match change.kind {
+            ChangeKind::Insert | ChangeKind::Update => {
+                let Some((key, replicate, initial_load)) = change.new.as_ref().and_then(row) else {
+                    tracing::warn!(lsn = %seq, "a row of the config table {} without schema_name/table_name: ignored", self.config_key);
+                    return;
+                };
+                if let Some(old) = old_key
+                    && old != key
+                {
+                    out.push(ScopeChange::Remove { key: old });
+                }
+                out.push(ScopeChange::Set {
+                    key,
+                    replicate: replicate.unwrap_or(true),
+                    initial_load,
+                });
+            }
+            ChangeKind::Delete => {
+                if let Some(key) = old_key {
+                    out.push(ScopeChange::Remove { key });
+                }
+            }
+            _ => {}
+        }
+        self.scope_changes.extend(out);
+    }
+
+    /// Applies the opt-ins and opt-outs of the commit `c` (its `end` is `S`).
+    async fn apply_scope_changes(&mut self, c: &CommitEvent) -> Result<(), StreamError> {
+        let s = c.end;
+        let mut changed = false;
+        let mut added = false;
+        for change in std::mem::take(&mut self.scope_changes) {
+            let (key, opt_in, load_text) = match change {
+                ScopeChange::Set {
+                    key,
+                    replicate,
+                    initial_load,
+                } => (key, replicate, initial_load),
+                ScopeChange::Remove { key } => (key, false, None),
+            };
+            if walshadow_config::split_table_name(&key).is_none() {
+                tracing::warn!(table = %key, lsn = %s, "a config table row names no table as schema.name: ignored");
+                continue;
+            }
+            if self.toml_tables.contains(&key) {
+                tracing::warn!(table = %key, lsn = %s, "the table is pinned in the config file; its config table row changes nothing (remove it from the file to manage it by the table)");
+                continue;
+            }
+            if opt_in {
+                if self.pinned.contains(&key) {
+                    // A duplicate request collapses.
+                    continue;
+                }
+                let load = match walshadow_config::InitialLoad::parse(load_text.as_deref()) {
+                    Ok(l) => l,
+                    Err(text) => {
+                        tracing::warn!(table = %key, lsn = %s, "unknown initial_load {text:?} in the config table: the table streams from {s} without an initial load (use none or copy)");
+                        walshadow_config::InitialLoad::None
+                    }
+                };
+                tracing::info!(table = %key, s = %s, initial_load = load.as_str(), "table opted in");
+                self.pinned.insert(key.clone());
+                let entry = self
+                    .progress
+                    .tables
+                    .entry(key.clone())
+                    .or_insert_with(|| TableProgress::new(table_name(&key), s));
+                entry.opted_in = true;
+                entry.opted_out = None;
+                entry.since = s;
+                entry.stopped = None;
+                self.tables.insert(
+                    key.clone(),
+                    Table {
+                        dest: None,
+                        batch: None,
+                        decoders: HashMap::new(),
+                    },
+                );
+                match load {
+                    walshadow_config::InitialLoad::None => {}
+                    walshadow_config::InitialLoad::Copy => {
+                        self.backfills.request(&key, "copy", s)?
+                    }
+                    other => {
+                        tracing::warn!(table = %key, initial_load = other.as_str(), "initial_load mode not available in this release: the table streams from {s} without an initial load")
+                    }
+                }
+                added = true;
+                changed = true;
+            } else {
+                if !self.pinned.contains(&key) {
+                    continue;
+                }
+                tracing::info!(table = %key, lsn = %s, "table opted out: it is no longer streamed (its ClickHouse table stays)");
+                // Its rows up to here belong in ClickHouse.
+                self.flush_table(&key).await?;
+                self.pinned.remove(&key);
+                self.tables.remove(&key);
+                self.backfills.withdraw(&key)?;
+                self.toast.clear_waits(&key);
+                self.metrics.forget_table(&key);
+                if let Some(t) = self.progress.tables.get_mut(&key) {
+                    t.opted_out = Some(s);
+                }
+                changed = true;
+            }
+        }
+        if !changed {
+            return Ok(());
+        }
+        self.progress_dirty = true;
+        if let Some(r) = self.relations.as_mut() {
+            r.set_pinned(self.pinned.clone());
+        }
+        if added {
+            self.refresh_tables(s).await?;
+        }
+        let feeder = &self.shadow.feeder;
+        if let Some(r) = self.relations.as_mut() {
+            let files = r.toast_files(feeder).await?;
+            self.toast.catalog_now(files, c.lsn, c.end)?;
+        }
+        self.start_loads();
+        Ok(())
     }
 
     /// Emits the rows of a change of pinned table `key`, reading TOAST
@@ -1147,6 +1414,7 @@ impl Streamer {
                 if let Some(t) = self.progress.tables.get_mut(key) {
                     t.rows += sealed.rows as u64;
                 }
+                self.metrics.add_rows(key, sealed.rows as u64);
                 Ok(())
             }
             Err(e) if e.is_transient() => Err(e.into()),
@@ -1236,8 +1504,45 @@ impl Streamer {
             toast: Some(ToastStatus::new(self.toast.stats(), self.toast.counters())),
             tables: TableStatus::all(&self.progress.tables),
         };
+        self.update_metrics(&status);
         if let Err(e) = status.write(&self.state_dir) {
             tracing::debug!("writing status: {e}");
+        }
+    }
+}
+
+impl Streamer {
+    fn update_metrics(&mut self, status: &StatusFile) {
+        let m = &self.metrics;
+        m.set_positions(status.received.0, status.decoded.0, status.applied.0, None);
+        if status.applied_commit_time != 0 {
+            // µs since 2000-01-01 → Unix seconds.
+            m.set_applied_commit_time(status.applied_commit_time as f64 / 1e6 + 946_684_800.0);
+        }
+        m.set_assembler(
+            status.open_transactions as u64,
+            status.memory_used as u64,
+            status.spilled_bytes,
+        );
+        if let Some(t) = &status.toast {
+            m.set_toast(t);
+        }
+        let pending = self.backfills.pending_by_mode();
+        for mode in ["copy", "base_backup", "object_store"] {
+            m.set_backfills_pending(mode, pending.get(mode).copied().unwrap_or(0));
+        }
+        m.set_backfills_running(self.backfills.running() as u64);
+        for (key, pass) in self.backfills.passes() {
+            let seen = self.load_counted.entry(key.clone()).or_insert((0, 0));
+            if pass.rows > seen.0 || pass.bytes > seen.1 {
+                m.add_backfill_rows(
+                    &key,
+                    &pass.mode,
+                    pass.rows.saturating_sub(seen.0),
+                    pass.bytes.saturating_sub(seen.1),
+                );
+                *seen = (pass.rows, pass.bytes);
+            }
         }
     }
 }

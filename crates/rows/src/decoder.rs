@@ -125,6 +125,13 @@ impl RowDecoder {
             .map(|c| c.name.as_str())
     }
 
+    /// The live columns' resolved kinds, in [`RowDecoder::column_names`]
+    /// order (for readers of the same values in other forms, such as
+    /// binary COPY).
+    pub fn column_kinds(&self) -> impl Iterator<Item = &Kind> {
+        self.columns.iter().filter_map(|c| c.kind.as_ref())
+    }
+
     /// Decodes one tuple. Columns the tuple lacks (added later without a
     /// rewrite) take their stored default, or NULL.
     pub fn decode(

@@ -51,22 +51,27 @@ pub(crate) struct Storage {
 
 /// Enum labels by `pg_enum` OID.
 #[derive(Debug)]
-pub(crate) struct EnumLabels {
+pub struct EnumLabels {
     pub type_name: String,
     pub labels: HashMap<Oid, String>,
 }
 
+/// An array's element, domains resolved.
 #[derive(Debug, Clone)]
-pub(crate) struct ArrayKind {
+pub struct ArrayKind {
     pub element: Kind,
     /// The declared element type (a domain, for arrays of a domain).
     pub element_oid: Oid,
-    pub element_storage: Storage,
+    pub(crate) element_storage: Storage,
 }
 
 /// A supported type, domains resolved.
+///
+/// Public (read-only use) so that other readers of the same columns — the
+/// binary COPY decoder of walshadow-backfill — resolve types exactly as
+/// [`crate::RowDecoder`] does (see [`crate::RowDecoder::column_kinds`]).
 #[derive(Debug, Clone)]
-pub(crate) enum Kind {
+pub enum Kind {
     Bool,
     Int2,
     Int4,
@@ -104,7 +109,7 @@ pub(crate) enum Kind {
 
 impl Kind {
     /// The name used in error messages.
-    pub(crate) fn type_name(&self) -> &'static str {
+    pub fn type_name(&self) -> &'static str {
         match self {
             Kind::Bool => "boolean",
             Kind::Int2 => "smallint",

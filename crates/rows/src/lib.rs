@@ -62,6 +62,7 @@ mod varlena;
 
 pub use decoder::RowDecoder;
 pub use error::{RowError, UnsupportedType};
+pub use kind::{ArrayKind, EnumLabels, Kind};
 pub use toast::{NoToast, ToastChunk, ToastChunks, ToastSource};
 pub use tuple::{HEAP_HASNULL, HEAP_NATTS_MASK, SIZEOF_HEAP_TUPLE_HEADER, TupleRef};
 pub use value::{ArrayValue, InetValue, Numeric, Value};

@@ -60,6 +60,18 @@ impl ShadowCatalog {
         })
     }
 
+    /// Reads the catalog over an existing SQL session (e.g. the source's,
+    /// inside a snapshot transaction: plain catalog queries see the
+    /// catalog as of that snapshot).
+    pub fn over(client: ReplicationClient) -> ShadowCatalog {
+        ShadowCatalog { client }
+    }
+
+    /// The session back.
+    pub fn into_client(self) -> ReplicationClient {
+        self.client
+    }
+
     async fn query(&mut self, sql: &str) -> Result<QueryResult, CatalogError> {
         Ok(self.client.simple_query(sql).await?)
     }

@@ -47,6 +47,8 @@ pub struct StreamHarness {
     pub state_dir: PathBuf,
     pub run_log: PathBuf,
     pub run: Option<Child>,
+    /// Extra environment of `walshadow run` (test hooks).
+    pub run_env: Vec<(String, String)>,
     // Last: dropped after the shadow is stopped.
     pub work: WorkDir,
 }
@@ -83,6 +85,7 @@ impl StreamHarness {
             state_dir: work.path().join("state"),
             run_log: work.path().join("run.log"),
             run: None,
+            run_env: Vec::new(),
             work,
         })
     }
@@ -129,6 +132,7 @@ impl StreamHarness {
         let child = Command::new(BIN)
             .args(["run", "--config", self.config()])
             .env("WALSHADOW_LOG", "info")
+            .envs(self.run_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -366,6 +366,16 @@ pub async fn init(config: &Config, force: bool) -> Result<InitReport, InitError>
     };
 
     let mut warnings = Vec::new();
+    // Before the backup, so the shadow's catalog has it from the start.
+    match source::ensure_config_table(&config.source.url, &config.source.config_table).await {
+        Ok(()) => {
+            tracing::info!(table = %config.source.config_table, "config table ready (rows there opt tables in and out)")
+        }
+        Err(e) => warnings.push(format!(
+            "the config table {} could not be created: {e}",
+            config.source.config_table
+        )),
+    }
     let opts = BaseBackupOptions {
         label: "walshadow init".into(),
         checkpoint: Checkpoint::Fast,

@@ -142,6 +142,24 @@ async fn query(
         .map_err(|e| InitError::source(what, e))
 }
 
+/// Creates the config table (`[source] config_table`) if it is missing.
+/// `Err` carries why it could not (privileges), for a warning: walshadow
+/// streams pinned tables without it.
+pub async fn ensure_config_table(url: &str, table: &str) -> Result<(), String> {
+    let Some((schema, name)) = walshadow_config::split_table_name(table) else {
+        return Err(format!("{table:?} is not schema.name"));
+    };
+    let sql = walshadow_config::config_table_sql(schema, name);
+    let cfg = sql_config(url, None).map_err(|e| e.to_string())?;
+    let mut client = ReplicationClient::connect(&cfg)
+        .await
+        .map_err(|e| e.to_string())?;
+    let r = client.simple_query(&sql).await;
+    client.close().await;
+    r.map(drop)
+        .map_err(|e| format!("{e}; create it as a role that may, with:\n{sql}"))
+}
+
 /// The major of the binaries in `pg_bin`, from `postgres --version`
 /// ("postgres (PostgreSQL) 15.14 (Debian ...)").
 pub fn pg_bin_major(pg_bin: &Path) -> Result<u32, InitError> {

@@ -23,10 +23,10 @@ use super::config::{ConnConfig, Host, SslMode};
 use super::error::{DbError, ReplicationError, Result};
 use super::tls;
 
-/// Largest backend message accepted. WAL arrives in CopyData of at most
-/// 128 KiB (`MAX_SEND_SIZE` in walsender.c); this bound only stops a broken
-/// peer from making us allocate without limit.
-const MAX_MESSAGE_LEN: usize = 64 << 20;
+/// Largest backend message accepted by default. WAL arrives in CopyData of
+/// at most 128 KiB (`MAX_SEND_SIZE` in walsender.c); this bound only stops a
+/// broken peer from making us allocate without limit.
+pub(crate) const MAX_MESSAGE_LEN: usize = 64 << 20;
 
 const COPY_BOTH_RESPONSE_TAG: u8 = b'W';
 
@@ -102,6 +102,9 @@ pub(crate) struct Connection {
     pub params: HashMap<String, String>,
     pub cancel_key: Option<CancelKey>,
     pub tls: bool,
+    /// The bound on one backend message: [`MAX_MESSAGE_LEN`], raised while
+    /// a `COPY … TO STDOUT` runs (one row per CopyData, up to 1 GiB).
+    pub max_message_len: usize,
 }
 
 impl std::fmt::Debug for Connection {
@@ -136,6 +139,7 @@ impl Connection {
             params: HashMap::new(),
             cancel_key: None,
             tls,
+            max_message_len: MAX_MESSAGE_LEN,
         };
         conn.startup(cfg).await?;
         Ok(conn)
@@ -342,10 +346,11 @@ impl Connection {
         };
         // Header::parse rejects len < 4, so this does not underflow.
         let total = header.len() as usize + 1;
-        if total > MAX_MESSAGE_LEN {
+        if total > self.max_message_len {
             return Err(ReplicationError::protocol(format!(
-                "backend message '{}' of {total} bytes exceeds the {MAX_MESSAGE_LEN}-byte limit",
-                char::from(header.tag())
+                "backend message '{}' of {total} bytes exceeds the {}-byte limit",
+                char::from(header.tag()),
+                self.max_message_len
             )));
         }
         if self.read_buf.len() < total {

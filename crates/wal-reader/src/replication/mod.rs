@@ -14,6 +14,8 @@
 //!
 //!                           base_backup(opts, sink) ──▶ BackupSink: archives parsed into files
 //!                                                       (UstarReader), Keep or Skip per file
+//!
+//!  (physical: false, an SQL session) simple_query, copy_out(sql) ──▶ CopyOut::next ──▶ CopyData payloads
 //! ```
 //!
 //! Bytes come out exactly as the server sent them, contiguous and tagged with
@@ -26,6 +28,7 @@ mod base_backup;
 mod client;
 mod config;
 mod conn;
+mod copy_out;
 mod error;
 mod follower;
 mod messages;
@@ -40,6 +43,7 @@ pub use base_backup::{
 };
 pub use client::{QueryResult, ReplicationClient, SlotInfo, SystemIdentity};
 pub use config::{ConnConfig, Host, SslMode};
+pub use copy_out::CopyOut;
 pub use error::{DbError, ReplicationError, Result};
 pub use follower::{FollowEvent, WalFollower};
 pub use messages::PgTimestamp;

@@ -1,0 +1,1028 @@
+//! Prometheus metrics of `walshadow run`: a registry that the stream and the
+//! backfills update through cheap setters, served at `GET /metrics` on
+//! `[metrics] listen`.
+//!
+//! ```text
+//!  Streamer ── set_positions, add_rows, set_assembler, set_toast ──┐
+//!  backfills ─ set_backfills_pending, add_backfill_rows, … ────────┤
+//!                                                                  ▼
+//!                           Metrics (atomics behind an Arc; clones share them)
+//!                                                                  │ encoded per scrape
+//!  Prometheus ──── GET /metrics ───▶ MetricsServer (hyper http1) ──┘ text format 0.0.4
+//! ```
+//!
+//! | metric | type | what |
+//! | --- | --- | --- |
+//! | `walshadow_received_lsn`, `_decoded_lsn`, `_applied_lsn` | gauge | WAL positions as byte offsets (LSN as a number) |
+//! | `walshadow_source_current_lsn` | gauge | the source's WAL position, when known |
+//! | `walshadow_lag_bytes` | gauge | source position (else received end) minus applied |
+//! | `walshadow_lag_seconds` | gauge | now minus the last applied commit's time; 0 when caught up |
+//! | `walshadow_applied_commit_time_seconds` | gauge | that commit time, Unix seconds |
+//! | `walshadow_rows_written_total{table}` | counter | rows written to ClickHouse by the stream |
+//! | `walshadow_table_stopped{table}` | gauge | 1 while the table is stopped by a definite error |
+//! | `walshadow_open_transactions`, `walshadow_assembler_memory_bytes`, `walshadow_assembler_spilled_bytes` | gauge | transaction assembler |
+//! | `walshadow_toast_*` | gauge, counter | the TOAST chunk mirror (size, hits, source reads) |
+//! | `config_backfills_pending{mode}` | gauge | backfills waiting, per `initial_load` mode |
+//! | `walshadow_backfills_running` | gauge | backfills in progress |
+//! | `walshadow_backfill_rows_total{table,mode}`, `walshadow_backfill_bytes_total{table,mode}` | counter | what backfills loaded |
+//!
+//! Positions and both lags appear only after the first
+//! [`Metrics::set_positions`] (an absent series, not a made-up 0), and
+//! `walshadow_lag_seconds` only once a commit time is known or the stream
+//! is caught up. The lag follows `walshadow status` (see `report.rs`):
+//! caught up means no bytes behind the head, or no open transaction and
+//! nothing decoded past the applied commit; an idle source then shows 0,
+//! not the age of its last commit.
+//!
+//! The exposition is Prometheus's text format 0.0.4
+//! (`text/plain; version=0.0.4`), which every Prometheus version and
+//! compatible scraper accepts; Prometheus 3 refuses a scrape without a
+//! valid `Content-Type`, so it is always sent. Gauges are floats to
+//! Prometheus, so an LSN is exact up to 2^53 (8 PiB of WAL).
+//!
+//! The endpoint runs on hyper's HTTP/1 server, the HTTP stack the emitter
+//! already links: one route does not warrant a framework (axum, tower) or
+//! a second HTTP implementation in a 2-core build. Connections are capped
+//! and their headers must arrive within a timeout, so a stuck or hostile
+//! client cannot hold the daemon's memory or sockets.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::registry::Registry;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::status::ToastStatus;
+
+/// The one path served.
+pub const METRICS_PATH: &str = "/metrics";
+
+/// Connections served at once; more are closed at accept. A scraper needs
+/// one, a few people with curl a few more.
+const MAX_CONNECTIONS: usize = 32;
+
+/// A client must send its request headers within this long.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Pause after an accept error that is not about one connection (out of
+/// file descriptors): retrying at once would spin and flood the log.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_secs(1);
+
+/// The `initial_load` modes; their pending gauges exist from the start so
+/// a dashboard shows 0 rather than no data.
+const BACKFILL_MODES: [&str; 4] = ["none", "copy", "base_backup", "object_store"];
+
+type U64Gauge = Gauge<u64, AtomicU64>;
+
+/// Why the endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error(
+        "metrics endpoint: cannot listen on {addr}: {source}; set [metrics] listen to a free local IP:port"
+    )]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TableLabels {
+    table: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModeLabels {
+    mode: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackfillLabels {
+    table: String,
+    mode: String,
+}
+
+/// The daemon's metrics. Clones share one registry; every setter is a few
+/// atomic stores (the per-table ones also look the table up), so call them
+/// once per flush or status tick, not per row.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    positions: Arc<Positions>,
+    rows_written: Family<TableLabels, Counter>,
+    table_stopped: Family<TableLabels, U64Gauge>,
+    assembler_memory: U64Gauge,
+    assembler_spilled: U64Gauge,
+    toast: ToastMetrics,
+    backfills_pending: Family<ModeLabels, U64Gauge>,
+    backfill_rows: Family<BackfillLabels, Counter>,
+    backfill_bytes: Family<BackfillLabels, Counter>,
+    backfills_running: U64Gauge,
+}
+
+/// The TOAST chunk mirror; the `_total` ones mirror counters the stream
+/// keeps since it started.
+struct ToastMetrics {
+    values: U64Gauge,
+    chunks: U64Gauge,
+    data_bytes: U64Gauge,
+    file_bytes: U64Gauge,
+    pending: U64Gauge,
+    waiting_rows: U64Gauge,
+    hits: Counter,
+    misses: Counter,
+    source_fetches: Counter,
+    source_misses: Counter,
+    source_errors: Counter,
+}
+
+/// Positions and what is derived from them at scrape time (the lags).
+#[derive(Debug, Default)]
+struct Positions {
+    known: AtomicBool,
+    received: AtomicU64,
+    decoded: AtomicU64,
+    applied: AtomicU64,
+    /// 0 (InvalidXLogRecPtr) while unknown.
+    source_current: AtomicU64,
+    /// `f64` bits of Unix seconds; NaN while unknown.
+    commit_time: AtomicU64,
+    /// Registered as a gauge of its own; read here for "caught up".
+    open_transactions: U64Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("positions", &self.inner.positions)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut r = Registry::default();
+        let positions = Arc::new(Positions {
+            commit_time: AtomicU64::new(f64::NAN.to_bits()),
+            ..Positions::default()
+        });
+        r.register_collector(Box::new(PositionsCollector(positions.clone())));
+
+        // Counters are registered without `_total`: the encoder appends it.
+        let rows_written = Family::default();
+        r.register(
+            "walshadow_rows_written",
+            "Rows written to ClickHouse by the stream (inserts, updates, delete markers), per source table",
+            rows_written.clone(),
+        );
+        let table_stopped = Family::default();
+        r.register(
+            "walshadow_table_stopped",
+            "1 while the table is stopped by a definite error (walshadow status says why), else 0",
+            table_stopped.clone(),
+        );
+        r.register(
+            "walshadow_open_transactions",
+            "Transactions begun and not yet committed or aborted, held by the assembler",
+            positions.open_transactions.clone(),
+        );
+        let mut gauge = |name: &str, help: &str| {
+            let g = U64Gauge::default();
+            r.register(name, help, g.clone());
+            g
+        };
+        let assembler_memory = gauge(
+            "walshadow_assembler_memory_bytes",
+            "Memory held by transactions being assembled (bounded by stream.memory_mb)",
+        );
+        let assembler_spilled = gauge(
+            "walshadow_assembler_spilled_bytes",
+            "Bytes of transactions in spill files now",
+        );
+        let backfills_running = gauge(
+            "walshadow_backfills_running",
+            "Backfills (initial loads) in progress",
+        );
+        let toast_values = gauge(
+            "walshadow_toast_values",
+            "TOAST values held by the chunk mirror",
+        );
+        let toast_chunks = gauge(
+            "walshadow_toast_chunks",
+            "TOAST chunks held by the chunk mirror",
+        );
+        let toast_data_bytes = gauge(
+            "walshadow_toast_data_bytes",
+            "Bytes of TOAST chunk data held by the chunk mirror",
+        );
+        let toast_file_bytes = gauge(
+            "walshadow_toast_file_bytes",
+            "Size of the chunk mirror's file",
+        );
+        let toast_pending = gauge(
+            "walshadow_toast_pending_deletions",
+            "Chunk mirror deletions waiting for progress to be durable",
+        );
+        let toast_waiting_rows = gauge(
+            "walshadow_toast_waiting_rows",
+            "Row versions held back for a TOAST value gone from the source, waiting for a newer version of their row",
+        );
+        let mut counter = |name: &str, help: &str| {
+            let c = Counter::default();
+            r.register(name, help, c.clone());
+            c
+        };
+        let toast = ToastMetrics {
+            values: toast_values,
+            chunks: toast_chunks,
+            data_bytes: toast_data_bytes,
+            file_bytes: toast_file_bytes,
+            pending: toast_pending,
+            waiting_rows: toast_waiting_rows,
+            hits: counter(
+                "walshadow_toast_hits",
+                "TOAST pointers resolved from the chunk mirror",
+            ),
+            misses: counter(
+                "walshadow_toast_misses",
+                "TOAST pointers not found in the chunk mirror",
+            ),
+            source_fetches: counter(
+                "walshadow_toast_source_fetches",
+                "TOAST values read from the source into the chunk mirror",
+            ),
+            source_misses: counter(
+                "walshadow_toast_source_misses",
+                "TOAST values the source no longer had",
+            ),
+            source_errors: counter(
+                "walshadow_toast_source_errors",
+                "Reads of TOAST values from the source that failed",
+            ),
+        };
+
+        let backfills_pending: Family<ModeLabels, U64Gauge> = Family::default();
+        r.register(
+            "config_backfills_pending",
+            "Backfills (initial loads) requested in the config table and not started yet, per initial_load mode",
+            backfills_pending.clone(),
+        );
+        for mode in BACKFILL_MODES {
+            backfills_pending
+                .get_or_create(&ModeLabels { mode: mode.into() })
+                .set(0);
+        }
+        let backfill_rows = Family::default();
+        r.register(
+            "walshadow_backfill_rows",
+            "Rows loaded by backfills, per table and initial_load mode",
+            backfill_rows.clone(),
+        );
+        let backfill_bytes = Family::default();
+        r.register(
+            "walshadow_backfill_bytes",
+            "Bytes read by backfills, per table and initial_load mode",
+            backfill_bytes.clone(),
+        );
+
+        Metrics {
+            inner: Arc::new(Inner {
+                registry: r,
+                positions,
+                rows_written,
+                table_stopped,
+                assembler_memory,
+                assembler_spilled,
+                toast,
+                backfills_pending,
+                backfill_rows,
+                backfill_bytes,
+                backfills_running,
+            }),
+        }
+    }
+
+    /// The stream's positions (LSNs as numbers): end of the WAL received,
+    /// end of the last record decoded, end of the last commit applied, and
+    /// the source's current position when the daemon knows it.
+    pub fn set_positions(
+        &self,
+        received: u64,
+        decoded: u64,
+        applied: u64,
+        source_current: Option<u64>,
+    ) {
+        let p = &self.inner.positions;
+        p.received.store(received, Ordering::Relaxed);
+        p.decoded.store(decoded, Ordering::Relaxed);
+        p.applied.store(applied, Ordering::Relaxed);
+        p.source_current
+            .store(source_current.unwrap_or(0), Ordering::Relaxed);
+        p.known.store(true, Ordering::Release);
+    }
+
+    /// Commit time of the last applied transaction, in Unix seconds (a
+    /// PostgreSQL timestamp is µs since 2000-01-01: add 946 684 800 s).
+    /// A non-finite value means unknown.
+    pub fn set_applied_commit_time(&self, unix_seconds: f64) {
+        let v = if unix_seconds.is_finite() {
+            unix_seconds
+        } else {
+            f64::NAN
+        };
+        self.inner
+            .positions
+            .commit_time
+            .store(v.to_bits(), Ordering::Relaxed);
+    }
+
+    /// `n` more rows written to ClickHouse for `table` (`schema.name`).
+    pub fn add_rows(&self, table: &str, n: u64) {
+        self.inner
+            .rows_written
+            .get_or_create(&table_labels(table))
+            .inc_by(n);
+    }
+
+    pub fn set_table_stopped(&self, table: &str, stopped: bool) {
+        self.inner
+            .table_stopped
+            .get_or_create(&table_labels(table))
+            .set(u64::from(stopped));
+    }
+
+    /// Drops `table`'s stream series (rows, stopped), for a table no
+    /// longer replicated.
+    pub fn forget_table(&self, table: &str) {
+        let labels = table_labels(table);
+        self.inner.rows_written.remove(&labels);
+        self.inner.table_stopped.remove(&labels);
+    }
+
+    pub fn set_assembler(&self, open_transactions: u64, memory_bytes: u64, spilled_bytes: u64) {
+        self.inner
+            .positions
+            .open_transactions
+            .set(open_transactions);
+        self.inner.assembler_memory.set(memory_bytes);
+        self.inner.assembler_spilled.set(spilled_bytes);
+    }
+
+    /// The chunk mirror's state, as `status.json` carries it.
+    pub fn set_toast(&self, t: &ToastStatus) {
+        let m = &self.inner.toast;
+        m.values.set(t.values);
+        m.chunks.set(t.chunks);
+        m.data_bytes.set(t.data_bytes);
+        m.file_bytes.set(t.file_bytes);
+        m.pending.set(t.pending);
+        m.waiting_rows.set(t.waiting_rows);
+        // Totals kept by the mirror and the stream since start: mirrored,
+        // not added, so a repeated call counts nothing twice.
+        for (c, v) in [
+            (&m.hits, t.hits),
+            (&m.misses, t.misses),
+            (&m.source_fetches, t.source_fetches),
+            (&m.source_misses, t.source_misses),
+            (&m.source_errors, t.source_errors),
+        ] {
+            c.inner().store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// Backfills waiting to start with initial_load `mode`.
+    pub fn set_backfills_pending(&self, mode: &str, n: u64) {
+        self.inner
+            .backfills_pending
+            .get_or_create(&ModeLabels { mode: mode.into() })
+            .set(n);
+    }
+
+    /// `rows` more rows (and `bytes` more bytes) loaded into `table` by a
+    /// backfill of `mode`.
+    pub fn add_backfill_rows(&self, table: &str, mode: &str, rows: u64, bytes: u64) {
+        let labels = BackfillLabels {
+            table: table.into(),
+            mode: mode.into(),
+        };
+        self.inner.backfill_rows.get_or_create(&labels).inc_by(rows);
+        self.inner
+            .backfill_bytes
+            .get_or_create(&labels)
+            .inc_by(bytes);
+    }
+
+    pub fn set_backfills_running(&self, n: u64) {
+        self.inner.backfills_running.set(n);
+    }
+
+    /// The exposition, as a scrape gets it.
+    pub fn render(&self) -> Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &self.inner.registry)
+            .map(|()| text)
+    }
+
+    /// Serves `GET /metrics` on `addr` (port 0 picks a free one; see
+    /// [`MetricsServer::local_addr`]) until the returned server is dropped.
+    pub async fn serve(&self, addr: SocketAddr) -> Result<MetricsServer, MetricsError> {
+        let bind_error = |source| MetricsError::Bind { addr, source };
+        let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+        let local_addr = listener.local_addr().map_err(bind_error)?;
+        tracing::info!(%local_addr, "serving Prometheus metrics at {METRICS_PATH}");
+        let task = tokio::spawn(accept_loop(listener, self.clone()));
+        Ok(MetricsServer { local_addr, task })
+    }
+
+    fn respond(&self, method: &Method, path: &str) -> Response<Full<Bytes>> {
+        if path != METRICS_PATH {
+            return plain(
+                StatusCode::NOT_FOUND,
+                format!("not found; metrics are at {METRICS_PATH}\n"),
+            );
+        }
+        if method != Method::GET {
+            let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "use GET\n".into());
+            r.headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("GET"));
+            return r;
+        }
+        match self.render() {
+            Ok(text) => {
+                let mut r = Response::new(Full::new(Bytes::from(text)));
+                r.headers_mut().insert(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static(
+                        prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+                    ),
+                );
+                r
+            }
+            Err(std::fmt::Error) => plain(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "encoding the metrics failed\n".into(),
+            ),
+        }
+    }
+}
+
+fn table_labels(table: &str) -> TableLabels {
+    TableLabels {
+        table: table.into(),
+    }
+}
+
+fn plain(status: StatusCode, text: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(text)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// The running endpoint. Dropping it stops the server and its connections
+/// (the accept task owns them, so aborting it drops them all).
+#[derive(Debug)]
+pub struct MetricsServer {
+    local_addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl MetricsServer {
+    /// The address bound (the real port when asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops serving and waits until the socket is closed.
+    pub async fn shutdown(mut self) {
+        self.task.abort();
+        // Cancelled is the expected outcome; the loop never ends otherwise.
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, metrics: Metrics) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    if connections.len() >= MAX_CONNECTIONS {
+                        tracing::debug!(%peer, "metrics endpoint: too many connections, closing");
+                        continue;
+                    }
+                    connections.spawn(serve_connection(stream, metrics.clone()));
+                }
+                Err(e) if is_connection_error(&e) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+/// An accept error about the one connection (gone before accept), not the
+/// listener.
+fn is_connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionReset | ConnectionRefused
+    )
+}
+
+async fn serve_connection(stream: TcpStream, metrics: Metrics) {
+    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        let response = metrics.respond(req.method(), req.uri().path());
+        std::future::ready(Ok::<_, Infallible>(response))
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+    if let Err(e) = served {
+        tracing::debug!(error = %e, "metrics endpoint: connection ended with an error");
+    }
+}
+
+/// Encodes the positions and the lags derived from them, at scrape time.
+#[derive(Debug)]
+struct PositionsCollector(Arc<Positions>);
+
+impl Collector for PositionsCollector {
+    // Help texts end in a period as the registry's own do (it adds one).
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let p = &self.0;
+        if !p.known.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let received = p.received.load(Ordering::Relaxed);
+        let decoded = p.decoded.load(Ordering::Relaxed);
+        let applied = p.applied.load(Ordering::Relaxed);
+        let source_current = Some(p.source_current.load(Ordering::Relaxed)).filter(|&l| l != 0);
+        let commit_time =
+            Some(f64::from_bits(p.commit_time.load(Ordering::Relaxed))).filter(|t| t.is_finite());
+        let open = p.open_transactions.get();
+
+        let mut gauge = |name: &str, help: &str, g: ConstGauge<u64>| {
+            g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)
+        };
+        gauge(
+            "walshadow_received_lsn",
+            "End of the WAL received from the source (LSN as a byte position).",
+            ConstGauge::new(received),
+        )?;
+        gauge(
+            "walshadow_decoded_lsn",
+            "End of the last WAL record decoded (LSN as a byte position).",
+            ConstGauge::new(decoded),
+        )?;
+        gauge(
+            "walshadow_applied_lsn",
+            "Every transaction committed up to this LSN (a byte position) is in ClickHouse.",
+            ConstGauge::new(applied),
+        )?;
+        if let Some(s) = source_current {
+            gauge(
+                "walshadow_source_current_lsn",
+                "The source's current WAL position as last asked (LSN as a byte position).",
+                ConstGauge::new(s),
+            )?;
+        }
+        // As `walshadow status`: behind the source when known, else behind
+        // what was received.
+        let lag_bytes = source_current.unwrap_or(received).saturating_sub(applied);
+        gauge(
+            "walshadow_lag_bytes",
+            "Bytes of WAL between the source's position (else the received end) and the applied position.",
+            ConstGauge::new(lag_bytes),
+        )?;
+
+        let caught_up = lag_bytes == 0 || (open == 0 && decoded <= applied);
+        let lag_seconds = if caught_up {
+            Some(0.0)
+        } else {
+            commit_time.map(|t| (now - t).max(0.0))
+        };
+        let mut gauge = |name: &str, help: &str, g: ConstGauge<f64>| {
+            g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)
+        };
+        if let Some(l) = lag_seconds {
+            gauge(
+                "walshadow_lag_seconds",
+                "Seconds since the commit of the last applied transaction, 0 when caught up.",
+                ConstGauge::new(l),
+            )?;
+        }
+        if let Some(t) = commit_time {
+            gauge(
+                "walshadow_applied_commit_time_seconds",
+                "Commit time of the last applied transaction, Unix seconds.",
+                ConstGauge::new(t),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// The value of the sample `series` (name with labels), if present.
+    fn sample<'a>(text: &'a str, series: &str) -> Option<&'a str> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+    }
+
+    fn value(text: &str, series: &str) -> f64 {
+        sample(text, series)
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+            .parse()
+            .unwrap()
+    }
+
+    fn now() -> f64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    }
+
+    /// Every sample belongs to a family announced by `# HELP` and `# TYPE`
+    /// lines before it, as the text format requires.
+    fn assert_well_formed(text: &str) {
+        let mut family: Option<(&str, &str)> = None;
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let (name, help) = rest.split_once(' ').unwrap();
+                assert!(!help.trim().is_empty(), "{line}");
+                family = Some((name, ""));
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                assert_eq!(family.map(|f| f.0), Some(name), "TYPE without HELP: {line}");
+                assert!(["counter", "gauge"].contains(&kind), "{line}");
+                family = Some((name, kind));
+            } else {
+                let (name, kind) = family.unwrap_or_else(|| panic!("sample before HELP: {line}"));
+                let series = line.split([' ', '{']).next().unwrap();
+                assert_eq!(series, name, "{line}");
+                if kind == "counter" {
+                    assert!(name.ends_with("_total"), "{line}");
+                }
+                let v = line.rsplit(' ').next().unwrap();
+                assert!(v.parse::<f64>().is_ok(), "{line}");
+            }
+        }
+    }
+
+    #[test]
+    fn fresh_registry_has_no_made_up_positions() {
+        let m = Metrics::new();
+        let text = m.render().unwrap();
+        assert_well_formed(&text);
+        assert!(!text.contains("walshadow_applied_lsn"), "{text}");
+        assert!(!text.contains("walshadow_lag_"), "{text}");
+        for mode in ["none", "copy", "base_backup", "object_store"] {
+            let series = format!("config_backfills_pending{{mode=\"{mode}\"}}");
+            assert_eq!(value(&text, &series), 0.0);
+        }
+        assert!(
+            text.contains("# TYPE config_backfills_pending gauge\n"),
+            "{text}"
+        );
+        assert_eq!(value(&text, "walshadow_backfills_running"), 0.0);
+        // A family without series is left out whole (no HELP/TYPE alone).
+        assert!(!text.contains("walshadow_rows_written"), "{text}");
+    }
+
+    #[test]
+    fn setters_show_in_the_exposition() {
+        let m = Metrics::new();
+        m.set_positions(0x3000, 0x2800, 0x2000, Some(0x1_0000_0000));
+        m.add_rows("public.orders", 5);
+        m.clone().add_rows("public.orders", 7);
+        m.add_rows("shop.customers", 1);
+        m.set_table_stopped("shop.customers", true);
+        m.set_table_stopped("public.orders", true);
+        m.set_table_stopped("public.orders", false);
+        m.set_assembler(3, 1 << 20, 4096);
+        m.set_toast(&ToastStatus {
+            values: 10,
+            chunks: 40,
+            data_bytes: 80_000,
+            file_bytes: 1 << 21,
+            pending: 2,
+            hits: 100,
+            misses: 1,
+            source_fetches: 6,
+            source_misses: 4,
+            source_errors: 3,
+            waiting_rows: 5,
+        });
+        m.set_backfills_pending("copy", 2);
+        m.set_backfills_pending("object_store", 1);
+        m.add_backfill_rows("public.orders", "copy", 1000, 65536);
+        m.add_backfill_rows("public.orders", "copy", 500, 100);
+        m.set_backfills_running(1);
+        let text = m.render().unwrap();
+        assert_well_formed(&text);
+
+        for (series, v) in [
+            ("walshadow_received_lsn", 0x3000 as f64),
+            ("walshadow_decoded_lsn", 0x2800 as f64),
+            ("walshadow_applied_lsn", 0x2000 as f64),
+            ("walshadow_source_current_lsn", 4294967296.0),
+            ("walshadow_lag_bytes", (0x1_0000_0000u64 - 0x2000) as f64),
+            (
+                "walshadow_rows_written_total{table=\"public.orders\"}",
+                12.0,
+            ),
+            (
+                "walshadow_rows_written_total{table=\"shop.customers\"}",
+                1.0,
+            ),
+            ("walshadow_table_stopped{table=\"shop.customers\"}", 1.0),
+            ("walshadow_table_stopped{table=\"public.orders\"}", 0.0),
+            ("walshadow_open_transactions", 3.0),
+            ("walshadow_assembler_memory_bytes", 1048576.0),
+            ("walshadow_assembler_spilled_bytes", 4096.0),
+            ("walshadow_toast_values", 10.0),
+            ("walshadow_toast_chunks", 40.0),
+            ("walshadow_toast_data_bytes", 80000.0),
+            ("walshadow_toast_file_bytes", 2097152.0),
+            ("walshadow_toast_pending_deletions", 2.0),
+            ("walshadow_toast_waiting_rows", 5.0),
+            ("walshadow_toast_hits_total", 100.0),
+            ("walshadow_toast_misses_total", 1.0),
+            ("walshadow_toast_source_fetches_total", 6.0),
+            ("walshadow_toast_source_misses_total", 4.0),
+            ("walshadow_toast_source_errors_total", 3.0),
+            ("config_backfills_pending{mode=\"copy\"}", 2.0),
+            ("config_backfills_pending{mode=\"object_store\"}", 1.0),
+            ("config_backfills_pending{mode=\"base_backup\"}", 0.0),
+            (
+                "walshadow_backfill_rows_total{table=\"public.orders\",mode=\"copy\"}",
+                1500.0,
+            ),
+            (
+                "walshadow_backfill_bytes_total{table=\"public.orders\",mode=\"copy\"}",
+                65636.0,
+            ),
+            ("walshadow_backfills_running", 1.0),
+        ] {
+            assert_eq!(value(&text, series), v, "{series}");
+        }
+        // The LSN is printed exactly, not as a rounded float.
+        assert_eq!(
+            sample(&text, "walshadow_source_current_lsn"),
+            Some("4294967296")
+        );
+        assert!(
+            text.contains("# HELP walshadow_table_stopped 1 while the table is stopped"),
+            "{text}"
+        );
+        // Open transactions, no commit time yet: the time lag is unknown.
+        assert!(!text.contains("walshadow_lag_seconds"), "{text}");
+
+        // Totals are mirrored: the same status twice counts once.
+        let mut t = ToastStatus {
+            hits: 100,
+            ..ToastStatus::default()
+        };
+        m.set_toast(&t);
+        t.hits = 150;
+        m.set_toast(&t);
+        assert_eq!(
+            value(&m.render().unwrap(), "walshadow_toast_hits_total"),
+            150.0
+        );
+
+        m.forget_table("shop.customers");
+        let text = m.render().unwrap();
+        assert!(!text.contains("shop.customers"), "{text}");
+        assert!(text.contains("table=\"public.orders\""), "{text}");
+    }
+
+    #[test]
+    fn lag_seconds_at_scrape_time() {
+        let m = Metrics::new();
+        m.set_assembler(1, 0, 0);
+        m.set_positions(5000, 4000, 3000, Some(9000));
+        let commit = now() - 100.0;
+        m.set_applied_commit_time(commit);
+        let text = m.render().unwrap();
+        let lag = value(&text, "walshadow_lag_seconds");
+        assert!((100.0..160.0).contains(&lag), "{lag}");
+        assert_eq!(
+            value(&text, "walshadow_applied_commit_time_seconds"),
+            commit
+        );
+        assert_eq!(value(&text, "walshadow_lag_bytes"), 6000.0);
+
+        // Source position unknown: the lag is behind what was received.
+        m.set_positions(5000, 4000, 3000, None);
+        let text = m.render().unwrap();
+        assert_eq!(value(&text, "walshadow_lag_bytes"), 2000.0);
+        assert!(!text.contains("walshadow_source_current_lsn"), "{text}");
+
+        // Idle source, everything applied: 0, not the age of the commit.
+        m.set_positions(9000, 9000, 9000, Some(9000));
+        assert_eq!(value(&m.render().unwrap(), "walshadow_lag_seconds"), 0.0);
+        // Nothing open and nothing decoded past the applied commit.
+        m.set_assembler(0, 0, 0);
+        m.set_positions(9500, 9000, 9000, Some(9800));
+        let text = m.render().unwrap();
+        assert_eq!(value(&text, "walshadow_lag_seconds"), 0.0);
+        assert_eq!(value(&text, "walshadow_lag_bytes"), 800.0);
+
+        // A commit time in the future (clock skew) is not a negative lag.
+        m.set_assembler(1, 0, 0);
+        m.set_applied_commit_time(now() + 3600.0);
+        assert_eq!(value(&m.render().unwrap(), "walshadow_lag_seconds"), 0.0);
+        m.set_applied_commit_time(f64::NAN);
+        let text = m.render().unwrap();
+        assert!(!text.contains("walshadow_lag_seconds"), "{text}");
+        assert!(!text.contains("walshadow_applied_commit_time"), "{text}");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let m = Metrics::new();
+        m.add_rows("odd\"schema.ta\\ble\nx", 1);
+        let text = m.render().unwrap();
+        assert_eq!(
+            value(
+                &text,
+                "walshadow_rows_written_total{table=\"odd\\\"schema.ta\\\\ble\\nx\"}"
+            ),
+            1.0
+        );
+        assert_well_formed(&text);
+    }
+
+    /// One HTTP/1.1 exchange over a plain socket: status line and headers
+    /// (lowercased), body.
+    async fn request(addr: SocketAddr, method: &str, path: &str) -> (String, String) {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let req = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        (head.to_ascii_lowercase(), body.to_owned())
+    }
+
+    #[tokio::test]
+    async fn serves_get_metrics() {
+        let m = Metrics::new();
+        let server = m.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = server.local_addr();
+        assert_ne!(addr.port(), 0);
+        // Set after serving: a scrape sees the registry as it is now.
+        m.add_rows("public.orders", 42);
+        m.set_positions(10, 10, 10, None);
+
+        let (head, body) = request(addr, "GET", "/metrics").await;
+        assert!(head.starts_with("http/1.1 200 ok\r\n"), "{head}");
+        assert!(
+            head.contains("\r\ncontent-type: text/plain; version=0.0.4; charset=utf-8"),
+            "{head}"
+        );
+        assert_eq!(
+            value(
+                &body,
+                "walshadow_rows_written_total{table=\"public.orders\"}"
+            ),
+            42.0
+        );
+        assert_eq!(value(&body, "walshadow_applied_lsn"), 10.0);
+        assert_eq!(body, m.render().unwrap());
+
+        let (head, body) = request(addr, "GET", "/").await;
+        assert!(head.starts_with("http/1.1 404 "), "{head}");
+        assert!(body.contains("/metrics"), "{body}");
+        let (head, _) = request(addr, "GET", "/metricsx").await;
+        assert!(head.starts_with("http/1.1 404 "), "{head}");
+        let (head, _) = request(addr, "POST", "/metrics").await;
+        assert!(head.starts_with("http/1.1 405 "), "{head}");
+        assert!(head.contains("\r\nallow: get"), "{head}");
+
+        // The port is taken: the error names the address.
+        let err = Metrics::new().serve(addr).await.unwrap_err();
+        assert!(err.to_string().contains(&addr.to_string()), "{err}");
+
+        server.shutdown().await;
+        let refused = TcpStream::connect(addr).await.unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    }
+
+    #[tokio::test]
+    async fn connections_are_capped() {
+        let server = Metrics::new()
+            .serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let addr = server.local_addr();
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        // Accepted in order after the idle ones, and closed unanswered.
+        let mut extra = TcpStream::connect(addr).await.unwrap();
+        let _ = extra
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+            .await;
+        let mut buf = Vec::new();
+        let answered = extra.read_to_end(&mut buf).await.map_or(0, |_| buf.len());
+        assert_eq!(answered, 0, "{}", String::from_utf8_lossy(&buf));
+        // A closed connection frees its place (once the loop has reaped it).
+        idle.pop();
+        let served = async {
+            loop {
+                let mut s = TcpStream::connect(addr).await.unwrap();
+                let req = b"GET /metrics HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n";
+                let mut buf = Vec::new();
+                if s.write_all(req).await.is_ok()
+                    && s.read_to_end(&mut buf).await.is_ok()
+                    && buf.starts_with(b"HTTP/1.1 200 ")
+                {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), served)
+            .await
+            .expect("no connection served after one closed");
+    }
+
+    #[tokio::test]
+    async fn dropping_the_server_stops_it() {
+        let server = Metrics::new()
+            .serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let addr = server.local_addr();
+        let (head, _) = request(addr, "GET", "/metrics").await;
+        assert!(head.starts_with("http/1.1 200 "), "{head}");
+        drop(server);
+        // The abort lands at the task's next poll; rebinding the port
+        // proves the listener is gone.
+        let rebind = async {
+            loop {
+                match TcpListener::bind(addr).await {
+                    Ok(l) => break l,
+                    Err(_) => tokio::task::yield_now().await,
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), rebind)
+            .await
+            .expect("the dropped server still holds its port");
+    }
+}

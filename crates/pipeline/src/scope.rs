@@ -1,0 +1,60 @@
+//! Which tables stream: those pinned in the config file, and those opted
+//! in by rows of the config table in the source database, read from the
+//! WAL like any other change so that an opt-in takes effect exactly at its
+//! own commit LSN `S`.
+//!
+//! The config table (created by `walshadow init`, name in `[source]
+//! config_table`):
+//!
+//! ```sql
+//! CREATE TABLE walshadow.tables (
+//!     schema_name  text NOT NULL,
+//!     table_name   text NOT NULL,
+//!     replicate    boolean NOT NULL DEFAULT true,
+//!     initial_load text,           -- none (NULL) | copy | base_backup | object_store
+//!     PRIMARY KEY (schema_name, table_name)
+//! );
+//! ```
+//!
+//! A row with `replicate = true` opts its table in; `replicate = false`
+//! or deleting the row opts it out. Changes apply after the rest of their
+//! transaction: rows the opting-in transaction writes to the table are
+//! part of what its initial load reads (the snapshot is taken after `S`).
+
+use walshadow_rows::{RowDecoder, Value};
+
+/// An opt-in or opt-out read from the config table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScopeChange {
+    /// A row was written: `replicate` and `initial_load` as it has them.
+    Set {
+        key: String,
+        replicate: bool,
+        initial_load: Option<String>,
+    },
+    /// The row was deleted (or its key changed away).
+    Remove { key: String },
+}
+
+/// The fields of a config-table row decoded by `decoder`: `schema.name`,
+/// `replicate` (None when the tuple does not carry it: an old key), and
+/// `initial_load`. `None` if the key columns are missing or NULL.
+pub fn config_row(
+    decoder: &RowDecoder,
+    values: &[Value],
+) -> Option<(String, Option<bool>, Option<String>)> {
+    let mut schema = None;
+    let mut table = None;
+    let mut replicate = None;
+    let mut load = None;
+    for (name, v) in decoder.column_names().zip(values) {
+        match (name, v) {
+            ("schema_name", Value::Text(t)) => schema = Some(t.clone()),
+            ("table_name", Value::Text(t)) => table = Some(t.clone()),
+            ("replicate", Value::Bool(b)) => replicate = Some(*b),
+            ("initial_load", Value::Text(t)) => load = Some(t.clone()),
+            _ => {}
+        }
+    }
+    Some((format!("{}.{}", schema?, table?), replicate, load))
+}
