@@ -80,16 +80,38 @@ enum WalCommand {
     Dump(wal_dump::DumpArgs),
 }
 
+/// Log lines to stderr, printed around the load progress bars when they
+/// are drawn.
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match walshadow_pipeline::load_bars::multi() {
+            Some(m) => m.suspend(|| std::io::stderr().write_all(buf))?,
+            None => std::io::stderr().write_all(buf)?,
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 fn main() -> std::process::ExitCode {
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WALSHADOW_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(|| LogWriter)
+        .with_ansi(terminal)
         .init();
     let cli = Cli::parse();
+    if terminal && matches!(cli.command, Command::Run(_)) {
+        walshadow_pipeline::load_bars::enable();
+    }
     let result = match cli.command {
         Command::Init(args) => shadow_cmd::init(args),
         Command::Run(args) => shadow_cmd::run(args),

@@ -101,12 +101,27 @@ fn workload(h: &StreamHarness, stop: Arc<AtomicBool>) -> std::thread::JoinHandle
     })
 }
 
+/// `GET /metrics` from the daemon's endpoint.
+fn scrape(port: u16) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    c.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")?;
+    let mut out = String::new();
+    c.read_to_string(&mut out)?;
+    Ok(out)
+}
+
 fn opt_in_under_load(major: PgMajor) -> Result<()> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let mut h = StreamHarness::new(
         major,
         "optin",
         &[],
-        "[backfill]\nworkers = 2\nchunk_blocks = 8\n",
+        &format!(
+            "[backfill]\nworkers = 2\nchunk_blocks = 8\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"
+        ),
     )?;
     h.source.psql(
         "create table orders (id bigint primary key, customer int, amount numeric(12,2), note text);
@@ -121,6 +136,8 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
          create table parts_us partition of parts for values in ('us');
          create table parts_other partition of parts default;
          insert into parts select g, (array['eu','us','asia'])[g % 3 + 1], g from generate_series(1, 600) g;
+         create table c (id int primary key, v text);
+         insert into c select g, 'c' || g from generate_series(1, 20) g;
          create table legacy (id int primary key, v text);
          insert into legacy select g, 'old' from generate_series(1, 10) g;",
     )?;
@@ -132,6 +149,24 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
     h.start_run()?;
     let stop = Arc::new(AtomicBool::new(false));
     let writer = workload(&h, Arc::clone(&stop));
+    // A transaction that begins before c's opt-in and commits after it.
+    let spanning = {
+        let source = Arc::clone(&h.source);
+        std::thread::spawn(move || {
+            source.psql(
+                "begin;
+                 insert into c select g, 'spanning' from generate_series(1001, 1010) g;
+                 update c set v = 'spanning' where id <= 5;
+                 select pg_sleep(2);
+                 insert into c select g, 'spanning late' from generate_series(1011, 1020) g;
+                 delete from c where id = 20;
+                 commit;",
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    h.source
+        .psql("insert into walshadow.tables values ('public', 'c', true, 'copy');")?;
     std::thread::sleep(Duration::from_millis(300));
     h.source.psql(
         "insert into walshadow.tables values ('public', 'orders', true, 'copy');
@@ -147,6 +182,26 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
     wait_loaded(&mut h, "public.a")?;
     wait_loaded(&mut h, "public.b")?;
     wait_loaded(&mut h, "public.parts")?;
+    wait_loaded(&mut h, "public.c")?;
+    spanning
+        .join()
+        .map_err(|_| anyhow::anyhow!("spanning transaction panicked"))??;
+    // The endpoint follows within a status tick.
+    let series = [
+        "config_backfills_pending{mode=\"copy\"} 0",
+        "walshadow_backfill_rows_total{",
+        "walshadow_rows_written_total{",
+    ];
+    let mut metrics = String::new();
+    wait_until(
+        Duration::from_secs(30),
+        "the metrics to show the loads",
+        || {
+            metrics = scrape(port)?;
+            Ok(series.iter().all(|s| metrics.contains(s)))
+        },
+    )
+    .with_context(|| format!("/metrics:\n{metrics}"))?;
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
     let writes = writer
@@ -159,6 +214,7 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
     for t in ["a", "b"] {
         h.assert_equal(&format!("public.{t}"), t, &[same("id"), same("v")])?;
     }
+    h.assert_equal("public.c", "c", &[same("id"), same("v")])?;
     h.assert_equal(
         "public.parts",
         "parts",

@@ -15,6 +15,7 @@ pub mod backfills;
 pub mod change;
 pub mod daemon;
 pub mod decode;
+pub mod load_bars;
 pub mod metrics;
 pub mod progress;
 pub mod relations;

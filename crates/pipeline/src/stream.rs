@@ -153,6 +153,7 @@ pub struct Streamer {
     metrics: crate::metrics::Metrics,
     /// Rows and bytes of each load already counted in `metrics`.
     load_counted: HashMap<String, (u64, u64)>,
+    load_bars: crate::load_bars::LoadBars,
     progress: Progress,
     /// `progress` changed since it was last written.
     progress_dirty: bool,
@@ -298,6 +299,7 @@ impl Streamer {
             backfills,
             metrics,
             load_counted: HashMap::new(),
+            load_bars: crate::load_bars::LoadBars::default(),
             progress,
             progress_dirty: false,
             state_dir: config.state.dir.clone(),
@@ -1532,7 +1534,9 @@ impl Streamer {
             m.set_backfills_pending(mode, pending.get(mode).copied().unwrap_or(0));
         }
         m.set_backfills_running(self.backfills.running() as u64);
-        for (key, pass) in self.backfills.passes() {
+        let passes = self.backfills.passes();
+        self.load_bars.update(&passes);
+        for (key, pass) in passes {
             let seen = self.load_counted.entry(key.clone()).or_insert((0, 0));
             if pass.rows > seen.0 || pass.bytes > seen.1 {
                 m.add_backfill_rows(
