@@ -5,7 +5,12 @@
 //!   after the opt-in, in resumable block ranges, on its own connections.
 //! - [`copy_binary`]: the binary `COPY` format into row values, the same
 //!   values the WAL path decodes from heap tuples.
+//! - [`heap_page`]: heap pages of a base backup into their tuples.
+//! - [`walk_sink`]: the `BASE_BACKUP` sink that walks the pages of a few
+//!   relations and keeps `pg_xact`/`pg_multixact` in memory.
 //! - [`snapshot`]: whether a snapshot sees every commit up to the opt-in.
+//! - [`visibility`]: the `base_backup` visibility gate: walked tuples
+//!   emitted, dropped or deferred by the backup's `pg_xact`/`pg_multixact`.
 //! - [`ledger`]: `backfills.toml`, one entry per pass, marks behind what
 //!   ClickHouse took.
 //!
@@ -13,5 +18,8 @@
 
 pub mod copy;
 pub mod copy_binary;
+pub mod heap_page;
 pub mod ledger;
 pub mod snapshot;
+pub mod visibility;
+pub mod walk_sink;

@@ -12,37 +12,9 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use common::{OracleColumn, StreamHarness, col, same};
-use walshadow_testkit::{Cluster, PgMajor};
+use walshadow_testkit::{Cluster, PgMajor, Rng};
 
 const CATCH_UP: Duration = Duration::from_secs(180);
-
-/// A small deterministic generator; the seed is printed so a failure can
-/// be replayed (`WALSHADOW_SEED`).
-struct Rng(u64);
-
-impl Rng {
-    fn new() -> Rng {
-        let seed = std::env::var("WALSHADOW_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-            });
-        eprintln!("workload seed: {seed} (WALSHADOW_SEED={seed} replays it)");
-        Rng(seed | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 const SCHEMA: &str = "
 create table public.orders (
@@ -192,7 +164,7 @@ fn workload_step(
         ),
         10 => {
             *next_id += 2;
-            let gid = format!("g{}", rng.next());
+            let gid = format!("g{}", rng.next_u64());
             let finish = if rng.below(2) == 0 {
                 "commit"
             } else {
@@ -248,7 +220,7 @@ fn oracle(major: PgMajor) -> Result<()> {
         std::process::id(),
         major.number()
     );
-    let mut rng = Rng::new();
+    let mut rng = Rng::from_env("WALSHADOW_SEED");
     let mut next_id = 2i64;
     for _ in 0..150 {
         workload_step(&h.source, &mut rng, &mut next_id, &copy_file)?;
@@ -349,13 +321,13 @@ fn crashes(major: PgMajor) -> Result<()> {
         std::process::id(),
         major.number()
     );
-    let mut rng = Rng::new();
+    let mut rng = Rng::from_env("WALSHADOW_SEED");
     let kills = std::env::var("WALSHADOW_KILLS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20usize);
     let done = std::sync::atomic::AtomicBool::new(false);
-    let mut workload_rng = Rng(rng.next() | 1);
+    let mut workload_rng = Rng::new(rng.next_u64());
     std::thread::scope(|scope| -> Result<()> {
         let source = std::sync::Arc::clone(&h.source);
         let done_ref = &done;

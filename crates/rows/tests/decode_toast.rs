@@ -71,10 +71,10 @@ async fn run(major: PgMajor) -> Result<()> {
     let toast_relid = desc
         .toast_relid
         .ok_or_else(|| anyhow::anyhow!("no TOAST table"))?;
-    let toast_file = common::relation_file(&cluster, &toast_relid.to_string())?;
+    let toast_file = walshadow_testkit::relation_file(&cluster, &toast_relid.to_string())?;
     let mut chunks = ToastChunks::new();
     let mut first_value = None;
-    for t in common::heap_tuples(&toast_file)? {
+    for t in walshadow_testkit::heap_tuples(&toast_file)? {
         let tuple = TupleRef::from_heap_tuple(&t)?;
         first_value.get_or_insert(ToastChunk::from_tuple(tuple)?.chunk_id);
         chunks.add_chunk_tuple(toast_relid, tuple)?;
@@ -107,8 +107,8 @@ async fn run(major: PgMajor) -> Result<()> {
 
     // Without the chunks: unresolved, naming the TOAST relation.
     let decoder = RowDecoder::new(&desc)?;
-    let file = common::relation_file(&cluster, "'t_toast'::regclass")?;
-    let tuples = common::heap_tuples(&file)?;
+    let file = walshadow_testkit::relation_file(&cluster, "'t_toast'::regclass")?;
+    let tuples = walshadow_testkit::heap_tuples(&file)?;
     let mut unresolved = 0;
     for t in &tuples {
         match decoder.decode(TupleRef::from_heap_tuple(t)?, &NoToast) {

@@ -16,6 +16,12 @@
 //!   decoder parity test compares against.
 //! - [`assert_parity`] compares `walshadow wal dump` output with pg_waldump's.
 //! - [`wait_until`] polls a condition with a deadline; tests never sleep a fixed time.
+//! - [`all_types`] is the decoders' all-types table: a column of every supported type,
+//!   rows of edge values, and the unsupported types a decoder must refuse.
+//! - [`heap_tuples`] reads a relation's tuples straight from its heap file, and
+//!   [`server_text`] the server's output-function text for each value, the oracle a
+//!   decoder's rendering is compared with ([`assert_same_text`]).
+//! - [`Rng`] is a seeded generator whose seed is printed for replay.
 //! - [`ClickHouseEngine`] runs `scripts/clickhouse-engine` (ClickHouse 26.9 in-process via
 //!   chdb, behind ClickHouse's HTTP interface) on a loopback port, with stop/start drills.
 //!
@@ -24,10 +30,14 @@
 
 #![forbid(unsafe_code)]
 
+pub mod all_types;
 mod clickhouse;
 mod cluster;
+mod heap_file;
 mod install;
 mod parity;
+mod rng;
+mod server_text;
 mod server_user;
 mod tls;
 mod wait;
@@ -36,8 +46,11 @@ mod workdir;
 
 pub use clickhouse::{ClickHouseEngine, ClickHouseOptions, HttpReply};
 pub use cluster::{Auth, Cluster, ClusterOptions};
+pub use heap_file::{heap_tuples, relation_file};
 pub use install::{PgInstall, tools_dirs};
 pub use parity::{DumpBlock, DumpRecord, assert_parity, parse_dump_output};
+pub use rng::Rng;
+pub use server_text::{TEXT_SETTINGS, assert_same_text, server_text};
 pub use server_user::ServerUser;
 pub use wait::wait_until;
 pub use waldump::{
