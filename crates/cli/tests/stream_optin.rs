@@ -479,3 +479,62 @@ fn pg15_copy_load_resumes_after_kill() -> Result<()> {
 fn pg18_copy_load_resumes_after_kill() -> Result<()> {
     resumes_after_kill(PgMajor::V18)
 }
+
+fn toml_initial_load(major: PgMajor) -> Result<()> {
+    // Pinned in the config file with `initial_load = "copy"`: its rows
+    // from before walshadow started are loaded at the resume position.
+    let mut h = StreamHarness::new(
+        major,
+        "optin-toml",
+        &[],
+        "[table.\"public.pinned\"]\ninitial_load = \"copy\"\n[table.\"public.plain\"]\n",
+    )?;
+    h.source.psql(
+        "create table pinned (id int primary key, v text);
+         insert into pinned select g, 'before' from generate_series(1, 500) g;
+         create table plain (id int primary key, v text);
+         insert into plain select g, 'before' from generate_series(1, 10) g;",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    let s = wait_loaded(&mut h, "public.pinned")?;
+    h.source.psql(
+        "update pinned set v = 'after' where id <= 10; delete from pinned where id > 490;
+         insert into plain values (100, 'after');",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal("public.pinned", "pinned", &[same("id"), same("v")])?;
+    let untouched = h.ch.query(&format!(
+        "SELECT count() FROM app.pinned FINAL WHERE _lsn = {} AND _is_deleted = 0",
+        s.0
+    ))?;
+    ensure!(
+        untouched.trim() == "480",
+        "rows loaded at the resume position {s} are not tagged with it: {untouched}"
+    );
+    // Without initial_load the table streams from the start only.
+    let plain = h.clickhouse_rows("plain", &[same("id"), same("v")])?;
+    ensure!(plain == ["100\tafter"], "plain: {plain:?}");
+    // A restart does not load it again.
+    h.stop_run()?;
+    h.start_run()?;
+    h.wait_caught_up(CATCH_UP)?;
+    let attempts =
+        path(&ledger(&h)?, &["table", "public.pinned", "attempts"]).and_then(|a| a.as_integer());
+    ensure!(
+        attempts == Some(1),
+        "the pinned table was loaded again after a restart: {attempts:?}"
+    );
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_pinned_table_initial_load() -> Result<()> {
+    toml_initial_load(PgMajor::V15)
+}
+
+#[test]
+fn pg18_pinned_table_initial_load() -> Result<()> {
+    toml_initial_load(PgMajor::V18)
+}
