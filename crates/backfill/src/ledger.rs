@@ -13,6 +13,11 @@
 //! or running entry collapses into it; an opt-out removes it (a running
 //! load is cancelled first). Done entries stay as the record of the load.
 //! The file is rewritten whole (write-temp, fsync, rename).
+//!
+//! A backup-mode pass publishes through a staging table
+//! ([`crate::staging`]): `swap` holds the staging table's uuid from the
+//! moment the exchange may have happened until the pass is done, so boot
+//! resumes the swap's tail instead of loading again.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -84,6 +89,17 @@ pub struct Pass {
     /// Relations read, by `schema.name`.
     #[serde(default)]
     pub relations: BTreeMap<String, RelationMarks>,
+    /// Set while a staging swap is under way (persisted before `EXCHANGE
+    /// TABLES`); a pass with it resumes the swap, never loads again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapState>,
+}
+
+/// A staging swap recorded before its exchange (see [`crate::staging`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwapState {
+    /// `system.tables.uuid` of the staging table before the exchange.
+    pub staging_uuid: String,
 }
 
 impl Pass {
@@ -98,6 +114,7 @@ impl Pass {
             bytes: 0,
             error: None,
             relations: BTreeMap::new(),
+            swap: None,
         }
     }
 
@@ -201,14 +218,26 @@ mod tests {
         );
         p.error = Some("relation rewritten".into());
         l.tables.insert("public.t".into(), p);
-        l.tables
-            .insert("public.u".into(), Pass::new("copy", Lsn(0x28)));
+        let mut u = Pass::new("base_backup", Lsn(0x28));
+        u.swap = Some(SwapState {
+            staging_uuid: "9532ac90-521f-4837-86b5-f3148003d072".into(),
+        });
+        l.tables.insert("public.u".into(), u);
         l.write(&dir).unwrap();
         let back = Ledger::read(&dir).unwrap();
         assert_eq!(back, l);
         let text = std::fs::read_to_string(dir.join(Ledger::FILE)).unwrap();
         assert!(text.contains("s = \"1/28\""), "{text}");
-        assert_eq!(back.pending_by_mode().get("copy"), Some(&2));
+        assert_eq!(back.pending_by_mode().get("copy"), Some(&1));
+        assert_eq!(back.pending_by_mode().get("base_backup"), Some(&1));
+        // A ledger written before swaps existed still reads.
+        std::fs::write(
+            dir.join(Ledger::FILE),
+            "[table.\"public.v\"]\nmode = \"copy\"\ns = \"0/28\"\nphase = \"pending\"\n",
+        )
+        .unwrap();
+        let old = Ledger::read(&dir).unwrap();
+        assert_eq!(old.tables["public.v"], Pass::new("copy", Lsn(0x28)));
         std::fs::write(dir.join(Ledger::FILE), "table = 3").unwrap();
         assert!(Ledger::read(&dir).is_err());
         std::fs::remove_dir_all(&dir).unwrap();

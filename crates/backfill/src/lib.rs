@@ -1,5 +1,5 @@
-//! Backfills: the `initial_load` modes, the ledger of passes, and (later)
-//! staging tables and the swap.
+//! Backfills: the `initial_load` modes, the ledger of passes, staging
+//! tables and the swap.
 //!
 //! - [`copy`]: `initial_load = 'copy'`, a snapshot read with binary `COPY`
 //!   after the opt-in, in resumable block ranges, on its own connections.
@@ -11,15 +11,20 @@
 //! - [`snapshot`]: whether a snapshot sees every commit up to the opt-in.
 //! - [`visibility`]: the `base_backup` visibility gate: walked tuples
 //!   emitted, dropped or deferred by the backup's `pg_xact`/`pg_multixact`.
+//! - [`staging`]: a backup-mode load's staging table beside the
+//!   destination, published with `EXCHANGE TABLES`, live-window rows
+//!   copied back, recovery by the staging table's uuid.
 //! - [`ledger`]: `backfills.toml`, one entry per pass, marks behind what
 //!   ClickHouse took.
 //!
-//! `base_backup` and `object_store` come with later releases.
+//! `copy` runs in the daemon; the `base_backup` pieces (walk, gate,
+//! staging) are not wired into it yet, and `object_store` comes later.
 
 pub mod copy;
 pub mod copy_binary;
 pub mod heap_page;
 pub mod ledger;
 pub mod snapshot;
+pub mod staging;
 pub mod visibility;
 pub mod walk_sink;
