@@ -1,7 +1,9 @@
 //! Durable small files: write-temp, fsync, rename, fsync of the directory.
 //! A crash leaves either the old file or the new one, never a torn one.
-//! Every state file walshadow keeps (init.json, filter.ckpt, the store's
-//! state, progress.json) is written this way.
+//! Every state file walshadow keeps (init.json, filter.ckpt, progress.json)
+//! is written this way, except the segment store's, which every flush updates:
+//! it is created this way and then written in place in alternate slots (see
+//! [`crate::segment_store`]).
 
 use std::io::{self, Write};
 use std::path::Path;
