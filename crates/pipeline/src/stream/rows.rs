@@ -1,0 +1,330 @@
+//! Committed changes into rows: TOAST chunks to the mirror, config-table
+//! rows to scope changes, table rows decoded (TOAST values read from the
+//! source when the mirror lacks them) into their table's batch.
+
+use super::*;
+
+impl Streamer {
+    pub(super) async fn apply_change(
+        &mut self,
+        c: &CommitEvent,
+        seq: Lsn,
+        change: Change,
+    ) -> Result<(), StreamError> {
+        match change.kind {
+            ChangeKind::Truncate => return self.apply_truncate(c, &change.truncated).await,
+            ChangeKind::SpecInsert => {
+                self.spec = Some((seq, change));
+                return Ok(());
+            }
+            ChangeKind::SpecConfirm => {
+                if let Some((spec_seq, spec)) = self.spec.take() {
+                    let insert = Change {
+                        kind: ChangeKind::Insert,
+                        ..spec
+                    };
+                    return Box::pin(self.apply_change(c, spec_seq, insert)).await;
+                }
+                return Ok(());
+            }
+            ChangeKind::SpecAbort => {
+                self.spec = None;
+                return Ok(());
+            }
+            _ => {}
+        }
+        let feeder = &self.shadow.feeder;
+        let resolved = match self.relations.as_mut() {
+            Some(r) => r.resolve(feeder, change.rel).await?,
+            None => return Ok(()),
+        };
+        match resolved {
+            Resolved::Other => Ok(()),
+            Resolved::Toast {
+                owner_key,
+                toast_relid,
+            } => {
+                let file = change.rel.rel_number;
+                match (change.kind, change.tid, &change.new) {
+                    (ChangeKind::Insert, Some(tid), Some(t)) => {
+                        match ToastChunk::from_tuple(tuple_ref(t)) {
+                            Ok(chunk) => self.toast.insert_chunk(
+                                toast_relid,
+                                file,
+                                mirror_tid(tid),
+                                chunk,
+                                seq,
+                            )?,
+                            // Its value will not resolve; the row that
+                            // points at it stops the table then.
+                            Err(e) => {
+                                tracing::warn!(table = %owner_key, lsn = %seq, "unreadable TOAST chunk: {e}")
+                            }
+                        }
+                    }
+                    (ChangeKind::Delete, Some(tid), _) => {
+                        self.toast
+                            .delete_chunk(toast_relid, file, mirror_tid(tid), seq, c.end)?
+                    }
+                    _ => {}
+                }
+                Ok(())
+            }
+            Resolved::Pinned { key, desc } => {
+                self.apply_row_change(c, seq, &key, &desc, &change).await
+            }
+            Resolved::Config { desc } => {
+                self.config_change(seq, &desc, &change);
+                Ok(())
+            }
+        }
+    }
+
+    /// Emits the rows of a change of pinned table `key`, reading TOAST
+    /// values the mirror lacks from the source.
+    pub(super) async fn apply_row_change(
+        &mut self,
+        c: &CommitEvent,
+        seq: Lsn,
+        key: &str,
+        desc: &Arc<RelationDesc>,
+        change: &Change,
+    ) -> Result<(), StreamError> {
+        // Each round resolves one more value (a row has a bounded number
+        // of columns, each at most one pointer).
+        for _ in 0..=desc.attributes.len() {
+            if self.is_stopped(key) {
+                return Ok(());
+            }
+            let fault = match self.rows_of(c, seq, key, desc, change) {
+                Ok(rows) => {
+                    for (row, meta) in rows {
+                        if self.toast.has_waits(key) {
+                            let k = self.key_text(key, &row);
+                            self.toast.superseded(key, &k, c.end);
+                        }
+                        self.push_row(key, c.lsn, &row, &meta).await?;
+                    }
+                    return Ok(());
+                }
+                Err(f) => f,
+            };
+            match fault {
+                RowsFault::Mirror(e) => return Err(e.into()),
+                RowsFault::Table((reason, remedy)) => {
+                    self.stop_table(key, c.lsn, reason, remedy);
+                    return Ok(());
+                }
+                RowsFault::Unresolved {
+                    column,
+                    toast_relid,
+                    value_id,
+                } => match self.toast.read_from_source(toast_relid, value_id).await {
+                    Ok(SourceValue::Stored) => continue,
+                    Ok(SourceValue::Gone { source_lsn }) => {
+                        let Some(row_key) = self.change_key(key, desc, change) else {
+                            let reason = format!(
+                                "table {key}, column {column}, WAL at {seq}: TOAST value {value_id} (TOAST relation {toast_relid}) is neither in the chunk mirror nor on the source, and the row's key cannot be read to wait for its newer version"
+                            );
+                            self.stop_table(key, seq, reason, "load the table again".into());
+                            return Ok(());
+                        };
+                        self.toast.wait(
+                            key,
+                            Wait {
+                                key: row_key,
+                                commit: c.end,
+                                lsn: seq,
+                                column,
+                                toast_relid,
+                                value_id,
+                                source_lsn,
+                            },
+                        );
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        let reason = format!(
+                            "table {key}, column {column}, WAL at {seq}: TOAST value {value_id} is not in the chunk mirror (written before walshadow read this table's WAL) and reading it from the source failed: {e}"
+                        );
+                        self.stop_table(key, seq, reason, "give walshadow's source role read access to the table's TOAST relation (superuser, or GRANT pg_read_all_data), then load the table again".into());
+                        return Ok(());
+                    }
+                },
+            }
+        }
+        let reason = format!(
+            "table {key}, WAL at {seq}: TOAST values still unresolved after reading them from the source"
+        );
+        self.stop_table(key, seq, reason, "report it with the LSN".into());
+        Ok(())
+    }
+
+    /// The key columns of a laid-out destination row, as PostgreSQL text.
+    pub(super) fn key_text(&self, key: &str, row: &[Value]) -> Vec<Option<String>> {
+        let Some(dest) = self.tables.get(key).and_then(|t| t.dest.as_ref()) else {
+            return Vec::new();
+        };
+        dest.columns
+            .iter()
+            .zip(row)
+            .filter(|(col, _)| col.key)
+            .map(|(_, v)| v.to_pg_text())
+            .collect()
+    }
+
+    /// The key of the row a change writes (its new tuple, else its old
+    /// key), read without the columns that cannot be resolved.
+    pub(super) fn change_key(
+        &self,
+        key: &str,
+        desc: &Arc<RelationDesc>,
+        change: &Change,
+    ) -> Option<Vec<Option<String>>> {
+        let table = self.tables.get(key)?;
+        let dest = table.dest.as_ref()?;
+        let rd = table.decoders.get(&desc.oid)?;
+        let wanted: Vec<bool> = rd
+            .positions
+            .iter()
+            .map(|p| p.and_then(|p| dest.columns.get(p)).is_some_and(|c| c.key))
+            .collect();
+        let tuple = change
+            .new
+            .as_ref()
+            .or(change.old.as_ref().map(|o| o.tuple()))?;
+        let source = self.toast.source();
+        let values = rd
+            .decoder
+            .decode_only(tuple_ref(tuple), &source, &wanted)
+            .ok()?;
+        let mut row = vec![Value::Null; dest.columns.len()];
+        for (v, pos) in values.into_iter().zip(&rd.positions) {
+            if let Some(slot) = pos.and_then(|p| row.get_mut(p)) {
+                *slot = v;
+            }
+        }
+        Some(self.key_text(key, &row))
+    }
+
+    /// Decodes the change into the rows it writes (a key-changing update
+    /// writes two). Errors are definite for the table: `(reason, remedy)`.
+    pub(super) fn rows_of(
+        &mut self,
+        c: &CommitEvent,
+        seq: Lsn,
+        key: &str,
+        desc: &Arc<RelationDesc>,
+        change: &Change,
+    ) -> Result<Vec<(Vec<Value>, RowMeta)>, RowsFault> {
+        let Some(table) = self.tables.get_mut(key) else {
+            return Ok(Vec::new());
+        };
+        let Some(dest) = table.dest.as_ref() else {
+            return Err(RowsFault::Table((
+                format!("rows arrived for {key} before its ClickHouse table was created"),
+                "restart walshadow".into(),
+            )));
+        };
+        if !table
+            .decoders
+            .get(&desc.oid)
+            .is_some_and(|d| Arc::ptr_eq(&d.desc, desc))
+        {
+            let decoder = RowDecoder::new(desc).map_err(|e| {
+                RowsFault::Table((
+                    e.to_string(),
+                    "change the column's type on the source, or unpin the table".into(),
+                ))
+            })?;
+            let positions = decoder
+                .column_names()
+                .map(|n| dest.columns.iter().position(|col| col.name == n))
+                .collect();
+            table.decoders.insert(
+                desc.oid,
+                RelationDecoder {
+                    desc: Arc::clone(desc),
+                    decoder,
+                    positions,
+                },
+            );
+        }
+        let Some(RelationDecoder {
+            decoder,
+            positions: mapping,
+            ..
+        }) = table.decoders.get(&desc.oid)
+        else {
+            return Ok(Vec::new());
+        };
+        let width = dest.columns.len();
+        let lay_out = |values: Vec<Value>| -> Vec<Value> {
+            let mut row = vec![Value::Null; width];
+            for (v, pos) in values.into_iter().zip(mapping) {
+                if let Some(slot) = pos.and_then(|p| row.get_mut(p)) {
+                    *slot = v;
+                }
+            }
+            row
+        };
+        let toast = self.toast.source();
+        let decode = |t: &OwnedTuple| -> Result<Vec<Value>, RowsFault> {
+            let r = decoder.decode(tuple_ref(t), &toast);
+            if let Some(e) = toast.take_error() {
+                return Err(RowsFault::Mirror(e));
+            }
+            r.map(lay_out).map_err(|e| row_error(key, seq, e))
+        };
+        let same_key = |a: &[Value], b: &[Value]| {
+            dest.columns
+                .iter()
+                .zip(a.iter().zip(b))
+                .all(|(col, (x, y))| !col.key || x == y)
+        };
+        let mut rows: Vec<(Vec<Value>, bool, Lsn)> = Vec::new();
+        match change.kind {
+            ChangeKind::Insert => {
+                if let Some(t) = &change.new {
+                    rows.push((decode(t)?, false, seq));
+                }
+            }
+            ChangeKind::Update => {
+                let Some(t) = &change.new else {
+                    return Ok(Vec::new());
+                };
+                let new_row = decode(t)?;
+                if let Some(old) = &change.old {
+                    let old_row = decode(old.tuple())?;
+                    if !same_key(&old_row, &new_row) {
+                        rows.push((old_row, true, seq));
+                    }
+                }
+                rows.push((new_row, false, Lsn(seq.0 + 1)));
+            }
+            ChangeKind::Delete => {
+                let Some(old) = &change.old else {
+                    return Err(RowsFault::Table((
+                        format!("DELETE at {seq} on {key} carries no old key"),
+                        "give the table a primary key or REPLICA IDENTITY FULL".into(),
+                    )));
+                };
+                rows.push((decode(old.tuple())?, true, seq));
+            }
+            _ => {}
+        }
+        Ok(rows
+            .into_iter()
+            .map(|(row, deleted, seq)| {
+                let meta = RowMeta {
+                    lsn: c.end,
+                    seq,
+                    xid: c.xid,
+                    commit_time: c.commit_time,
+                    deleted,
+                };
+                (row, meta)
+            })
+            .collect())
+    }
+}

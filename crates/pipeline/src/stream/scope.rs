@@ -1,0 +1,178 @@
+//! Opt-ins and opt-outs read from the config table, applied at their
+//! commit, and the initial loads they start.
+
+use super::*;
+
+impl Streamer {
+    /// Starts the loads whose `S` has been decoded, into tables whose
+    /// ClickHouse table exists.
+    pub(super) fn start_loads(&mut self) {
+        let ready: HashMap<String, String> = self
+            .tables
+            .iter()
+            .filter(|(k, t)| t.dest.is_some() && !self.is_stopped(k))
+            .map(|(k, _)| (k.clone(), table_name(k)))
+            .collect();
+        self.backfills
+            .start_due(self.decoded, |key| ready.get(key).cloned());
+    }
+
+    /// A change of the config table: remembered, applied after the commit.
+    pub(super) fn config_change(&mut self, seq: Lsn, desc: &Arc<RelationDesc>, change: &Change) {
+        if !self
+            .config_decoder
+            .as_ref()
+            .is_some_and(|(d, _)| Arc::ptr_eq(d, desc))
+        {
+            match RowDecoder::new(desc) {
+                Ok(dec) => self.config_decoder = Some((Arc::clone(desc), dec)),
+                Err(e) => {
+                    tracing::error!(lsn = %seq, "the config table {} cannot be read: {e}", self.config_key);
+                    return;
+                }
+            }
+        }
+        let Some((_, decoder)) = &self.config_decoder else {
+            return;
+        };
+        let source = self.toast.source();
+        let row = |t: &OwnedTuple| {
+            decoder
+                .decode(tuple_ref(t), &source)
+                .ok()
+                .and_then(|v| config_row(decoder, &v))
+        };
+        let old_key = change
+            .old
+            .as_ref()
+            .and_then(|o| row(o.tuple()))
+            .map(|r| r.0);
+        let mut out = Vec::new();
+        match change.kind {
+            ChangeKind::Insert | ChangeKind::Update => {
+                let Some((key, replicate, initial_load)) = change.new.as_ref().and_then(row) else {
+                    tracing::warn!(lsn = %seq, "a row of the config table {} without schema_name/table_name: ignored", self.config_key);
+                    return;
+                };
+                if let Some(old) = old_key
+                    && old != key
+                {
+                    out.push(ScopeChange::Remove { key: old });
+                }
+                out.push(ScopeChange::Set {
+                    key,
+                    replicate: replicate.unwrap_or(true),
+                    initial_load,
+                });
+            }
+            ChangeKind::Delete => {
+                if let Some(key) = old_key {
+                    out.push(ScopeChange::Remove { key });
+                }
+            }
+            _ => {}
+        }
+        self.scope_changes.extend(out);
+    }
+
+    /// Applies the opt-ins and opt-outs of the commit `c` (its `end` is `S`).
+    pub(super) async fn apply_scope_changes(&mut self, c: &CommitEvent) -> Result<(), StreamError> {
+        let s = c.end;
+        let mut changed = false;
+        let mut added = false;
+        for change in std::mem::take(&mut self.scope_changes) {
+            let (key, opt_in, load_text) = match change {
+                ScopeChange::Set {
+                    key,
+                    replicate,
+                    initial_load,
+                } => (key, replicate, initial_load),
+                ScopeChange::Remove { key } => (key, false, None),
+            };
+            if walshadow_config::split_table_name(&key).is_none() {
+                tracing::warn!(table = %key, lsn = %s, "a config table row names no table as schema.name: ignored");
+                continue;
+            }
+            if self.toml_tables.contains(&key) {
+                tracing::warn!(table = %key, lsn = %s, "the table is pinned in the config file; its config table row changes nothing (remove it from the file to manage it by the table)");
+                continue;
+            }
+            if opt_in {
+                if self.pinned.contains(&key) {
+                    // A duplicate request collapses.
+                    continue;
+                }
+                let load = match walshadow_config::InitialLoad::parse(load_text.as_deref()) {
+                    Ok(l) => l,
+                    Err(text) => {
+                        tracing::warn!(table = %key, lsn = %s, "unknown initial_load {text:?} in the config table: the table streams from {s} without an initial load (use none or copy)");
+                        walshadow_config::InitialLoad::None
+                    }
+                };
+                tracing::info!(table = %key, s = %s, initial_load = load.as_str(), "table opted in");
+                self.pinned.insert(key.clone());
+                let entry = self
+                    .progress
+                    .tables
+                    .entry(key.clone())
+                    .or_insert_with(|| TableProgress::new(table_name(&key), s));
+                entry.opted_in = true;
+                entry.opted_out = None;
+                entry.since = s;
+                entry.stopped = None;
+                self.tables.insert(
+                    key.clone(),
+                    Table {
+                        dest: None,
+                        batch: None,
+                        decoders: HashMap::new(),
+                    },
+                );
+                match load {
+                    walshadow_config::InitialLoad::None => {}
+                    walshadow_config::InitialLoad::Copy => {
+                        self.backfills.request(&key, "copy", s)?
+                    }
+                    other => {
+                        tracing::warn!(table = %key, initial_load = other.as_str(), "initial_load mode not available in this release: the table streams from {s} without an initial load")
+                    }
+                }
+                added = true;
+                changed = true;
+            } else {
+                if !self.pinned.contains(&key) {
+                    continue;
+                }
+                tracing::info!(table = %key, lsn = %s, "table opted out: it is no longer streamed (its ClickHouse table stays)");
+                // Its rows up to here belong in ClickHouse.
+                self.flush_table(&key).await?;
+                self.pinned.remove(&key);
+                self.tables.remove(&key);
+                self.backfills.withdraw(&key)?;
+                self.toast.clear_waits(&key);
+                self.metrics.forget_table(&key);
+                if let Some(t) = self.progress.tables.get_mut(&key) {
+                    t.opted_out = Some(s);
+                }
+                changed = true;
+            }
+        }
+        if !changed {
+            return Ok(());
+        }
+        self.progress_dirty = true;
+        if let Some(r) = self.relations.as_mut() {
+            r.set_pinned(self.pinned.clone());
+        }
+        if added {
+            self.refresh_tables(s).await?;
+        }
+        let feeder = &self.shadow.feeder;
+        if let Some(r) = self.relations.as_mut() {
+            let files = r.toast_files(feeder).await?;
+            self.toast.catalog_now(files, c.lsn, c.end)?;
+        }
+        self.start_loads();
+        Ok(())
+    }
+}

@@ -1,0 +1,288 @@
+//! The ClickHouse side of each table: created and altered to follow the
+//! catalog, stopped alone on a definite error, truncated, flushed.
+
+use super::*;
+
+impl Streamer {
+    /// Brings each pinned table's ClickHouse table in line with the catalog
+    /// now: creates it, applies added/dropped/renamed columns, or stops the
+    /// table on a change ClickHouse cannot follow.
+    pub(super) async fn refresh_tables(&mut self, lsn: Lsn) -> Result<(), StreamError> {
+        let keys: Vec<String> = self.pinned.iter().cloned().collect();
+        for key in keys {
+            if self.is_stopped(&key) {
+                continue;
+            }
+            let feeder = &self.shadow.feeder;
+            let Some(relations) = self.relations.as_mut() else {
+                return Ok(());
+            };
+            let Some(desc) = relations.pinned_table(feeder, &key).await? else {
+                continue;
+            };
+            relations.remember_file(&key, &desc);
+            if let Err(e) = RowDecoder::new(&desc) {
+                self.stop_table(&key, lsn, e.to_string(), "the table cannot be streamed with a column of this type; change the column's type on the source, or unpin the table".into());
+                continue;
+            }
+            let new = match DestTable::new(&desc, &self.meta) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.stop_table(&key, lsn, e.to_string(), "see the reason; fix the source table, then remove the table's ClickHouse table and its entry in progress.json to load it again".into());
+                    continue;
+                }
+            };
+            let dest_name = table_name(&key);
+            let old_schema = self
+                .progress
+                .tables
+                .get(&key)
+                .and_then(|t| t.schema.clone());
+            let statements = match &old_schema {
+                None => {
+                    let sql =
+                        new.create_table_sql(&self.database, &dest_name, &TableSettings::default());
+                    tracing::info!(table = %key, destination = %dest_name, "creating the ClickHouse table");
+                    vec![sql]
+                }
+                Some(old_desc) if *old_desc == *desc => Vec::new(),
+                Some(old_desc) => {
+                    let old = match DestTable::new(old_desc, &self.meta) {
+                        Ok(d) => d,
+                        Err(e) => {
+                            self.stop_table(
+                                &key,
+                                lsn,
+                                e.to_string(),
+                                "the table's recorded schema in progress.json cannot be mapped any more; load the table again (drop its ClickHouse table and its entry in progress.json, then restart)".into(),
+                            );
+                            continue;
+                        }
+                    };
+                    let diff = SchemaDiff::between(&old, &new);
+                    let statements = diff.and_then(|d| {
+                        let decoder = RowDecoder::new(&desc).ok();
+                        d.ddl(&self.database, &dest_name, |col| {
+                            decoder.as_ref()?.missing_value(col.attnum)
+                        })
+                    });
+                    match statements {
+                        Ok(s) => s,
+                        Err(e) => {
+                            self.stop_table(
+                                &key,
+                                lsn,
+                                e.to_string(),
+                                "ClickHouse cannot follow this change in place; load the table again (drop its ClickHouse table and its entry in progress.json, then restart)".into(),
+                            );
+                            continue;
+                        }
+                    }
+                }
+            };
+            if let Some(old) = &old_schema
+                && old.oid != desc.oid
+            {
+                // Dropped and created again under the name: the old
+                // relation's rows are gone with it (no delete records say
+                // so).
+                self.flush_table(&key).await?;
+                let sql = format!(
+                    "TRUNCATE TABLE {}.{}",
+                    walshadow_emitter::quote_ident(&self.database),
+                    walshadow_emitter::quote_ident(&dest_name)
+                );
+                tracing::info!(table = %key, lsn = %lsn, old_oid = old.oid, new_oid = desc.oid, "the table was dropped and created again: its ClickHouse rows are removed");
+                self.retry_clickhouse("truncating a re-created table", move |ch| {
+                    let sql = sql.clone();
+                    async move { ch.execute(&sql).await }
+                })
+                .await?;
+            }
+            if !statements.is_empty() {
+                // Rows encoded for the old layout go first.
+                self.flush_table(&key).await?;
+                let settings = new.query_settings();
+                let mut refused = None;
+                for sql in &statements {
+                    tracing::info!(table = %key, "ClickHouse: {sql}");
+                    let settings = settings.clone();
+                    let sql = sql.clone();
+                    let done = self
+                        .retry_clickhouse("changing a table", move |ch| {
+                            let sql = sql.clone();
+                            let settings = settings.clone();
+                            async move { ch.execute_with_settings(&sql, &settings).await }
+                        })
+                        .await;
+                    match done {
+                        Ok(()) => {}
+                        // Transient errors were retried; a refusal is this
+                        // table's, not the stream's.
+                        Err(StreamError::ClickHouse(e)) => {
+                            refused = Some(e);
+                            break;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                if let Some(e) = refused {
+                    self.stop_table(
+                        &key,
+                        lsn,
+                        format!("ClickHouse refused the schema change: {e}"),
+                        "apply the change to the ClickHouse table by hand so it matches the source, or load the table again".into(),
+                    );
+                    continue;
+                }
+            }
+            if let Some(t) = self.progress.tables.get_mut(&key) {
+                t.schema = Some((*desc).clone());
+            }
+            self.progress_dirty = true;
+            if let Some(t) = self.tables.get_mut(&key) {
+                t.dest = Some(new.clone());
+                t.decoders.clear();
+                let encoder = RowBinaryEncoder::new(&new);
+                t.batch = Some(TableBatch::new(dest_name, encoder, self.batch.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn is_stopped(&self, key: &str) -> bool {
+        self.progress
+            .tables
+            .get(key)
+            .is_some_and(|t| t.stopped.is_some())
+    }
+
+    pub(super) fn stop_table(&mut self, key: &str, lsn: Lsn, reason: String, remedy: String) {
+        tracing::error!(table = %key, lsn = %lsn, "table stopped: {reason}; remedy: {remedy}");
+        if let Some(t) = self.progress.tables.get_mut(key) {
+            t.stopped = Some(Stopped {
+                lsn,
+                reason,
+                remedy,
+            });
+        }
+        if let Some(t) = self.tables.get_mut(key) {
+            t.batch = None;
+            t.decoders.clear();
+        }
+        self.toast.clear_waits(key);
+        self.metrics.set_table_stopped(key, true);
+        self.progress_dirty = true;
+    }
+
+    /// Adds one row to the table's batch, flushing the batch first when it
+    /// is full.
+    pub(super) async fn push_row(
+        &mut self,
+        key: &str,
+        lsn: Lsn,
+        row: &[Value],
+        meta: &RowMeta,
+    ) -> Result<(), StreamError> {
+        for _ in 0..2 {
+            let Some(batch) = self.tables.get_mut(key).and_then(|t| t.batch.as_mut()) else {
+                return Ok(());
+            };
+            match batch.push(row, meta) {
+                Ok(()) => return Ok(()),
+                Err(walshadow_emitter::PushError::Full { .. }) => self.flush_table(key).await?,
+                Err(e) => {
+                    self.stop_table(
+                        key,
+                        lsn,
+                        e.to_string(),
+                        "the value cannot be stored exactly in its ClickHouse column; change the column on the source or unpin the table".into(),
+                    );
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn apply_truncate(
+        &mut self,
+        c: &CommitEvent,
+        oids: &[Oid],
+    ) -> Result<(), StreamError> {
+        let feeder = &self.shadow.feeder;
+        let tables = match self.relations.as_mut() {
+            Some(r) => r.truncated_tables(feeder, oids).await?,
+            None => return Ok(()),
+        };
+        for (key, whole) in tables {
+            if self.is_stopped(&key) {
+                continue;
+            }
+            if !whole {
+                // The ClickHouse table cannot tell which rows came from
+                // which partition.
+                self.stop_table(
+                    &key,
+                    c.lsn,
+                    format!("TRUNCATE of some partitions of {key} (not all of them)"),
+                    "ClickHouse holds the whole table without its partitioning, so the truncated partitions' rows cannot be singled out; load the table again (or use DELETE instead of TRUNCATE on single partitions)".into(),
+                );
+                continue;
+            }
+            self.toast.clear_waits(&key);
+            // Rows before the TRUNCATE land first, then all of them go; a
+            // crash between replays this transaction (its commit is past
+            // `applied`), which truncates again.
+            self.flush_table(&key).await?;
+            let sql = format!(
+                "TRUNCATE TABLE {}.{}",
+                walshadow_emitter::quote_ident(&self.database),
+                walshadow_emitter::quote_ident(&table_name(&key))
+            );
+            tracing::info!(table = %key, lsn = %c.lsn, "TRUNCATE");
+            self.retry_clickhouse("truncating a table", move |ch| {
+                let sql = sql.clone();
+                async move { ch.execute(&sql).await }
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn flush_table(&mut self, key: &str) -> Result<(), StreamError> {
+        let sealed = self
+            .tables
+            .get_mut(key)
+            .and_then(|t| t.batch.as_mut())
+            .and_then(|b| b.seal());
+        let Some(sealed) = sealed else {
+            return Ok(());
+        };
+        let token = format!(
+            "{}/{:08x}",
+            sealed.range_token(),
+            crc32c::crc32c(&sealed.body)
+        );
+        match sealed.insert(&self.ch, &token, &self.retry).await {
+            Ok(_) => {
+                if let Some(t) = self.progress.tables.get_mut(key) {
+                    t.rows += sealed.rows as u64;
+                }
+                self.metrics.add_rows(key, sealed.rows as u64);
+                Ok(())
+            }
+            Err(e) if e.is_transient() => Err(e.into()),
+            Err(e) => {
+                let lsn = sealed.first.0;
+                self.stop_table(
+                    key,
+                    lsn,
+                    e.to_string(),
+                    "ClickHouse refused the rows; fix the destination table (see the reason), then load the table again".into(),
+                );
+                Ok(())
+            }
+        }
+    }
+}
