@@ -285,7 +285,7 @@ impl CopyLoad {
         let queue = Arc::new(Mutex::new(work));
         let n = self.workers.max(1);
         let mut tasks = Vec::with_capacity(n);
-        for _ in 0..n {
+        for worker in 0..n {
             let me = self.clone();
             let queue = Arc::clone(&queue);
             let snapshot_id = snapshot_id.clone();
@@ -293,7 +293,8 @@ impl CopyLoad {
             let desc = desc.clone();
             let dest = dest.clone();
             tasks.push(tokio::spawn(async move {
-                me.worker(&snapshot_id, &select, &desc, &dest, queue).await
+                me.worker(worker, &snapshot_id, &select, &desc, &dest, queue)
+                    .await
             }));
         }
         let mut first_err = None;
@@ -507,6 +508,7 @@ impl CopyLoad {
 
     async fn worker(
         &self,
+        worker: usize,
         snapshot_id: &str,
         select: &str,
         desc: &RelationDesc,
@@ -537,16 +539,18 @@ impl CopyLoad {
             commit_time: 0,
             deleted: false,
         };
+        // Chunks read whose rows sit in `batch`: their marks move once the
+        // insert holding them is answered. Inserts span chunks (fewer, larger
+        // parts for ClickHouse); a restart re-reads at most the unmarked ones.
+        let mut unmarked: Vec<(String, usize, u32, u64)> = Vec::new();
+        let mut inserts = 0u64;
         loop {
             let next = queue.lock().ok().and_then(|mut q| q.pop_front());
             let Some((src, range)) = next else {
                 break;
             };
-            loop {
-                let mark = self.range_mark(&src.name, range)?;
-                if mark.is_done() {
-                    break;
-                }
+            let mut mark = self.range_mark(&src.name, range)?;
+            while !mark.is_done() {
                 let a = mark.next;
                 let b = a.saturating_add(self.chunk_blocks).min(mark.end);
                 let (schema, name) = src.name.split_once('.').unwrap_or(("", &src.name));
@@ -562,7 +566,6 @@ impl CopyLoad {
                     AttemptError::Failed(format!("COPY of {} blocks {a}..{b}: {e}", src.name))
                 })?;
                 let mut bytes = 0u64;
-                let mut part = 0u32;
                 loop {
                     let data = copy.next().await.map_err(|e| {
                         AttemptError::Failed(format!("COPY of {} blocks {a}..{b}: {e}", src.name))
@@ -580,32 +583,28 @@ impl CopyLoad {
                             .map_err(|e| AttemptError::Failed(format!("{}: {e}", src.name)))?;
                     }
                     if batch.rows() >= self.batch_rows {
-                        // Mid-chunk: inserted, but the mark waits for the
-                        // chunk's end (a restart reads the chunk again).
-                        self.insert(&mut batch, &src, a, b, part, snapshot_id)
+                        // Mid-chunk: this chunk's mark waits for its end.
+                        self.insert(&mut batch, snapshot_id, worker, &mut inserts)
                             .await?;
-                        part += 1;
+                        self.mark(&mut unmarked)?;
                     }
                 }
                 drop(copy);
                 decoder.finish().map_err(|e| {
                     AttemptError::Failed(format!("{} blocks {a}..{b}: {e}", src.name))
                 })?;
-                self.insert(&mut batch, &src, a, b, part, snapshot_id)
-                    .await?;
-                self.update(|p| {
-                    if let Some(r) = p
-                        .relations
-                        .get_mut(&src.name)
-                        .and_then(|m| m.ranges.get_mut(range))
-                    {
-                        r.next = b;
-                    }
-                    p.bytes += bytes;
-                })
-                .map_err(|e| AttemptError::Failed(e.to_string()))?;
+                unmarked.push((src.name.clone(), range, b, bytes));
+                mark.next = b;
+                if batch.rows() >= self.batch_rows || batch.bytes() >= 32 << 20 {
+                    self.insert(&mut batch, snapshot_id, worker, &mut inserts)
+                        .await?;
+                    self.mark(&mut unmarked)?;
+                }
             }
         }
+        self.insert(&mut batch, snapshot_id, worker, &mut inserts)
+            .await?;
+        self.mark(&mut unmarked)?;
         let _ = conn.simple_query("COMMIT").await;
         conn.close().await;
         Ok(())
@@ -629,24 +628,23 @@ impl CopyLoad {
             })
     }
 
-    /// Inserts what `batch` holds; returns the rows inserted.
+    /// Inserts what `batch` holds, if anything.
     async fn insert(
         &self,
         batch: &mut TableBatch,
-        src: &Source,
-        a: u32,
-        b: u32,
-        part: u32,
         snapshot_id: &str,
-    ) -> Result<u64, AttemptError> {
+        worker: usize,
+        inserts: &mut u64,
+    ) -> Result<(), AttemptError> {
         let Some(sealed) = batch.seal() else {
-            return Ok(0);
+            return Ok(());
         };
-        // Named by snapshot and place: a retry of this very insert is
-        // deduplicated, a later attempt's read of the same blocks is not.
+        // Named by snapshot, worker and sequence: a retry of this very insert
+        // is deduplicated, a later attempt's read of the same blocks is not.
+        *inserts += 1;
         let token = format!(
-            "copy/{}/{}/{}/{}/{a}-{b}/{part}/{snapshot_id}",
-            self.dest_name, self.s, src.oid, src.relfilenode
+            "copy/{}/{}/{snapshot_id}/{worker}/{inserts}",
+            self.dest_name, self.s
         );
         let policy = RetryPolicy {
             max_attempts: 30,
@@ -660,7 +658,28 @@ impl CopyLoad {
         let rows = sealed.rows as u64;
         self.update(|p| p.rows += rows)
             .map_err(|e| AttemptError::Failed(e.to_string()))?;
-        Ok(rows)
+        Ok(())
+    }
+
+    /// Moves the marks of chunks whose rows ClickHouse now holds.
+    fn mark(&self, unmarked: &mut Vec<(String, usize, u32, u64)>) -> Result<(), AttemptError> {
+        if unmarked.is_empty() {
+            return Ok(());
+        }
+        let done = std::mem::take(unmarked);
+        self.update(|p| {
+            for (rel, range, b, bytes) in &done {
+                if let Some(r) = p
+                    .relations
+                    .get_mut(rel)
+                    .and_then(|m| m.ranges.get_mut(*range))
+                {
+                    r.next = r.next.max(*b);
+                }
+                p.bytes += bytes;
+            }
+        })
+        .map_err(|e| AttemptError::Failed(e.to_string()))
     }
 
     /// Tombstones rows of an earlier life of the table (it was opted out,

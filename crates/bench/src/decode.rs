@@ -37,13 +37,16 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use walshadow_bench::machine::MachineContext;
+use walshadow_bench::procfs::proc_cpu_ns;
+use walshadow_bench::source::{conn_config, sql_session};
 use walshadow_pipeline::change::{Change, ChangeKind, OwnedTuple};
 use walshadow_pipeline::decode::{Event, record_events};
 use walshadow_rows::{RowDecoder, ToastChunks, TupleRef};
@@ -51,9 +54,7 @@ use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_testkit::{Cluster, ClusterOptions};
 use walshadow_txn::{Assembler, AssemblerConfig};
 use walshadow_types::{Lsn, Oid, PgMajor};
-use walshadow_wal_reader::replication::{
-    ConnConfig, FollowEvent, Host, ReplicationClient, SslMode, WalFollower,
-};
+use walshadow_wal_reader::replication::{FollowEvent, ReplicationClient, WalFollower};
 use walshadow_wal_reader::segments::SegmentSet;
 
 #[derive(Debug, Parser)]
@@ -146,7 +147,7 @@ fn main() -> Result<()> {
         bail!("--runs must be at least 1");
     }
     let major = PgMajor::from_number(args.major)?;
-    let load_before = loadavg();
+    let mut machine = MachineContext::before_run();
     let cluster = Cluster::start(
         major,
         ClusterOptions::default()
@@ -200,7 +201,7 @@ fn main() -> Result<()> {
         check_count("test_decoding", m.changes, changes)?;
         test_decoding.push(m);
     }
-    let load_after = loadavg();
+    machine.after_run();
 
     let pg_rate = changes as f64 / median(pgoutput.iter().map(|m| m.wall_secs));
     let pg_src = median_opt(pgoutput.iter().map(|m| m.source_cpu_secs));
@@ -235,20 +236,12 @@ fn main() -> Result<()> {
         row("physical walsender", physical, phys_src),
     ];
 
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    let cpu_model = cpu_model();
-    let git = git_rev();
     let version = cluster.install().version().to_owned();
     println!(
         "Decode throughput, PostgreSQL {version}, {:?} mix, seed {}, {changes} changes in {txns} transactions, {wal_mb:.1} MB of WAL, medians of {} runs",
         args.mix, args.seed, args.runs
     );
-    println!(
-        "machine: {cores} cores, {cpu_model}; load average {load_before} before, {load_after} after; walshadow {}",
-        git.as_deref().unwrap_or("?")
-    );
+    println!("{}", machine.line(""));
     println!(
         "{:<32} {:>12} {:>9} {:>12} {:>14} {:>10} {:>12}",
         "side", "changes/s", "WAL MB/s", "records/s", "src CPU s/M", "vs pgoutput", "src CPU %pgo"
@@ -278,15 +271,9 @@ fn main() -> Result<()> {
     }
     if let Some(path) = &args.json {
         let doc = serde_json::json!({
-            "benchmark": "decode",
             "mix": args.mix,
             "seed": args.seed,
             "postgres": version,
-            "cores": cores,
-            "cpu_model": cpu_model,
-            "loadavg_before": load_before,
-            "loadavg_after": load_after,
-            "walshadow_git": git,
             "changes": changes,
             "transactions": txns,
             "wal_bytes": wal_bytes,
@@ -296,8 +283,7 @@ fn main() -> Result<()> {
             "runs": args.runs,
             "rows": rows,
         });
-        std::fs::write(path, serde_json::to_vec_pretty(&doc)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        machine.write_json(path, "decode", doc)?;
     }
     Ok(())
 }
@@ -584,18 +570,6 @@ fn decode_change(decoder: &RowDecoder, change: &Change, toast: &ToastChunks) -> 
 
 // ---------------------------------------------------------------- walsenders
 
-/// A plain SQL session on the source (not a walsender).
-async fn sql_session(c: &Cluster, app: &str) -> Result<ReplicationClient> {
-    let mut cfg =
-        ConnConfig::from_url(&format!("postgres://{}@localhost/postgres", c.superuser()))?;
-    cfg.host = Host::UnixDir(c.socket_dir());
-    cfg.port = c.port();
-    cfg.sslmode = SslMode::Disable;
-    cfg.physical = false;
-    cfg.application_name = Some(app.into());
-    Ok(ReplicationClient::connect(&cfg).await?)
-}
-
 /// The pid of the walsender serving `app`, waiting until it appears (or
 /// `gone` says the consumer already ended).
 fn walsender_pid(
@@ -621,23 +595,6 @@ fn walsender_pid(
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-}
-
-/// ns on CPU of the process or thread at `dir` (`/proc/<pid>`), from
-/// `schedstat`, else from `stat`'s utime + stime.
-fn proc_cpu_ns(dir: &Path) -> Option<u64> {
-    if let Ok(s) = std::fs::read_to_string(dir.join("schedstat"))
-        && let Some(ns) = s.split_whitespace().next().and_then(|v| v.parse().ok())
-    {
-        return Some(ns);
-    }
-    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
-    // Fields after the parenthesized command: state is field 3, utime 14, stime 15.
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    // USER_HZ is 100 on Linux.
-    Some(ticks * 10_000_000)
 }
 
 /// Samples a process's CPU every 2 ms until it exits (or, once `done` is
@@ -671,12 +628,7 @@ fn stream_physical(
     end: Lsn,
 ) -> Result<Measure> {
     let app = "decode-bench-physical";
-    let mut cfg =
-        ConnConfig::from_url(&format!("postgres://{}@localhost/postgres", c.superuser()))?;
-    cfg.host = Host::UnixDir(c.socket_dir());
-    cfg.port = c.port();
-    cfg.sslmode = SslMode::Disable;
-    cfg.application_name = Some(app.into());
+    let cfg = conn_config(c, app)?;
     let t = Instant::now();
     let mut client = rt.block_on(ReplicationClient::connect(&cfg))?;
     let pid = walsender_pid(rt, sql, app, || Ok(false))?;
@@ -831,36 +783,4 @@ fn count_row_lines(mut r: impl Read) -> std::io::Result<u64> {
             }
         }
     }
-}
-
-// ---------------------------------------------------------------- context
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}
-
-fn git_rev() -> Option<String> {
-    let out = Command::new("git")
-        .args(["-C", env!("CARGO_MANIFEST_DIR")])
-        .args(["describe", "--always", "--dirty"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }

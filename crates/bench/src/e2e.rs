@@ -53,22 +53,21 @@
 //!   peak RSS: walshadow's `VmHWM`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
+use walshadow_bench::daemon::{self, Daemon, walshadow_binary};
+use walshadow_bench::engine_log;
+use walshadow_bench::machine::MachineContext;
+use walshadow_bench::procfs::{CpuSplit, find_engine_pid, proc_status_kb};
+use walshadow_bench::source::{sql_session, start_source};
 use walshadow_pipeline::progress::Progress;
-use walshadow_testkit::{
-    ClickHouseEngine, Cluster, ClusterOptions, ServerUser, WorkDir, wait_until,
-    write_walshadow_config,
-};
-use walshadow_types::PgMajor;
-use walshadow_wal_reader::replication::{ConnConfig, Host, ReplicationClient, SslMode};
+use walshadow_testkit::{ClickHouseEngine, Cluster, WorkDir, wait_until, write_walshadow_config};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -126,31 +125,14 @@ fn main() -> Result<()> {
         args.probe_ms > 0 && args.poll_ms > 0,
         "--probe-ms and --poll-ms must be positive"
     );
-    let major = PgMajor::from_number(args.major)?;
-    let walshadow = match &args.walshadow {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .context("this program has no directory")?
-            .join("walshadow"),
-    };
-    ensure!(
-        walshadow.is_file(),
-        "{} not found: build it with `cargo build --release -p walshadow -p walshadow-bench`, or pass --walshadow PATH",
-        walshadow.display()
-    );
-    let load_before = loadavg();
-
-    let cluster = Cluster::start(
-        major,
-        ClusterOptions::default()
-            .conf("wal_keep_size", "4GB")
-            .conf("max_wal_size", "4GB")
-            .conf("shared_buffers", "256MB")
-            .conf("max_connections", "60"),
+    let walshadow = walshadow_binary(args.walshadow.as_deref())?;
+    let mut machine = MachineContext::before_run();
+    let cluster = start_source(
+        args.major,
+        &[("wal_keep_size", "4GB"), ("max_wal_size", "4GB")],
     )?;
     cluster.psql(SCHEMA)?;
-    let work = WorkDir::new(&format!("e2e-bench-pg{}", major.number()))?;
+    let work = WorkDir::new(&format!("e2e-bench-pg{}", args.major))?;
     let ch = ClickHouseEngine::start()?;
     let ch_version = ch.query("SELECT version()")?.trim().to_owned();
     let clock = EngineClock::calibrate(&ch)?;
@@ -169,18 +151,7 @@ fn main() -> Result<()> {
     std::fs::write(&config, text)?;
 
     eprintln!("walshadow init …");
-    let out = Command::new(&walshadow)
-        .args(["init", "--config"])
-        .arg(&config)
-        .stdin(Stdio::null())
-        .output()
-        .context("running walshadow init")?;
-    ensure!(
-        out.status.success(),
-        "walshadow init failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    daemon::init(&walshadow, &config)?;
     let mut daemon = Daemon::start(&walshadow, &config, work.path(), &shadow_dir, &cluster)?;
     let engine_pid = find_engine_pid(ch.port());
 
@@ -208,13 +179,12 @@ fn main() -> Result<()> {
     let checks = verify(&cluster, &ch, &probes, &fig)?;
     let engine = EngineLog::read(&ch.log_path(), clock, &fig);
     daemon.stop()?;
-    let load_after = loadavg();
+    machine.after_run();
 
     let versions = Versions {
         postgres: cluster.install().version().to_owned(),
         clickhouse: ch_version,
-        load_before,
-        load_after,
+        machine,
     };
     report(&args, &versions, &fig, &probes, &engine, &checks)
 }
@@ -224,8 +194,7 @@ fn main() -> Result<()> {
 struct Versions {
     postgres: String,
     clickhouse: String,
-    load_before: String,
-    load_after: String,
+    machine: MachineContext,
 }
 
 const SCHEMA: &str = "
@@ -284,16 +253,6 @@ struct Figures {
     polls: PollStats,
 }
 
-/// CPU seconds from the load's start until the final fence was visible.
-#[derive(Debug, Default, Clone, serde::Serialize)]
-struct CpuSplit {
-    source_postgres: f64,
-    pgbench_and_psql: f64,
-    clickhouse_engine: Option<f64>,
-    walshadow: f64,
-    shadow_postgres: f64,
-}
-
 fn measure(
     args: &Args,
     cluster: &Cluster,
@@ -328,7 +287,7 @@ fn measure(
     fence(&mut fig, "walshadow to stream the preload", daemon)?;
     let rows0 = wait_progress(cluster, state_dir, daemon)?;
     let stats0 = table_changes(cluster)?;
-    let cpu0 = cpu_snapshot(cluster, daemon, engine_pid);
+    let cpu0 = CpuSplit::now(cluster, daemon, engine_pid);
 
     let script = std::env::temp_dir().join(format!("e2e-bench-{}.sql", std::process::id()));
     std::fs::write(&script, PGBENCH_SCRIPT)?;
@@ -423,19 +382,10 @@ fn measure(
         .context("the final fence was not recorded")?;
     fig.catch_up_secs = (seen.visible_us - t_end_unix) as f64 / 1e6;
     fig.total_secs = (seen.visible_us - t0_unix) as f64 / 1e6;
-    let cpu1 = cpu_snapshot(cluster, daemon, engine_pid);
+    let cpu1 = CpuSplit::now(cluster, daemon, engine_pid);
     fig.peak_rss_mb = proc_status_kb(daemon.pid(), "VmHWM").unwrap_or(0) as f64 / 1024.0;
     fig.walshadow_cpu_total_secs = cpu1.walshadow;
-    fig.cpu = CpuSplit {
-        source_postgres: cpu1.source_postgres - cpu0.source_postgres,
-        pgbench_and_psql: cpu1.pgbench_and_psql - cpu0.pgbench_and_psql,
-        clickhouse_engine: cpu1
-            .clickhouse_engine
-            .zip(cpu0.clickhouse_engine)
-            .map(|(b, a)| b - a),
-        walshadow: cpu1.walshadow - cpu0.walshadow,
-        shadow_postgres: cpu1.shadow_postgres - cpu0.shadow_postgres,
-    };
+    fig.cpu = cpu1.since(&cpu0);
 
     let rows1 = wait_progress(cluster, state_dir, daemon)?;
     fig.walshadow_rows = rows1
@@ -488,21 +438,8 @@ fn wait_progress(
     state_dir: &Path,
     daemon: &mut Daemon,
 ) -> Result<BTreeMap<String, u64>> {
-    let target = cluster.flush_lsn()?;
-    let mut rows = BTreeMap::new();
-    wait_until(
-        STREAM_TIMEOUT,
-        &format!("walshadow's progress to reach {target}"),
-        || {
-            daemon.check()?;
-            let Some(p) = Progress::read(state_dir)? else {
-                return Ok(false);
-            };
-            rows = p.tables.iter().map(|(k, t)| (k.clone(), t.rows)).collect();
-            Ok(p.applied >= target)
-        },
-    )?;
-    Ok(rows)
+    let p = daemon.wait_applied(cluster, state_dir, STREAM_TIMEOUT)?;
+    Ok(p.tables.iter().map(|(k, t)| (k.clone(), t.rows)).collect())
 }
 
 /// `n_tup_ins + n_tup_upd + n_tup_del` per pinned table.
@@ -635,16 +572,7 @@ fn probe_loop(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let mut cfg = ConnConfig::from_url(&format!(
-        "postgres://{}@localhost/postgres",
-        cluster.superuser()
-    ))?;
-    cfg.host = Host::UnixDir(cluster.socket_dir());
-    cfg.port = cluster.port();
-    cfg.sslmode = SslMode::Disable;
-    cfg.physical = false;
-    cfg.application_name = Some("e2e-bench-probe".into());
-    let mut sql = rt.block_on(ReplicationClient::connect(&cfg))?;
+    let mut sql = rt.block_on(sql_session(cluster, "e2e-bench-probe"))?;
     let mut ids = Vec::new();
     let mut next = Instant::now();
     while !stop.load(Ordering::Relaxed) {
@@ -693,209 +621,6 @@ fn unix_us() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)
-}
-
-// ---------------------------------------------------------------- walshadow run
-
-/// `walshadow run` as a child; stopped (and its shadow with it) on drop.
-#[derive(Debug)]
-struct Daemon {
-    child: Option<Child>,
-    log: PathBuf,
-    shadow_dir: PathBuf,
-    pg_ctl: PathBuf,
-    cwd: PathBuf,
-}
-
-impl Daemon {
-    fn start(
-        bin: &Path,
-        config: &Path,
-        work: &Path,
-        shadow_dir: &Path,
-        cluster: &Cluster,
-    ) -> Result<Daemon> {
-        let log = work.join("run.log");
-        let child = Command::new(bin)
-            .args(["run", "--config"])
-            .arg(config)
-            .env("WALSHADOW_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(File::create(&log)?)
-            .spawn()
-            .context("starting walshadow run")?;
-        Ok(Daemon {
-            child: Some(child),
-            log,
-            shadow_dir: shadow_dir.to_owned(),
-            pg_ctl: cluster.install().bin("pg_ctl"),
-            cwd: work.to_owned(),
-        })
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
-    }
-
-    /// Fails if `run` exited.
-    fn check(&mut self) -> Result<()> {
-        if let Some(status) = self
-            .child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
-        {
-            self.child = None;
-            bail!("walshadow run exited ({status}):\n{}", self.log_tail());
-        }
-        Ok(())
-    }
-
-    /// SIGTERM and wait; a clean exit is expected.
-    fn stop(&mut self) -> Result<()> {
-        let Some(mut child) = self.child.take() else {
-            bail!("walshadow run is not running");
-        };
-        let sent = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()?;
-        ensure!(sent.success(), "kill -TERM {}: {sent}", child.id());
-        let mut status = None;
-        wait_until(Duration::from_secs(60), "walshadow run to exit", || {
-            status = child.try_wait()?;
-            Ok(status.is_some())
-        })?;
-        let status = status.context("no exit status")?;
-        ensure!(
-            status.success(),
-            "walshadow run exited with {status} on SIGTERM:\n{}",
-            self.log_tail()
-        );
-        Ok(())
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &c.id().to_string()])
-                .status();
-            let _ = wait_until(Duration::from_secs(30), "walshadow run to exit", || {
-                Ok(c.try_wait()?.is_some())
-            });
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        // A shadow left behind by a run that did not stop cleanly.
-        if self.shadow_dir.join("postmaster.pid").exists()
-            && let Ok(user) = ServerUser::get()
-        {
-            let _ = user
-                .command(&self.pg_ctl, &self.cwd)
-                .arg("-D")
-                .arg(&self.shadow_dir)
-                .args(["stop", "-m", "immediate"])
-                .output();
-        }
-    }
-}
-
-// ---------------------------------------------------------------- /proc
-
-/// The fields of `/proc/<pid>/stat` after the command name (state first).
-fn proc_stat(pid: u32) -> Option<Vec<u64>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    // The state is a letter; keep its slot so indexes match proc(5) - 3.
-    Some(
-        rest.split_whitespace()
-            .map(|f| f.parse().unwrap_or(0))
-            .collect(),
-    )
-}
-
-const TICKS_PER_SEC: f64 = 100.0;
-
-/// utime + stime (all threads) of `pid`, seconds.
-fn own_cpu(pid: u32) -> Option<f64> {
-    let f = proc_stat(pid)?;
-    Some((f.get(11)? + f.get(12)?) as f64 / TICKS_PER_SEC)
-}
-
-/// utime + stime + cutime + cstime (reaped children included), seconds.
-fn reaped_cpu(pid: u32) -> Option<f64> {
-    let f = proc_stat(pid)?;
-    Some((f.get(11)? + f.get(12)? + f.get(13)? + f.get(14)?) as f64 / TICKS_PER_SEC)
-}
-
-/// A postmaster's CPU: its own, its reaped children's, and its live
-/// children's (backends, walsenders, background workers).
-fn postmaster_cpu(data_dir: &Path) -> f64 {
-    let Some(pid) = std::fs::read_to_string(data_dir.join("postmaster.pid"))
-        .ok()
-        .and_then(|s| s.lines().next()?.trim().parse::<u32>().ok())
-    else {
-        return 0.0;
-    };
-    let mut total = reaped_cpu(pid).unwrap_or(0.0);
-    for child in children_of(pid) {
-        total += reaped_cpu(child).unwrap_or(0.0);
-    }
-    total
-}
-
-fn children_of(ppid: u32) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return vec![];
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| proc_stat(pid).and_then(|f| f.get(1).copied()) == Some(u64::from(ppid)))
-        .collect()
-}
-
-/// The ClickHouse engine's process (`clickhouse_engine.py --port PORT`).
-fn find_engine_pid(port: u16) -> Option<u32> {
-    let port = port.to_string();
-    std::fs::read_dir("/proc")
-        .ok()?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .find(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-                let args: Vec<&[u8]> = c.split(|&b| b == 0).collect();
-                args.iter().any(|a| a.ends_with(b"clickhouse_engine.py"))
-                    && args
-                        .windows(2)
-                        .any(|w| w[0] == b"--port" && w[1] == port.as_bytes())
-            })
-        })
-}
-
-fn proc_status_kb(pid: u32, key: &str) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-}
-
-/// Cumulative CPU seconds of each party, now.
-fn cpu_snapshot(cluster: &Cluster, daemon: &Daemon, engine_pid: Option<u32>) -> CpuSplit {
-    CpuSplit {
-        source_postgres: postmaster_cpu(&cluster.data_dir()),
-        // This process's waited-for children: pgbench and the psql runs.
-        pgbench_and_psql: proc_stat(std::process::id())
-            .and_then(|f| Some((f.get(13)? + f.get(14)?) as f64 / TICKS_PER_SEC))
-            .unwrap_or(0.0),
-        clickhouse_engine: engine_pid.and_then(own_cpu),
-        walshadow: own_cpu(daemon.pid()).unwrap_or(0.0),
-        shadow_postgres: postmaster_cpu(&daemon.shadow_dir),
-    }
 }
 
 // ---------------------------------------------------------------- the oracle
@@ -988,29 +713,13 @@ impl EngineClock {
             .lines()
             .rev()
             .find(|l| l.contains("e2e-bench-clock"))
-            .and_then(log_stamp_us)
+            .and_then(engine_log::log_stamp_us)
             .context("the engine's log has no line for the clock query")?;
         // Time zones are whole quarter hours.
         let quarter = 900_000_000;
         let offset_us = ((before + after) / 2 - stamp + quarter / 2).div_euclid(quarter) * quarter;
         Ok(EngineClock { offset_us })
     }
-}
-
-/// `YYYY-MM-DD HH:MM:SS.mmm` at the start of a log line, as µs since the
-/// epoch if it were UTC.
-fn log_stamp_us(line: &str) -> Option<i64> {
-    let num = |a: usize, b: usize| line.get(a..b)?.parse::<i64>().ok();
-    let (y, mo, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
-    let (h, mi, sec, ms) = (num(11, 13)?, num(14, 16)?, num(17, 19)?, num(20, 23)?);
-    // Days from civil (Howard Hinnant's algorithm).
-    let y = if mo <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (mo + if mo > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some((((days * 24 + h) * 60 + mi) * 60 + sec) * 1_000_000 + ms * 1000)
 }
 
 /// What the engine's log says: when each probe row's INSERT finished (the
@@ -1048,24 +757,12 @@ impl EngineLog {
         let mut probe_rows = Vec::new();
         let mut times = Vec::new();
         let mut poll_ms = 0.0;
-        for line in text.lines() {
-            let Some(at) = log_stamp_us(line).map(|t| t + clock.offset_us) else {
-                continue;
-            };
-            let Some(rest) = line.split_once(" POST 200 ").map(|(_, r)| r) else {
-                continue;
-            };
-            let Some((ms, what)) = rest.split_once("ms ") else {
-                continue;
-            };
-            let ms: f64 = ms.parse().unwrap_or(0.0);
+        for req in engine_log::posts_ok(&text) {
+            let at = req.logged_us + clock.offset_us;
+            let (ms, what) = (req.ms, req.what);
             let in_span = at >= span.0 && at <= span.1;
             if what.starts_with("INSERT INTO ") {
-                let rows: u64 = what
-                    .rsplit_once(" (")
-                    .and_then(|(_, r)| r.strip_suffix(" rows written)"))
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(0);
+                let rows = req.rows_written();
                 if what.starts_with("INSERT INTO `app`.`probe`") {
                     probe_rows.extend(std::iter::repeat_n(at, rows as usize));
                 }
@@ -1163,7 +860,6 @@ fn report(
     checks: &[Check],
 ) -> Result<()> {
     let (version, ch_version) = (&v.postgres, &v.clickhouse);
-    let (load_before, load_after) = (&v.load_before, &v.load_after);
     // (seconds since the load started, lag ms) per periodic probe.
     let lags: Vec<(f64, f64)> = fig
         .periodic_probes
@@ -1229,11 +925,7 @@ fn report(
     let kept_up = fig.catch_up_secs <= bound_secs && last_window_p50_ms <= bound_secs * 1e3;
     let cpu_per_m = fig.cpu.walshadow / (applied as f64 / 1e6);
 
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    let cpu_model = cpu_model();
-    let git = git_rev();
+    let cores = v.machine.cores;
     let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0} ms"));
     let met = |ok: bool| if ok { "met" } else { "MISSED" };
 
@@ -1248,8 +940,8 @@ fn report(
         args.batch_ms
     );
     println!(
-        "machine: {cores} cores, {cpu_model}, shared by the source PostgreSQL, pgbench, the ClickHouse engine, walshadow and its shadow PostgreSQL; load average {load_before} before, {load_after} after; checkout {} at run time",
-        git.as_deref().unwrap_or("?")
+        "{}",
+        v.machine.line(", shared by the source PostgreSQL, pgbench, the ClickHouse engine, walshadow and its shadow PostgreSQL")
     );
     let row = |k: &str, v: String| println!("  {k:<44} {v}");
     row(
@@ -1407,14 +1099,8 @@ fn report(
 
     if let Some(path) = &args.json {
         let doc = serde_json::json!({
-            "benchmark": "e2e",
             "postgres": version,
             "clickhouse": ch_version,
-            "cores": cores,
-            "cpu_model": cpu_model,
-            "loadavg_before": load_before,
-            "loadavg_after": load_after,
-            "walshadow_git": git,
             "settings": {
                 "seconds": args.seconds,
                 "clients": args.clients,
@@ -1439,38 +1125,7 @@ fn report(
             "verify": checks,
             "figures": fig,
         });
-        std::fs::write(path, serde_json::to_vec_pretty(&doc)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        v.machine.write_json(path, "e2e", doc)?;
     }
     Ok(())
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}
-
-fn git_rev() -> Option<String> {
-    let out = Command::new("git")
-        .args(["-C", env!("CARGO_MANIFEST_DIR")])
-        .args(["describe", "--always", "--dirty"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }

@@ -136,6 +136,7 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
          create table parts_us partition of parts for values in ('us');
          create table parts_other partition of parts default;
          insert into parts select g, (array['eu','us','asia'])[g % 3 + 1], g from generate_series(1, 600) g;
+         create table d (id int primary key);
          create table c (id int primary key, v text);
          insert into c select g, 'c' || g from generate_series(1, 20) g;
          create table legacy (id int primary key, v text);
@@ -179,6 +180,12 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
          insert into walshadow.tables (schema_name, table_name, initial_load) values ('public', 'legacy', 'snapshot');",
     )?;
     let s_orders = wait_loaded(&mut h, "public.orders")?;
+    // Rows of a streaming table still in its batch when another table is
+    // opted in must not be lost.
+    h.source.psql(
+        "insert into orders values (200000, 1, 1, 'right before an opt-in');
+         insert into walshadow.tables values ('public', 'd', true, 'none');",
+    )?;
     wait_loaded(&mut h, "public.a")?;
     wait_loaded(&mut h, "public.b")?;
     wait_loaded(&mut h, "public.parts")?;

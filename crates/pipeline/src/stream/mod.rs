@@ -476,6 +476,10 @@ impl Streamer {
                 self.safe.1 = self.safe.1.max(end);
             }
         }
+        if self.backfills.has_queued() && self.relations.is_some() {
+            // A load waiting for its S starts as soon as S is decoded.
+            self.start_loads();
+        }
         if self.tables.values().any(|t| {
             t.batch.as_ref().is_some_and(|b| {
                 b.rows() >= self.batch.max_rows || b.bytes() >= self.batch.max_bytes

@@ -140,6 +140,20 @@ impl Streamer {
                 t.schema = Some((*desc).clone());
             }
             self.progress_dirty = true;
+            let unchanged = self
+                .tables
+                .get(&key)
+                .is_some_and(|t| t.dest.as_ref() == Some(&new) && t.batch.is_some());
+            if unchanged {
+                // Its batch holds rows not in ClickHouse yet: kept as it is
+                // (a refresh for another table's sake must not drop them).
+                if let Some(t) = self.tables.get_mut(&key) {
+                    t.decoders.clear();
+                }
+                continue;
+            }
+            // Rows encoded for the previous layout go first.
+            self.flush_table(&key).await?;
             if let Some(t) = self.tables.get_mut(&key) {
                 t.dest = Some(new.clone());
                 t.decoders.clear();
