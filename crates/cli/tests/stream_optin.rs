@@ -496,6 +496,16 @@ fn toml_initial_load(major: PgMajor) -> Result<()> {
         &[],
         "[table.\"public.pinned\"]\ninitial_load = \"copy\"\n[table.\"public.plain\"]\n",
     )?;
+    // A config-table row written before walshadow's start point (the
+    // table made by hand before init, as init would): read at the first
+    // start, not from the WAL.
+    h.source.psql(&format!(
+        "{}
+         insert into walshadow.tables values ('public', 'early', true, 'copy');
+         create table early (id int primary key, v text);
+         insert into early select g, 'early' from generate_series(1, 40) g;",
+        walshadow_config::config_table_sql("walshadow", "tables")
+    ))?;
     h.source.psql(
         "create table pinned (id int primary key, v text);
          insert into pinned select g, 'before' from generate_series(1, 500) g;
@@ -505,12 +515,16 @@ fn toml_initial_load(major: PgMajor) -> Result<()> {
     h.init()?;
     h.start_run()?;
     let s = wait_loaded(&mut h, "public.pinned")?;
+    h.source
+        .psql("update early set v = 'streamed' where id = 1;")?;
+    wait_loaded(&mut h, "public.early")?;
     h.source.psql(
         "update pinned set v = 'after' where id <= 10; delete from pinned where id > 490;
          insert into plain values (100, 'after');",
     )?;
     h.wait_caught_up(CATCH_UP)?;
     h.assert_equal("public.pinned", "pinned", &[same("id"), same("v")])?;
+    h.assert_equal("public.early", "early", &[same("id"), same("v")])?;
     let untouched = h.ch.query(&format!(
         "SELECT count() FROM app.pinned FINAL WHERE _lsn = {} AND _is_deleted = 0",
         s.0

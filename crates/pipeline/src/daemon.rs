@@ -50,6 +50,7 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
         dir: config.state.dir.clone(),
     };
     let init = load_init_state(&paths)?;
+    let mut first_run = false;
     let progress = match Progress::read(&config.state.dir)? {
         Some(p) if p.system_id != init.system_id => {
             return Err(DaemonError::OtherSource {
@@ -64,6 +65,7 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
             // transactions committed before it are not emitted.
             let mut p = Progress::new(init.system_id, init.backup_end);
             p.restart = init.backup_start;
+            first_run = true;
             p
         }
     };
@@ -92,14 +94,22 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
         },
         None => None,
     };
-    let streamer =
-        match Streamer::new(config, Arc::clone(&shadow), progress, hold_tx, metrics).await {
-            Ok(s) => s,
-            Err(e) => {
-                stop_shadow(shadow).await;
-                return Err(e.into());
-            }
-        };
+    let streamer = match Streamer::new(
+        config,
+        Arc::clone(&shadow),
+        progress,
+        hold_tx,
+        metrics,
+        first_run,
+    )
+    .await
+    {
+        Ok(s) => s,
+        Err(e) => {
+            stop_shadow(shadow).await;
+            return Err(e.into());
+        }
+    };
     let stream_task = tokio::spawn(streamer.run(rx));
     let tap = WalTap { tx, hold: hold_rx };
     let fed =

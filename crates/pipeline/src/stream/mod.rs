@@ -205,6 +205,7 @@ impl Streamer {
         progress: Progress,
         hold: watch::Sender<Lsn>,
         metrics: crate::metrics::Metrics,
+        first_run: bool,
     ) -> Result<Streamer, StreamError> {
         let ch_cfg = config
             .clickhouse
@@ -339,6 +340,15 @@ impl Streamer {
                     decoders: HashMap::new(),
                 },
             );
+        }
+        if first_run {
+            // Rows written to the config table before the stream's start
+            // point (while `init` ran) are not in the WAL walshadow reads:
+            // read them once, applied at the first commit decoded (any S
+            // at or after the start is right: the load's snapshot is taken
+            // after it, the stream covers what follows). Later changes come
+            // from the WAL; duplicates collapse.
+            s.scope_changes = config_rows_now(config).await;
         }
         s.retry_clickhouse("creating the destination database", |ch| async move {
             ch.ensure_database().await
@@ -567,7 +577,7 @@ impl Streamer {
                 }
             }
         }
-        if !self.scope_changes.is_empty() {
+        if !self.scope_changes.is_empty() && !skip {
             self.apply_scope_changes(&c).await?;
         }
         if c.catalog_changed && !skip {
@@ -748,6 +758,45 @@ impl Streamer {
         self.update_metrics(&status);
         if let Err(e) = status.write(&self.state_dir) {
             tracing::debug!("writing status: {e}");
+        }
+    }
+}
+
+/// The config table's rows as the source has them now (first run only).
+async fn config_rows_now(config: &Config) -> Vec<ScopeChange> {
+    let Some((schema, name)) = walshadow_config::split_table_name(&config.source.config_table)
+    else {
+        return Vec::new();
+    };
+    let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+    let sql = format!(
+        "select schema_name, table_name, initial_load from {}.{} where replicate",
+        quote(schema),
+        quote(name)
+    );
+    let rows = async {
+        let mut cfg = walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url)?;
+        cfg.physical = false;
+        cfg.application_name = Some("walshadow".into());
+        let mut c = walshadow_wal_reader::replication::ReplicationClient::connect(&cfg).await?;
+        let r = c.simple_query(&sql).await;
+        c.close().await;
+        r
+    }
+    .await;
+    match rows {
+        Ok(r) => (0..r.rows.len())
+            .filter_map(|i| {
+                Some(ScopeChange::Set {
+                    key: format!("{}.{}", r.text(i, 0)?, r.text(i, 1)?),
+                    replicate: true,
+                    initial_load: r.text(i, 2).map(str::to_owned),
+                })
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(table = %config.source.config_table, "reading the config table at the first start: {e}; rows written before walshadow's start point are not applied until they change");
+            Vec::new()
         }
     }
 }
