@@ -19,7 +19,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
@@ -78,8 +78,12 @@ fn orders_cols() -> Vec<OracleColumn> {
 }
 
 /// A writer on `orders` until `stop`: inserts, updates (some of the
-/// TOASTed note), deletes, each its own transaction.
-fn workload(h: &StreamHarness, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Result<u64>> {
+/// TOASTed note), deletes, each its own transaction; `done` counts them.
+fn workload(
+    h: &StreamHarness,
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<Result<u64>> {
     let source = Arc::clone(&h.source);
     std::thread::spawn(move || {
         let mut i = 0u64;
@@ -96,6 +100,7 @@ fn workload(h: &StreamHarness, stop: Arc<AtomicBool>) -> std::thread::JoinHandle
                 k2 = (k + 5) % 3000 + 1,
                 d = (k + 11) % 3000 + 1,
             ))?;
+            done.store(i, Ordering::Relaxed);
         }
         Ok(i)
     })
@@ -149,7 +154,12 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
     );
     h.start_run()?;
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = workload(&h, Arc::clone(&stop));
+    let done = Arc::new(AtomicU64::new(0));
+    let writer = workload(&h, Arc::clone(&stop), Arc::clone(&done));
+    // The workload is under way before the opt-ins.
+    wait_until(Duration::from_secs(60), "the workload to start", || {
+        Ok(done.load(Ordering::Relaxed) >= 3)
+    })?;
     // A transaction that begins before c's opt-in and commits after it.
     let spanning = {
         let source = Arc::clone(&h.source);
@@ -165,10 +175,19 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
             )
         })
     };
-    std::thread::sleep(Duration::from_millis(500));
+    // Opt c in once that transaction has written (holds an xid) and sleeps.
+    wait_until(
+        Duration::from_secs(60),
+        "the spanning transaction to write",
+        || {
+            let n = h.source.query_one(
+            "select count(*) from pg_stat_activity where backend_xid is not null and query like 'select pg_sleep(2)%'",
+        )?;
+            Ok(n.trim() == "1")
+        },
+    )?;
     h.source
         .psql("insert into walshadow.tables values ('public', 'c', true, 'copy');")?;
-    std::thread::sleep(Duration::from_millis(300));
     h.source.psql(
         "insert into walshadow.tables values ('public', 'orders', true, 'copy');
          begin;
@@ -209,7 +228,11 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
         },
     )
     .with_context(|| format!("/metrics:\n{metrics}"))?;
-    std::thread::sleep(Duration::from_millis(300));
+    // Some workload after the loads, streamed over the loaded rows.
+    let after = done.load(Ordering::Relaxed);
+    wait_until(Duration::from_secs(60), "workload after the loads", || {
+        Ok(done.load(Ordering::Relaxed) >= after + 3)
+    })?;
     stop.store(true, Ordering::Relaxed);
     let writes = writer
         .join()

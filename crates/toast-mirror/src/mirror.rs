@@ -132,6 +132,30 @@ fn split_chunk(bytes: &[u8]) -> Option<(u64, &[u8])> {
     Some((u64::from_le_bytes(*lsn), data))
 }
 
+/// The insert LSN and data length of a stored chunk, if there is one.
+fn stored_chunk<T: redb::ReadableTable<ChunkKey, &'static [u8]>>(
+    chunks: &T,
+    path: &Path,
+    op: &'static str,
+    key: (u32, u32, i32),
+) -> Result<Option<(u64, usize)>, MirrorError> {
+    let Some(guard) = chunks
+        .get(&key)
+        .map_err(|e| MirrorError::storage(path, op, e))?
+    else {
+        return Ok(None);
+    };
+    split_chunk(guard.value())
+        .map(|(lsn, d)| Some((lsn, d.len())))
+        .ok_or_else(|| {
+            MirrorError::corrupt(
+                path,
+                op,
+                format!("chunk {key:?} shorter than its LSN prefix"),
+            )
+        })
+}
+
 fn len_u64(n: usize) -> u64 {
     u64::try_from(n).unwrap_or(u64::MAX)
 }
@@ -803,20 +827,9 @@ fn upsert_chunk(
         .open_table(CHUNKS)
         .map_err(|e| MirrorError::storage(path, OP, e))?;
     let key = (toast_relid, value_id, chunk_seq);
-    let existing = chunks
-        .get(&key)
-        .map_err(st)?
-        .map(|g| split_chunk(g.value()).map(|(lsn, d)| (lsn, d.len())));
-    match existing {
-        Some(None) => {
-            return Err(MirrorError::corrupt(
-                path,
-                OP,
-                format!("chunk {key:?} shorter than its LSN prefix"),
-            ));
-        }
-        Some(Some((old_lsn, _))) if old_lsn > insert_lsn => return Ok(()),
-        Some(Some((_, old_len))) => {
+    match stored_chunk(&chunks, path, OP, key)? {
+        Some((old_lsn, _)) if old_lsn > insert_lsn => return Ok(()),
+        Some((_, old_len)) => {
             c.data_bytes = c.data_bytes.saturating_sub(len_u64(old_len)) + len_u64(data.len());
         }
         None => {
@@ -961,20 +974,11 @@ fn prune(
         .open_table(CHUNKS)
         .map_err(|e| MirrorError::storage(path, OP, e))?;
     let key = (toast_relid, value_id, chunk_seq);
-    let existing = chunks
-        .get(&key)
-        .map_err(st)?
-        .map(|g| split_chunk(g.value()).map(|(lsn, d)| (lsn, d.len())));
-    match existing {
+    match stored_chunk(&chunks, path, OP, key)? {
         None => Ok(()),
-        Some(None) => Err(MirrorError::corrupt(
-            path,
-            OP,
-            format!("chunk {key:?} shorter than its LSN prefix"),
-        )),
         // Re-inserted at or after the delete (a reused value id): keep.
-        Some(Some((lsn, _))) if lsn >= before.0 => Ok(()),
-        Some(Some((_, len))) => {
+        Some((lsn, _)) if lsn >= before.0 => Ok(()),
+        Some((_, len)) => {
             chunks.remove(&key).map_err(st)?;
             c.chunks = c.chunks.saturating_sub(1);
             c.data_bytes = c.data_bytes.saturating_sub(len_u64(len));
