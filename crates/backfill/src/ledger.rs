@@ -67,7 +67,7 @@ pub struct RelationMarks {
 /// One pass.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pass {
-    /// `copy` (the only mode this release runs).
+    /// `copy` or `base_backup`.
     pub mode: String,
     /// The opt-in's commit LSN.
     pub s: Lsn,

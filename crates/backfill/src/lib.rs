@@ -3,6 +3,8 @@
 //!
 //! - [`copy`]: `initial_load = 'copy'`, a snapshot read with binary `COPY`
 //!   after the opt-in, in resumable block ranges, on its own connections.
+//! - [`backup`]: `initial_load = 'base_backup'`, a pass over a fresh
+//!   `BASE_BACKUP` for one or more tables: walk, gate, staging, swap.
 //! - [`copy_binary`]: the binary `COPY` format into row values, the same
 //!   values the WAL path decodes from heap tuples.
 //! - [`heap_page`]: heap pages of a base backup into their tuples.
@@ -17,9 +19,9 @@
 //! - [`ledger`]: `backfills.toml`, one entry per pass, marks behind what
 //!   ClickHouse took.
 //!
-//! `copy` runs in the daemon; the `base_backup` pieces (walk, gate,
-//! staging) are not wired into it yet, and `object_store` comes later.
+//! `object_store` (a backup already in object storage) comes later.
 
+pub mod backup;
 pub mod copy;
 pub mod copy_binary;
 pub mod heap_page;

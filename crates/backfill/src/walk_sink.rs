@@ -219,6 +219,14 @@ impl<'a> WalkedPage<'a> {
 /// before the backup reads on (backpressure).
 pub trait PageConsumer {
     fn page(&mut self, page: WalkedPage<'_>) -> impl Future<Output = Result<(), SinkError>> + Send;
+
+    /// A `pg_xact`/`pg_multixact` segment was read whole (it is kept for
+    /// [`WalkOutcome::slru`] too): lets a visibility gate decide tuples of
+    /// pages that follow it without deferring them.
+    fn slru_segment(&mut self, kind: SlruKind, segno: u64, data: &[u8]) -> Result<(), SinkError> {
+        let _ = (kind, segno, data);
+        Ok(())
+    }
 }
 
 impl<F> PageConsumer for F
@@ -656,6 +664,7 @@ impl<C: PageConsumer + Send> BackupSink for PageWalkSink<C> {
             }
             Some(Current::Rel { .. }) => {}
             Some(Current::Slru { kind, segno, data }) => {
+                self.consumer.slru_segment(kind, segno, &data)?;
                 self.slru.of_kind(kind).segments.insert(segno, data);
             }
             None => {}

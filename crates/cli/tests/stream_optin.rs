@@ -23,88 +23,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use common::{OracleColumn, StreamHarness, col, same};
-use walshadow_testkit::{Lsn, PgMajor, wait_until};
-
-const CATCH_UP: Duration = Duration::from_secs(180);
-
-fn ledger(h: &StreamHarness) -> Result<toml::Value> {
-    let text = std::fs::read_to_string(h.state_dir.join("backfills.toml")).unwrap_or_default();
-    Ok(toml::from_str(&text)?)
-}
-
-/// `v[a][b]…`, `None` where a key is missing.
-fn path<'a>(v: &'a toml::Value, keys: &[&str]) -> Option<&'a toml::Value> {
-    keys.iter().try_fold(v, |v, k| v.get(*k))
-}
-
-fn phase(h: &StreamHarness, key: &str) -> Result<Option<String>> {
-    Ok(ledger(h)?
-        .get("table")
-        .and_then(|t| t.get(key))
-        .and_then(|p| p.get("phase"))
-        .and_then(|p| p.as_str())
-        .map(str::to_owned))
-}
-
-fn wait_loaded(h: &mut StreamHarness, key: &str) -> Result<Lsn> {
-    let mut last = None;
-    let r = wait_until(CATCH_UP, &format!("the initial load of {key}"), || {
-        h.check_running()?;
-        last = phase(h, key)?;
-        Ok(last.as_deref() == Some("done"))
-    });
-    if let Err(e) = r {
-        anyhow::bail!(
-            "{e}; phase {last:?}; ledger:\n{}\nrun log:\n{}",
-            std::fs::read_to_string(h.state_dir.join("backfills.toml")).unwrap_or_default(),
-            common::tail(&h.run_log(), 40)
-        );
-    }
-    let s = path(&ledger(h)?, &["table", key, "s"])
-        .and_then(|s| s.as_str())
-        .context("no s in the ledger")?
-        .parse()?;
-    Ok(s)
-}
-
-fn orders_cols() -> Vec<OracleColumn> {
-    vec![
-        same("id"),
-        same("customer"),
-        col("trim_scale(amount)::text", "toString(amount)"),
-        col("md5(note)", "lower(hex(MD5(note)))"),
-    ]
-}
-
-/// A writer on `orders` until `stop`: inserts, updates (some of the
-/// TOASTed note), deletes, each its own transaction; `done` counts them.
-fn workload(
-    h: &StreamHarness,
-    stop: Arc<AtomicBool>,
-    done: Arc<AtomicU64>,
-) -> std::thread::JoinHandle<Result<u64>> {
-    let source = Arc::clone(&h.source);
-    std::thread::spawn(move || {
-        let mut i = 0u64;
-        while !stop.load(Ordering::Relaxed) {
-            i += 1;
-            let k = (i * 37) % 3000 + 1;
-            source.psql(&format!(
-                "insert into orders values ({n}, {c}, {k}.5, 'new') on conflict (id) do update set amount = orders.amount + 1;
-                 update orders set customer = customer + 1 where id = {k};
-                 update orders set note = repeat(md5({i}::text), 200) where id = {k2};
-                 delete from orders where id = {d};",
-                n = 100_000 + i,
-                c = i % 17,
-                k2 = (k + 5) % 3000 + 1,
-                d = (k + 11) % 3000 + 1,
-            ))?;
-            done.store(i, Ordering::Relaxed);
-        }
-        Ok(i)
-    })
-}
+use common::loads::*;
+use common::{StreamHarness, same};
+use walshadow_testkit::{PgMajor, wait_until};
 
 /// `GET /metrics` from the daemon's endpoint.
 fn scrape(port: u16) -> Result<String> {
@@ -155,7 +76,7 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
     h.start_run()?;
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
-    let writer = workload(&h, Arc::clone(&stop), Arc::clone(&done));
+    let writer = orders_workload(&h, Arc::clone(&stop), Arc::clone(&done));
     // The workload is under way before the opt-ins.
     wait_until(Duration::from_secs(60), "the workload to start", || {
         Ok(done.load(Ordering::Relaxed) >= 3)

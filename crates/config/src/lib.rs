@@ -25,6 +25,8 @@
 //! # batch_rows = 100000                     # flush a table's batch at N rows,
 //! # batch_mb = 16                           # ... or N MB,
 //! # batch_ms = 1000                         # ... or after N ms, whichever first
+//! # request_timeout_s = 120                 # bound on one HTTP request (an insert attempt);
+//!                                           # a base_backup swap's copy-back waits this long
 //! # lsn_column = "_lsn"                     # commit LSN (UInt64)
 //! # seq_column = "_seq"                     # the change's own LSN (UInt64)
 //! # xid_column = "_xid"                     # transaction id (UInt32)
@@ -43,9 +45,11 @@
 //! # max_attempts = 5                        # fresh snapshots before a load stays pending
 //! # batch_rows = 50000                      # rows per ClickHouse insert of a load
 //! # chunk_blocks = 1024                     # 8 KiB blocks per COPY: the resume granularity
+//! # backup_max_rate_kb = 0                  # base_backup: MAX_RATE in kB/s (0 = unthrottled; 32..1048576)
+//! # backup_checkpoint = "spread"            # base_backup: "spread" (gentle, can wait minutes) or "fast"
 //!
 //! [table."public.orders"]                   # a pinned table: streams from the start
-//! # initial_load = "copy"                   # none (default) | copy: load its rows first
+//! # initial_load = "copy"                   # none (default) | copy | base_backup: load its rows first
 //! ```
 //!
 //! Unknown keys are errors (a typo must not silently fall back to a
@@ -114,6 +118,11 @@ pub struct ClickHouseConfig {
     pub batch_mb: usize,
     #[serde(default = "default_batch_ms")]
     pub batch_ms: u64,
+    /// Bound on one HTTP request to ClickHouse, in seconds (an insert
+    /// attempt, DDL). A `base_backup` swap copies live rows back this long
+    /// after its exchange: an insert that began before it has ended.
+    #[serde(default = "default_request_timeout_s")]
+    pub request_timeout_s: u64,
     #[serde(default = "default_lsn_column")]
     pub lsn_column: String,
     #[serde(default = "default_seq_column")]
@@ -124,6 +133,10 @@ pub struct ClickHouseConfig {
     pub commit_time_column: String,
     #[serde(default = "default_deleted_column")]
     pub deleted_column: String,
+}
+
+fn default_request_timeout_s() -> u64 {
+    120
 }
 
 /// `[stream]`: the streaming pipeline's resources.
@@ -206,7 +219,7 @@ pub enum InitialLoad {
     None,
     /// A snapshot read with `COPY` after the opt-in.
     Copy,
-    /// From a fresh base backup (not in this release).
+    /// From the pages of a fresh `BASE_BACKUP`, through a staging table.
     BaseBackup,
     /// From a backup in object storage (not in this release).
     ObjectStore,
@@ -255,6 +268,25 @@ pub struct BackfillConfig {
     /// restart reads at most this much again per worker).
     #[serde(default = "default_backfill_chunk_blocks")]
     pub chunk_blocks: u32,
+    /// `base_backup` loads: the backup's `MAX_RATE` in kB/s (0: as fast as
+    /// the source sends).
+    #[serde(default)]
+    pub backup_max_rate_kb: u32,
+    /// `base_backup` loads: the checkpoint the backup starts with.
+    #[serde(default)]
+    pub backup_checkpoint: BackupCheckpoint,
+}
+
+/// The checkpoint a `BASE_BACKUP` begins with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackupCheckpoint {
+    /// Paced by the server's `checkpoint_completion_target`: gentle on the
+    /// source; the load can wait most of `checkpoint_timeout` to start.
+    #[default]
+    Spread,
+    /// As fast as possible: an I/O burst on the source, no wait.
+    Fast,
 }
 
 fn default_backfill_chunk_blocks() -> u32 {
@@ -268,6 +300,8 @@ impl Default for BackfillConfig {
             max_attempts: default_backfill_attempts(),
             batch_rows: default_backfill_batch_rows(),
             chunk_blocks: default_backfill_chunk_blocks(),
+            backup_max_rate_kb: 0,
+            backup_checkpoint: BackupCheckpoint::Spread,
         }
     }
 }
@@ -496,6 +530,15 @@ impl Config {
         }
         if self.backfill.batch_rows == 0 {
             return Err(invalid("backfill.batch_rows", "must be at least 1".into()));
+        }
+        let rate = self.backfill.backup_max_rate_kb;
+        if rate != 0 && !(32..=1_048_576).contains(&rate) {
+            return Err(invalid(
+                "backfill.backup_max_rate_kb",
+                format!(
+                    "{rate} is outside 32..=1048576 kB/s (BASE_BACKUP's MAX_RATE); 0 means unthrottled"
+                ),
+            ));
         }
         if self.stream.memory_mb == 0 {
             return Err(invalid("stream.memory_mb", "must be at least 1".into()));

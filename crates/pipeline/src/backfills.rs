@@ -3,16 +3,28 @@
 //! once the stream has decoded `S`, each on its own task, connections and
 //! ClickHouse insert path (the stream never waits for a load), cancelled on
 //! opt-out, resumed from the ledger after a restart.
+//!
+//! `copy` loads run one task per table. `base_backup` requests that are
+//! due wait [`COALESCE_WINDOW`] for siblings, then one pass (one backup)
+//! loads them all; one pass runs at a time. An opt-out does not stop a
+//! pass (it loads other tables too): the pass drops that table's staging
+//! instead of publishing it. An entry recorded as swapped (its staging
+//! table may already be exchanged) is never loaded again nor dropped: its
+//! swap is recovered, at start or once its pass gave up on it.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use std::time::Instant;
+
 use tokio::task::JoinHandle;
+use walshadow_backfill::backup::{BackupPass, COALESCE_WINDOW, PassError, PassSummary, PassTable};
 use walshadow_backfill::copy::{CopyLoad, LoadError, LoadSummary};
 use walshadow_backfill::ledger::{Ledger, LedgerError, Pass};
 use walshadow_backfill::snapshot::RecentCommits;
-use walshadow_config::BackfillConfig;
+use walshadow_backfill::staging::{StagingTable, SwapMark};
+use walshadow_config::{BackfillConfig, BackupCheckpoint};
 use walshadow_emitter::{ClickHouseClient, MetaColumns};
 use walshadow_types::Lsn;
 use walshadow_wal_reader::replication::ConnConfig;
@@ -22,6 +34,10 @@ use walshadow_wal_reader::replication::ConnConfig;
 pub const PAUSE_ENV: &str = "WALSHADOW_TEST_PAUSE_AFTER_SNAPSHOT";
 
 type LoadTask = JoinHandle<Result<LoadSummary, LoadError>>;
+type PassTask = JoinHandle<Result<PassSummary, PassError>>;
+
+/// The mode of backup loads.
+pub const BASE_BACKUP: &str = "base_backup";
 
 /// The stream's loads.
 #[derive(Debug)]
@@ -33,10 +49,29 @@ pub struct Backfills {
     recent: Arc<RecentCommits>,
     config: BackfillConfig,
     source: ConnConfig,
+    replication: ConnConfig,
     ch: ClickHouseClient,
     database: String,
     meta: MetaColumns,
     state_dir: PathBuf,
+    spill_dir: PathBuf,
+    spool_memory_bytes: usize,
+    toast_cache_mb: usize,
+    /// The running `base_backup` pass and its tables.
+    pass: Option<(Vec<String>, PassTask)>,
+    /// When the first `base_backup` request became due.
+    due_since: Option<Instant>,
+    /// Swapped entries whose swap is being recovered.
+    recovering: HashMap<String, JoinHandle<()>>,
+}
+
+/// Where a load's scratch files and memory come from.
+#[derive(Debug, Clone)]
+pub struct LoadResources {
+    pub spill_dir: PathBuf,
+    /// Deferred tuples of a backup pass held in memory before spilling.
+    pub spool_memory_bytes: usize,
+    pub toast_cache_mb: usize,
 }
 
 impl Backfills {
@@ -50,6 +85,7 @@ impl Backfills {
         ch: ClickHouseClient,
         database: String,
         meta: MetaColumns,
+        resources: LoadResources,
     ) -> Result<Backfills, LedgerError> {
         let ledger = Ledger::read(&state_dir)?;
         let queued: BTreeSet<String> = ledger
@@ -61,10 +97,20 @@ impl Backfills {
         for key in &queued {
             tracing::info!(table = %key, "initial load pending from an earlier run: it goes on");
         }
+        let mut replication = source.clone();
+        replication.physical = true;
+        replication.application_name = Some("walshadow base_backup".into());
         let mut source = source.clone();
         source.physical = false;
         source.application_name = Some("walshadow load".into());
         Ok(Backfills {
+            replication,
+            spill_dir: resources.spill_dir,
+            spool_memory_bytes: resources.spool_memory_bytes,
+            toast_cache_mb: resources.toast_cache_mb,
+            pass: None,
+            due_since: None,
+            recovering: HashMap::new(),
             ledger: Arc::new(Mutex::new(ledger)),
             running: HashMap::new(),
             queued,
@@ -89,8 +135,11 @@ impl Backfills {
         let mut ledger = self.lock();
         if let Some(p) = ledger.tables.get(key)
             && p.is_open()
-            && p.s == s
+            && (p.s == s || p.swap.is_some())
         {
+            if p.s != s {
+                tracing::warn!(table = %key, "a new initial load waits: the staging swap of the earlier one is being recovered; opt the table in again once it is done");
+            }
             return Ok(());
         }
         ledger.tables.insert(key.to_owned(), Pass::new(mode, s));
@@ -104,14 +153,30 @@ impl Backfills {
         Ok(())
     }
 
-    /// The table was opted out: its load stops and its entry goes.
+    /// The table was opted out: its load stops and its entry goes. A
+    /// backup pass goes on for its other tables and drops this one's
+    /// staging table; a swapped entry stays until its swap is recovered
+    /// (the staging name may hold the only copy of live rows).
     pub fn withdraw(&mut self, key: &str) -> Result<(), LedgerError> {
+        let mut ledger = self.lock();
+        if ledger.tables.get(key).is_some_and(|p| p.swap.is_some()) {
+            tracing::warn!(table = %key, "opted out while its staging swap is under way: the swap finishes first");
+            return Ok(());
+        }
+        drop(ledger);
         if let Some(t) = self.running.remove(key) {
             t.abort();
             tracing::info!(table = %key, "initial load cancelled: the table was opted out");
         }
+        if self
+            .pass
+            .as_ref()
+            .is_some_and(|(keys, _)| keys.iter().any(|k| k == key))
+        {
+            tracing::info!(table = %key, "opted out during a base_backup pass: its staging table is dropped when the pass ends");
+        }
         self.queued.remove(key);
-        let mut ledger = self.lock();
+        ledger = self.lock();
         if ledger.tables.get(key).is_some_and(|p| p.is_open()) {
             ledger.tables.remove(key);
             ledger.write(&self.state_dir)?;
@@ -132,52 +197,182 @@ impl Backfills {
         !self.queued.is_empty()
     }
 
+    /// Whether `key` has a staging table that may be loading or swapping
+    /// (its destination's TRUNCATE must empty staging too).
+    pub fn has_staging(&self, key: &str) -> bool {
+        self.lock()
+            .tables
+            .get(key)
+            .is_some_and(|p| p.is_open() && p.mode == BASE_BACKUP)
+    }
+
     /// Starts the queued loads whose `S` the stream has decoded; `dest`
     /// names a table's ClickHouse table (`None`: not streamable, e.g.
     /// stopped: the load waits).
     pub fn start_due(&mut self, decoded: Lsn, dest: impl Fn(&str) -> Option<String>) {
         let keys: Vec<String> = self.queued.iter().cloned().collect();
+        let mut backups = Vec::new();
         for key in keys {
             let Some(pass) = self.lock().tables.get(&key).cloned() else {
                 self.queued.remove(&key);
                 continue;
             };
-            if pass.s > decoded {
-                continue;
-            }
             let Some(dest_name) = dest(&key) else {
                 continue;
             };
-            if pass.mode != "copy" {
-                tracing::warn!(table = %key, mode = %pass.mode, "initial load mode not available in this release; the table streams from its opt-in only");
+            if let Some(swap) = &pass.swap {
                 self.queued.remove(&key);
+                self.recover(key, pass.s, dest_name, swap.staging_uuid.clone());
                 continue;
             }
-            self.queued.remove(&key);
-            let load = CopyLoad {
-                key: key.clone(),
-                s: pass.s,
-                source: self.source.clone(),
-                ch: self.ch.clone(),
-                dest_name,
-                database: self.database.clone(),
-                meta: self.meta.clone(),
-                workers: self.config.workers,
-                max_attempts: self.config.max_attempts,
-                batch_rows: self.config.batch_rows,
-                chunk_blocks: self.config.chunk_blocks,
-                state_dir: self.state_dir.clone(),
-                ledger: Arc::clone(&self.ledger),
-                recent: Arc::clone(&self.recent),
-                pause_dir: std::env::var_os(PAUSE_ENV).map(PathBuf::from),
-            };
-            tracing::info!(table = %key, s = %pass.s, workers = self.config.workers, "initial load (copy) starting");
-            self.running.insert(key, tokio::spawn(load.run()));
+            if pass.s > decoded {
+                continue;
+            }
+            match pass.mode.as_str() {
+                "copy" => {
+                    self.queued.remove(&key);
+                    self.start_copy(key, pass.s, dest_name);
+                }
+                BASE_BACKUP => backups.push(PassTable {
+                    key,
+                    s: pass.s,
+                    dest_name,
+                }),
+                other => {
+                    tracing::warn!(table = %key, mode = %other, "initial load mode not available in this release; the table streams from its opt-in only");
+                    self.queued.remove(&key);
+                }
+            }
         }
+        if backups.is_empty() || self.pass.is_some() {
+            return;
+        }
+        let since = *self.due_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < COALESCE_WINDOW {
+            return;
+        }
+        self.due_since = None;
+        for t in &backups {
+            self.queued.remove(&t.key);
+        }
+        let keys: Vec<String> = backups.iter().map(|t| t.key.clone()).collect();
+        let pass = BackupPass {
+            tables: backups,
+            source: self.source.clone(),
+            replication: self.replication.clone(),
+            ch: self.ch.clone(),
+            database: self.database.clone(),
+            meta: self.meta.clone(),
+            max_attempts: self.config.max_attempts,
+            batch_rows: self.config.batch_rows,
+            max_rate_kb: (self.config.backup_max_rate_kb != 0)
+                .then_some(self.config.backup_max_rate_kb),
+            checkpoint: match self.config.backup_checkpoint {
+                BackupCheckpoint::Spread => walshadow_wal_reader::replication::Checkpoint::Spread,
+                BackupCheckpoint::Fast => walshadow_wal_reader::replication::Checkpoint::Fast,
+            },
+            spill_dir: self.spill_dir.clone(),
+            spool_memory_bytes: self.spool_memory_bytes,
+            toast_cache_mb: self.toast_cache_mb,
+            state_dir: self.state_dir.clone(),
+            ledger: Arc::clone(&self.ledger),
+            pause_dir: std::env::var_os(PAUSE_ENV).map(PathBuf::from),
+        };
+        tracing::info!(tables = %keys.join(", "), "initial load (base_backup) starting: one backup for these tables");
+        self.pass = Some((keys, tokio::spawn(pass.run())));
+    }
+
+    fn start_copy(&mut self, key: String, s: Lsn, dest_name: String) {
+        let load = CopyLoad {
+            key: key.clone(),
+            s,
+            source: self.source.clone(),
+            ch: self.ch.clone(),
+            dest_name,
+            database: self.database.clone(),
+            meta: self.meta.clone(),
+            workers: self.config.workers,
+            max_attempts: self.config.max_attempts,
+            batch_rows: self.config.batch_rows,
+            chunk_blocks: self.config.chunk_blocks,
+            state_dir: self.state_dir.clone(),
+            ledger: Arc::clone(&self.ledger),
+            recent: Arc::clone(&self.recent),
+            pause_dir: std::env::var_os(PAUSE_ENV).map(PathBuf::from),
+        };
+        tracing::info!(table = %key, s = %s, workers = self.config.workers, "initial load (copy) starting");
+        self.running.insert(key, tokio::spawn(load.run()));
+    }
+
+    /// Finishes the staging swap of an entry recorded as swapped: the
+    /// staging table's uuid tells which steps are owed. Retried until it
+    /// succeeds (the only copy of live-window rows may be in staging).
+    fn recover(&mut self, key: String, s: Lsn, dest_name: String, uuid: String) {
+        if self.recovering.get(&key).is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let staging = StagingTable::new(
+            self.ch.clone(),
+            self.database.clone(),
+            dest_name,
+            s,
+            &self.meta,
+        );
+        let ledger = Arc::clone(&self.ledger);
+        let state_dir = self.state_dir.clone();
+        let task_key = key.clone();
+        let task = tokio::spawn(async move {
+            let key = task_key;
+            let mut mark = |m: &SwapMark| -> Result<(), LedgerError> {
+                let mut l = match ledger.lock() {
+                    Ok(g) => g,
+                    Err(p) => p.into_inner(),
+                };
+                if let Some(p) = l.tables.get_mut(&key) {
+                    m.apply(p);
+                }
+                l.write(&state_dir)
+            };
+            let mut delay = std::time::Duration::from_secs(1);
+            loop {
+                match staging.recover(&uuid, &mut mark).await {
+                    Ok(r) => {
+                        tracing::info!(table = %key, found = ?r.found, outcome = ?r.outcome, "initial load (base_backup): staging swap recovered");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(table = %key, "staging swap recovery failed, trying again in {delay:?}: {e}");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(std::time::Duration::from_secs(60));
+                    }
+                }
+            }
+        });
+        self.recovering.insert(key, task);
     }
 
     /// Forgets finished loads (their outcome is in the ledger and the log).
     pub fn reap(&mut self) {
+        self.recovering.retain(|_, t| !t.is_finished());
+        if self.pass.as_ref().is_some_and(|(_, t)| t.is_finished())
+            && let Some((keys, t)) = self.pass.take()
+        {
+            match futures_now(t) {
+                Some(Ok(Err(e))) => tracing::error!(tables = %keys.join(", "), "{e}"),
+                Some(Ok(Ok(summary))) => {
+                    // A swap the pass could not finish is recovered now.
+                    for (key, _, outcome) in summary.tables {
+                        if matches!(
+                            outcome,
+                            walshadow_backfill::backup::TableOutcome::LeftSwapped { .. }
+                        ) {
+                            self.queued.insert(key);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
         let done: Vec<String> = self
             .running
             .iter()
@@ -204,6 +399,8 @@ impl Backfills {
 
     pub fn running(&self) -> usize {
         self.running.len()
+            + self.pass.as_ref().map_or(0, |(keys, _)| keys.len())
+            + self.recovering.len()
     }
 
     /// Open entries by mode.
@@ -217,13 +414,17 @@ impl Backfills {
         for (_, t) in self.running.drain() {
             t.abort();
         }
+        if let Some((_, t)) = self.pass.take() {
+            t.abort();
+        }
+        for (_, t) in self.recovering.drain() {
+            t.abort();
+        }
     }
 }
 
 /// The result of a finished task, without waiting.
-fn futures_now(
-    t: LoadTask,
-) -> Option<Result<Result<LoadSummary, LoadError>, tokio::task::JoinError>> {
+fn futures_now<T>(t: JoinHandle<T>) -> Option<Result<T, tokio::task::JoinError>> {
     use std::future::Future;
     use std::task::{Context, Poll, Waker};
     let mut t = t;

@@ -333,9 +333,15 @@ impl Cluster {
     /// Starts the server on a free port, retrying with another port when one is taken
     /// between choosing and binding it.
     fn start_server(&mut self) -> Result<()> {
+        self.start_server_on(false)
+    }
+
+    fn start_server_on(&mut self, keep_port: bool) -> Result<()> {
         let mut last_err = None;
-        for _ in 0..PORT_ATTEMPTS {
-            self.port = free_port()?;
+        for attempt in 0..PORT_ATTEMPTS {
+            if !(keep_port && attempt == 0) {
+                self.port = free_port()?;
+            }
             self.write_local_config()?;
             match self.pg_ctl_start() {
                 Ok(()) => {
@@ -393,12 +399,13 @@ impl Cluster {
         self.pg_ctl_stop("immediate")
     }
 
-    /// Starts a stopped server again, on a fresh port if its old one was taken.
+    /// Starts a stopped server again, on its old port (clients configured
+    /// with it reconnect), or on a fresh one if that was taken.
     pub fn restart(&mut self) -> Result<()> {
         if self.running {
             self.stop()?;
         }
-        self.start_server()
+        self.start_server_on(true)
     }
 
     fn pg_ctl_stop(&mut self, mode: &str) -> Result<()> {

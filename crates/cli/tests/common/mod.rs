@@ -16,6 +16,8 @@ use walshadow_testkit::{
     write_walshadow_config,
 };
 
+pub mod loads;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_walshadow");
 
 /// One column of the oracle: the same canonical text from both sides.

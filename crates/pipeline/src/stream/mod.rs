@@ -214,6 +214,7 @@ impl Streamer {
         let mut client_cfg = ClientConfig::new(&ch_cfg.url, &ch_cfg.database);
         client_cfg.user = ch_cfg.user.clone();
         client_cfg.password = ch_cfg.password.clone();
+        client_cfg.request_timeout = Duration::from_secs(ch_cfg.request_timeout_s.max(1));
         let ch = ClickHouseClient::new(client_cfg)?;
         let meta = MetaColumns {
             lsn: ch_cfg.lsn_column.clone(),
@@ -259,6 +260,11 @@ impl Streamer {
             ch.clone(),
             ch_cfg.database.clone(),
             meta.clone(),
+            crate::backfills::LoadResources {
+                spill_dir: config.state.spill_dir(),
+                spool_memory_bytes: (config.stream.memory_mb << 20) / 4,
+                toast_cache_mb: config.stream.toast_cache_mb,
+            },
         )?;
         // A pinned table seen for the first time loads per its
         // `initial_load`, at the position streaming resumes from.
@@ -270,6 +276,9 @@ impl Streamer {
                 Ok(walshadow_config::InitialLoad::None) => {}
                 Ok(walshadow_config::InitialLoad::Copy) => {
                     backfills.request(key, "copy", progress.applied)?
+                }
+                Ok(walshadow_config::InitialLoad::BaseBackup) => {
+                    backfills.request(key, crate::backfills::BASE_BACKUP, progress.applied)?
                 }
                 Ok(other) => {
                     tracing::warn!(table = %key, initial_load = other.as_str(), "initial_load mode not available in this release: the table streams from {} without an initial load", progress.applied)

@@ -105,7 +105,7 @@ impl Streamer {
                 let load = match walshadow_config::InitialLoad::parse(load_text.as_deref()) {
                     Ok(l) => l,
                     Err(text) => {
-                        tracing::warn!(table = %key, lsn = %s, "unknown initial_load {text:?} in the config table: the table streams from {s} without an initial load (use none or copy)");
+                        tracing::warn!(table = %key, lsn = %s, "unknown initial_load {text:?} in the config table: the table streams from {s} without an initial load (use none, copy or base_backup)");
                         walshadow_config::InitialLoad::None
                     }
                 };
@@ -132,6 +132,10 @@ impl Streamer {
                     walshadow_config::InitialLoad::None => {}
                     walshadow_config::InitialLoad::Copy => {
                         self.backfills.request(&key, "copy", s)?
+                    }
+                    walshadow_config::InitialLoad::BaseBackup => {
+                        self.backfills
+                            .request(&key, crate::backfills::BASE_BACKUP, s)?
                     }
                     other => {
                         tracing::warn!(table = %key, initial_load = other.as_str(), "initial_load mode not available in this release: the table streams from {s} without an initial load")

@@ -260,6 +260,24 @@ impl Streamer {
                 async move { ch.execute(&sql).await }
             })
             .await?;
+            if self.backfills.has_staging(&key) {
+                // A base_backup load's rows predate this TRUNCATE: its
+                // staging table (loading, or holding the swapped-out
+                // storage) is emptied too. One walked after it is caught
+                // by the pass's file check.
+                let sql = format!(
+                    "TRUNCATE TABLE IF EXISTS {}.{}",
+                    walshadow_emitter::quote_ident(&self.database),
+                    walshadow_emitter::quote_ident(&walshadow_backfill::staging::staging_name(
+                        &table_name(&key)
+                    ))
+                );
+                self.retry_clickhouse("truncating a staging table", move |ch| {
+                    let sql = sql.clone();
+                    async move { ch.execute(&sql).await }
+                })
+                .await?;
+            }
         }
         Ok(())
     }

@@ -1,0 +1,1166 @@
+//! `initial_load = 'base_backup'`: the rows tables had when they were opted
+//! in, read from the pages of a fresh `BASE_BACKUP` and published through
+//! staging tables (seed 000, "base_backup mode", "Staging swap").
+//!
+//! ```text
+//!  SQL session: each table's relations (the table or its leaf partitions,
+//!               their TOAST relations) and files, descriptors, pg_control
+//!               bounds for the gate; staging tables prepared
+//!  replication connection: BASE_BACKUP (no WAL: the live stream has it)
+//!     └─▶ PageWalkSink: main forks of those relations, pg_xact, pg_multixact
+//!           TOAST pages ─▶ per-pass chunk store (disk-backed, bounded cache)
+//!           heap tuples ─▶ Gate::decide ─┬─ Emit ─▶ RowDecoder ─▶ staging (_lsn = S)
+//!                                        │           └ TOAST not walked yet ─▶ spool
+//!                                        ├─ Drop (dead, aborted)
+//!                                        └─ Defer ─▶ spool (memory, then disk)
+//!  walk ended OK ─▶ spool resolved against the complete pg_xact/pg_multixact
+//!  files unchanged since the plan? (else a rewrite or TRUNCATE ran: retry)
+//!  per table: gate schemas ─▶ mark swapped ─▶ EXCHANGE ─▶ copy-back ─▶ drop ─▶ done
+//! ```
+//!
+//! Why `_lsn = S` is right: the backup starts after `S` was decoded, so it
+//! reflects every commit up to `S` (they are in `pg_xact` before the
+//! backup's checkpoint), and every change after `S` reaches ClickHouse from
+//! the stream at its own, larger, commit LSN. A tuple whose writer was in
+//! flight during the copy is dropped (inserter) or emitted (deleter): the
+//! stream redelivers that transaction.
+//!
+//! A value of a walked row whose TOAST chunks the walk never found was
+//! removed after its page was copied, which only VACUUM does, and only
+//! once the row version pointing at it is dead to everyone: its deleter
+//! committed after `S` (else the gate had dropped it), so the stream
+//! delivers that change and the row is skipped (counted).
+//!
+//! A rewrite (TRUNCATE, VACUUM FULL, CLUSTER) of a table after its files
+//! were read shows as a changed file after the walk: the attempt is retried
+//! on a fresh backup. One committed after that check is applied by the
+//! stream to the destination and to the staging table alike.
+//!
+//! Torn pages: with data checksums on, a page whose checksum fails and
+//! whose LSN is past the opt-in was being written while the backup read it
+//! (basebackup.c skips verifying such pages for this reason); the attempt
+//! is retried on a fresh backup. Without data checksums a torn read cannot
+//! be told from a consistent one (documented in the operator guide).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use walshadow_emitter::{
+    BatchConfig, ClickHouseClient, DestTable, MetaColumns, RetryPolicy, RowBinaryEncoder, RowMeta,
+    TableBatch,
+};
+use walshadow_rows::{RowDecoder, RowError, ToastChunk, ToastSource, TupleRef, Value};
+use walshadow_shadow::catalog::ShadowCatalog;
+use walshadow_toast_mirror::{ChunkMirror, MirrorError, Tid};
+use walshadow_types::catalog::RelationDesc;
+use walshadow_types::{Lsn, Oid, RelFileLocator};
+use walshadow_wal_reader::replication::{
+    BaseBackupOptions, Checkpoint, ConnConfig, ReplicationClient, SinkError,
+};
+
+use crate::ledger::{Ledger, LedgerError, Pass, Phase};
+use crate::staging::{Gate as SchemaGate, StagingTable, SwapMark};
+use crate::visibility::{
+    DeferredSpool, Gate, GateCounters, MultiXacts, SpoolConfig, TupleHeader, Verdict, XactLog,
+};
+use crate::walk_sink::{PageConsumer, PageWalkSink, SlruKind, WalkOptions, WalkStats, WalkedPage};
+
+/// How long the first due `base_backup` request waits for siblings (more
+/// opt-ins in the same transaction or burst) before its pass starts: one
+/// backup serves them all.
+pub const COALESCE_WINDOW: Duration = Duration::from_secs(1);
+
+/// Environment variable of the test hook that aborts the process right
+/// after a staging table was exchanged (before its copy-back).
+pub const CRASH_AFTER_EXCHANGE_ENV: &str = "WALSHADOW_TEST_CRASH_AFTER_EXCHANGE";
+
+/// One table of a pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassTable {
+    /// `schema.name` (the partition root for a partitioned table).
+    pub key: String,
+    /// Its opt-in's commit LSN: its rows are tagged with it.
+    pub s: Lsn,
+    /// Its ClickHouse table (in the pass's database).
+    pub dest_name: String,
+}
+
+/// Everything one `base_backup` pass needs.
+#[derive(Debug, Clone)]
+pub struct BackupPass {
+    pub tables: Vec<PassTable>,
+    /// A SQL session on the source database (`physical = false`).
+    pub source: ConnConfig,
+    /// A replication connection (`physical = true`) for `BASE_BACKUP`.
+    pub replication: ConnConfig,
+    pub ch: ClickHouseClient,
+    pub database: String,
+    pub meta: MetaColumns,
+    pub max_attempts: u32,
+    pub batch_rows: usize,
+    /// `MAX_RATE` in kB/s.
+    pub max_rate_kb: Option<u32>,
+    pub checkpoint: Checkpoint,
+    /// Where the pass keeps its TOAST chunks and spilled deferred tuples.
+    pub spill_dir: PathBuf,
+    /// Memory for deferred tuples before they spill.
+    pub spool_memory_bytes: usize,
+    /// redb cache of the per-pass TOAST store.
+    pub toast_cache_mb: usize,
+    pub state_dir: PathBuf,
+    pub ledger: Arc<Mutex<Ledger>>,
+    /// Tests: pause once per table, after its first rows reached staging,
+    /// until the file this creates in the folder is removed.
+    pub pause_dir: Option<PathBuf>,
+}
+
+/// What a pass did, for its summary and the caller.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassSummary {
+    pub attempts: u32,
+    pub duration: Duration,
+    /// Per table: rows loaded into staging by the successful attempt, and
+    /// how the table ended.
+    pub tables: Vec<(String, u64, TableOutcome)>,
+    pub walk: WalkStats,
+    pub gate: GateCounters,
+    /// Rows that waited for TOAST chunks later in the backup.
+    pub toast_waits: u64,
+    /// Rows skipped: a TOAST value the backup no longer held (superseded
+    /// after the opt-in).
+    pub toast_missing: u64,
+    pub toast_chunks: u64,
+    /// Deferred tuples spilled to disk (bytes).
+    pub spilled_bytes: u64,
+    pub backup_start: Lsn,
+    pub backup_end: Lsn,
+    pub bytes_streamed: u64,
+}
+
+/// How one table of a pass ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableOutcome {
+    /// Exchanged in; live-window rows copied back.
+    Published { copied_back: u64 },
+    /// Its staging was dropped; the entry stays pending (`reason`).
+    Discarded { reason: String },
+    /// Opted out during the pass: staging dropped, no entry left.
+    Withdrawn,
+    /// The swap's tail failed after the exchange was recorded: recovery
+    /// (at the next start) finishes it.
+    LeftSwapped { error: String },
+}
+
+/// Why a pass ended without loading its tables.
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    #[error("initial load (base_backup) of {keys}: {attempts} attempts failed; the last: {last}")]
+    Exhausted {
+        keys: String,
+        attempts: u32,
+        last: String,
+    },
+    #[error("initial load (base_backup) of {keys}: the ledger: {detail}")]
+    Ledger { keys: String, detail: String },
+}
+
+/// Why one attempt ended.
+#[derive(Debug, thiserror::Error)]
+enum AttemptError {
+    /// The backup does not fit what was planned (a rewrite, a torn page):
+    /// a new backup soon.
+    #[error("{0}")]
+    Retry(String),
+    /// Anything else; retried after a longer pause.
+    #[error("{0}")]
+    Failed(String),
+}
+
+fn failed<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> AttemptError + '_ {
+    move |e| AttemptError::Failed(format!("{what}: {e}"))
+}
+
+fn quote_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// A relation file the walk reads, and what it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PlannedFile {
+    /// `schema.name` of the relation (for messages).
+    name: String,
+    oid: Oid,
+    locator: RelFileLocator,
+}
+
+/// One relation with tuples: the table or a leaf partition.
+struct Leaf {
+    /// Index into the attempt's targets.
+    target: usize,
+    name: String,
+    decoder: RowDecoder,
+    /// Position in the destination's columns of each decoded value.
+    positions: Vec<Option<usize>>,
+}
+
+/// One table's load into its staging table.
+struct Target {
+    table: PassTable,
+    staging: StagingTable,
+    batch: TableBatch,
+    width: usize,
+    rows: u64,
+    inserts: u64,
+    attempt: u32,
+    paused: bool,
+}
+
+enum Role {
+    Heap(usize),
+    Toast(Oid),
+}
+
+/// What an attempt read from the source before the backup.
+struct Plan {
+    files: Vec<PlannedFile>,
+    roles: HashMap<(Oid, Oid), Role>,
+    leaves: Vec<Leaf>,
+    dests: Vec<DestTable>,
+    walk: WalkOptions,
+    next_xid: Option<u32>,
+    next_multi: Option<(u32, u32)>,
+}
+
+impl BackupPass {
+    fn keys(&self) -> String {
+        self.tables
+            .iter()
+            .map(|t| t.key.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Runs attempts until the tables are published or `max_attempts`
+    /// failed (their entries stay pending with the error).
+    pub async fn run(self) -> Result<PassSummary, PassError> {
+        let started = Instant::now();
+        let mut last = String::new();
+        let mut attempts = 0;
+        while attempts < self.max_attempts {
+            attempts += 1;
+            let live = self.update_each(|p| {
+                p.attempts += 1;
+                p.phase = Phase::Loading;
+            })?;
+            if live == 0 {
+                tracing::info!(tables = %self.keys(), "initial load (base_backup): every table was opted out; the pass ends");
+                return Ok(PassSummary::default());
+            }
+            let scratch = self
+                .spill_dir
+                .join(format!("backup-pass-{}-{attempts}", std::process::id()));
+            let outcome = self.attempt(attempts, &scratch).await;
+            let _ = std::fs::remove_dir_all(&scratch);
+            match outcome {
+                Ok(mut summary) => {
+                    summary.attempts = attempts;
+                    summary.duration = started.elapsed();
+                    self.log_summary(&summary);
+                    return Ok(summary);
+                }
+                Err(e) => {
+                    last = e.to_string();
+                    tracing::warn!(tables = %self.keys(), attempt = attempts, "initial load (base_backup) attempt failed: {last}");
+                    self.update_each(|p| {
+                        p.phase = Phase::Pending;
+                        p.error = Some(last.clone());
+                    })?;
+                    let backoff = match e {
+                        AttemptError::Retry(_) => Duration::from_millis(500),
+                        AttemptError::Failed(_) => Duration::from_secs(2 << attempts.min(4)),
+                    };
+                    tokio::time::sleep(backoff).await;
+                }
+            }
+        }
+        let err = PassError::Exhausted {
+            keys: self.keys(),
+            attempts,
+            last,
+        };
+        let text = format!(
+            "{err}; remedy: see the error; the load runs again when the table is opted in again or walshadow restarts"
+        );
+        self.update_each(|p| {
+            p.phase = Phase::Pending;
+            p.error = Some(text.clone());
+        })?;
+        Err(err)
+    }
+
+    /// Changes the open entries of this pass's tables (those still at
+    /// their `S`: an opt-out removed the others) and writes the ledger.
+    /// Returns how many there were.
+    fn update_each(&self, mut f: impl FnMut(&mut Pass)) -> Result<usize, PassError> {
+        let err = |detail: String| PassError::Ledger {
+            keys: self.keys(),
+            detail,
+        };
+        let mut ledger = self
+            .ledger
+            .lock()
+            .map_err(|_| err("poisoned lock".into()))?;
+        let mut n = 0;
+        for t in &self.tables {
+            if let Some(p) = ledger.tables.get_mut(&t.key)
+                && p.s == t.s
+                && p.swap.is_none()
+            {
+                f(p);
+                n += 1;
+            }
+        }
+        ledger
+            .write(&self.state_dir)
+            .map_err(|e| err(e.to_string()))?;
+        Ok(n)
+    }
+
+    /// Changes `t`'s entry if it is still this pass's.
+    fn update_one(&self, t: &PassTable, f: impl FnOnce(&mut Pass)) -> Result<(), LedgerError> {
+        let mut ledger = match self.ledger.lock() {
+            Ok(l) => l,
+            Err(p) => p.into_inner(),
+        };
+        if let Some(p) = ledger.tables.get_mut(&t.key)
+            && p.s == t.s
+        {
+            f(p);
+            ledger.write(&self.state_dir)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `t`'s entry is still this pass's (not opted out since).
+    fn is_current(&self, t: &PassTable) -> bool {
+        self.ledger.lock().is_ok_and(|l| {
+            l.tables
+                .get(&t.key)
+                .is_some_and(|p| p.s == t.s && p.is_open())
+        })
+    }
+
+    async fn attempt(&self, attempt: u32, scratch: &PathBuf) -> Result<PassSummary, AttemptError> {
+        let tables: Vec<PassTable> = self
+            .tables
+            .iter()
+            .filter(|t| self.is_current(t))
+            .cloned()
+            .collect();
+        let sql = ReplicationClient::connect(&self.source)
+            .await
+            .map_err(failed("connecting to the source"))?;
+        let (plan, mut sql) = self.plan(sql, &tables).await?;
+        let mut targets = Vec::with_capacity(tables.len());
+        for (t, dest) in tables.iter().zip(&plan.dests) {
+            let staging = StagingTable::new(
+                self.ch.clone(),
+                self.database.clone(),
+                t.dest_name.clone(),
+                t.s,
+                &self.meta,
+            )
+            .with_settings(dest.query_settings());
+            staging
+                .prepare()
+                .await
+                .map_err(|e| AttemptError::Failed(e.to_string()))?;
+            let batch = TableBatch::new(
+                staging.name().to_owned(),
+                RowBinaryEncoder::new(dest),
+                // Flushed at `batch_rows` / 32 MiB between pages: room for
+                // one more page of rows past that.
+                BatchConfig {
+                    max_rows: self.batch_rows.saturating_add(4096),
+                    max_bytes: 512 << 20,
+                    max_age: Duration::from_secs(3600),
+                },
+            );
+            targets.push(Target {
+                table: t.clone(),
+                staging,
+                batch,
+                width: dest.columns.len(),
+                rows: 0,
+                inserts: 0,
+                attempt,
+                paused: false,
+            });
+        }
+        std::fs::create_dir_all(scratch)
+            .map_err(|e| AttemptError::Failed(format!("{}: {e}", scratch.display())))?;
+        let toast = ChunkMirror::open(&scratch.join("toast.redb"), self.toast_cache_mb)
+            .map_err(failed("opening the pass's TOAST store"))?;
+        let spool = DeferredSpool::open(SpoolConfig {
+            memory_budget_bytes: self.spool_memory_bytes,
+            spill_dir: scratch.join("spool"),
+        })
+        .map_err(failed("opening the deferred-tuple spool"))?;
+        let mut xact = XactLog::new();
+        if let Some(x) = plan.next_xid {
+            xact.set_next_xid(x);
+        }
+        let mut multi = MultiXacts::new();
+        if let Some((m, o)) = plan.next_multi {
+            multi.set_next(m, o);
+        }
+        let s_min = tables.iter().map(|t| t.s).min().unwrap_or(Lsn(0));
+        let walker = Walker {
+            roles: plan.roles,
+            leaves: plan.leaves,
+            targets,
+            gate: Some(Gate::new(xact, multi)),
+            spool: Some(spool),
+            toast,
+            ch: self.ch.clone(),
+            gate_counters: GateCounters::default(),
+            spilled_bytes: 0,
+            batch_rows: self.batch_rows,
+            s_min,
+            walk_done: false,
+            toast_waits: 0,
+            toast_missing: 0,
+            toast_chunks: 0,
+            pause_dir: self.pause_dir.clone(),
+        };
+        let sink = PageWalkSink::new(plan.files.iter().map(|f| f.locator), walker, plan.walk)
+            .map_err(|e| AttemptError::Failed(e.to_string()))?;
+        let opts = BaseBackupOptions {
+            label: format!("walshadow initial load of {}", self.keys()),
+            checkpoint: self.checkpoint,
+            max_rate: self.max_rate_kb,
+            verify_checksums: false,
+            ..BaseBackupOptions::default()
+        };
+        let mut repl = ReplicationClient::connect(&self.replication)
+            .await
+            .map_err(failed("connecting for BASE_BACKUP"))?;
+        tracing::info!(tables = %self.keys(), attempt, files = plan.files.len(), "initial load (base_backup): backup starting");
+        let mut sink = sink;
+        let result = repl.base_backup(&opts, &mut sink).await;
+        repl.close().await;
+        let result = result.map_err(|e| {
+            // A torn page is worth a quick retry; the sink's error says so.
+            let text = e.to_string();
+            if text.contains(TORN) {
+                AttemptError::Retry(format!("BASE_BACKUP: {text}"))
+            } else {
+                AttemptError::Failed(format!("BASE_BACKUP: {text}"))
+            }
+        })?;
+        let outcome = sink.finish().map_err(|e| {
+            AttemptError::Retry(format!(
+                "{e} (rewritten or dropped after its files were read)"
+            ))
+        })?;
+        let walk = outcome.stats;
+        let mut walker = outcome.consumer;
+        walker.resolve_deferred().await?;
+        walker.flush_all().await?;
+        // Files still the ones walked? A TRUNCATE or rewrite committed during
+        // the walk may have been read half: load again.
+        self.recheck_files(&mut sql, &plan.files).await?;
+        sql.close().await;
+        let gate = walker.gate_counters;
+        let spilled = walker.spilled_bytes;
+        let mut summary = PassSummary {
+            walk,
+            gate,
+            toast_waits: walker.toast_waits,
+            toast_missing: walker.toast_missing,
+            toast_chunks: walker.toast_chunks,
+            spilled_bytes: spilled,
+            backup_start: result.start_lsn,
+            backup_end: result.end_lsn,
+            bytes_streamed: result.bytes_streamed,
+            ..PassSummary::default()
+        };
+        for target in &walker.targets {
+            let rows = target.rows;
+            let _ = self.update_one(&target.table, |p| p.rows = rows);
+        }
+        // Tables publish side by side: each copy-back waits an insert
+        // timeout after its exchange.
+        let mut publishing = tokio::task::JoinSet::new();
+        for target in &walker.targets {
+            let me = self.clone();
+            let table = target.table.clone();
+            let staging = target.staging.clone();
+            let rows = target.rows;
+            publishing.spawn(async move {
+                let outcome = me.publish(&table, &staging).await;
+                (table.key, rows, outcome)
+            });
+        }
+        while let Some(r) = publishing.join_next().await {
+            let r = r.map_err(|e| AttemptError::Failed(format!("publishing: {e}")))?;
+            summary.tables.push(r);
+        }
+        summary.tables.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(summary)
+    }
+
+    /// Reads what the walk needs: relations, files, descriptors, bounds.
+    async fn plan(
+        &self,
+        mut sql: ReplicationClient,
+        tables: &[PassTable],
+    ) -> Result<(Plan, ReplicationClient), AttemptError> {
+        let show = |r: &walshadow_wal_reader::replication::QueryResult| {
+            r.text(0, 0).unwrap_or_default().to_owned()
+        };
+        let block = sql
+            .simple_query("SHOW block_size")
+            .await
+            .map_err(failed("SHOW block_size"))?;
+        let seg = sql
+            .simple_query("SHOW segment_size")
+            .await
+            .map_err(failed("SHOW segment_size"))?;
+        let sums = sql
+            .simple_query("SHOW data_checksums")
+            .await
+            .map_err(failed("SHOW data_checksums"))?;
+        let walk = WalkOptions::for_server(&show(&block), &show(&seg), &show(&sums))
+            .map_err(|e| AttemptError::Failed(e.to_string()))?;
+        // The gate's bounds: pages below them were flushed by the backup's
+        // checkpoint, so a missing one is a lost file, not a newer id.
+        // pg_control_checkpoint() may be refused to a role without
+        // pg_monitor-like rights: then the gate goes without bounds.
+        let (next_xid, next_multi) = match sql
+            .simple_query(
+                "SELECT split_part(next_xid, ':', 2), next_multixact_id::text, next_multi_offset::text FROM pg_control_checkpoint()",
+            )
+            .await
+        {
+            Ok(r) => (
+                r.text(0, 0).and_then(|t| t.parse::<u32>().ok()),
+                r.text(0, 1)
+                    .and_then(|m| m.parse::<u32>().ok())
+                    .zip(r.text(0, 2).and_then(|o| o.parse::<u32>().ok())),
+            ),
+            Err(e) => {
+                tracing::debug!("pg_control_checkpoint() not readable ({e}); the gate goes without bounds");
+                (None, None)
+            }
+        };
+        let mut files = Vec::new();
+        let mut roles = HashMap::new();
+        let mut leaf_oids: Vec<(usize, Oid, String)> = Vec::new();
+        for (ti, t) in tables.iter().enumerate() {
+            let (schema, name) = t
+                .key
+                .split_once('.')
+                .ok_or_else(|| AttemptError::Failed(format!("{}: not schema.name", t.key)))?;
+            let rel = format!(
+                "to_regclass(format('%I.%I', {}, {}))",
+                quote_literal(schema),
+                quote_literal(name)
+            );
+            let r = sql
+                .simple_query(&format!(
+                    "WITH root AS (SELECT {rel}::oid AS oid),
+                          leaves AS (SELECT oid AS relid FROM root WHERE (SELECT relkind FROM pg_class WHERE oid = root.oid) = 'r'
+                                     UNION ALL
+                                     SELECT t.relid FROM root, pg_partition_tree(root.oid) t JOIN pg_class c ON c.oid = t.relid
+                                      WHERE t.isleaf AND c.relkind = 'r')
+                     SELECT format('%s.%s', ns.nspname, c.relname), c.oid, pg_relation_filenode(c.oid),
+                            COALESCE(NULLIF(c.reltablespace, 0), d.dattablespace), c.reltoastrelid,
+                            CASE WHEN c.reltoastrelid <> 0 THEN pg_relation_filenode(c.reltoastrelid) END,
+                            COALESCE(NULLIF(tc.reltablespace, 0), d.dattablespace), d.oid, c.relpersistence
+                       FROM leaves l JOIN pg_class c ON c.oid = l.relid
+                       JOIN pg_namespace ns ON ns.oid = c.relnamespace
+                       LEFT JOIN pg_class tc ON tc.oid = c.reltoastrelid
+                       JOIN pg_database d ON d.datname = current_database()
+                      ORDER BY c.oid"
+                ))
+                .await
+                .map_err(failed("reading the tables' files"))?;
+            if r.rows.is_empty() {
+                return Err(AttemptError::Failed(format!(
+                    "{} does not exist (or is not a table or partitioned table with partitions)",
+                    t.key
+                )));
+            }
+            for i in 0..r.rows.len() {
+                let num = |c: usize| r.text(i, c).and_then(|v| v.parse::<u32>().ok());
+                let (Some(rel_name), Some(oid), Some(file), Some(spc), Some(db)) =
+                    (r.text(i, 0), num(1), num(2), num(3), num(7))
+                else {
+                    return Err(AttemptError::Failed(format!(
+                        "unexpected row {i} reading {}'s files",
+                        t.key
+                    )));
+                };
+                if r.text(i, 8) != Some("p") {
+                    return Err(AttemptError::Failed(format!(
+                        "{rel_name} is unlogged or temporary: a backup holds no rows of it; use initial_load = 'copy'"
+                    )));
+                }
+                let locator = RelFileLocator {
+                    spc_oid: spc,
+                    db_oid: db,
+                    rel_number: file,
+                };
+                roles.insert((spc, file), Role::Heap(leaf_oids.len()));
+                leaf_oids.push((ti, oid, rel_name.to_owned()));
+                files.push(PlannedFile {
+                    name: rel_name.to_owned(),
+                    oid,
+                    locator,
+                });
+                if let (Some(toast), Some(tfile), Some(tspc)) = (num(4), num(5), num(6))
+                    && toast != 0
+                {
+                    roles.insert((tspc, tfile), Role::Toast(toast));
+                    files.push(PlannedFile {
+                        name: format!("{rel_name} (TOAST)"),
+                        oid: toast,
+                        locator: RelFileLocator {
+                            spc_oid: tspc,
+                            db_oid: db,
+                            rel_number: tfile,
+                        },
+                    });
+                }
+            }
+        }
+        let mut catalog = ShadowCatalog::over(sql);
+        let mut dests = Vec::with_capacity(tables.len());
+        for t in tables {
+            let (schema, name) = t.key.split_once('.').unwrap_or(("", &t.key));
+            let desc = self.describe(&mut catalog, schema, name, &t.key).await?;
+            dests.push(
+                DestTable::new(&desc, &self.meta)
+                    .map_err(|e| AttemptError::Failed(format!("{}: {e}", t.key)))?,
+            );
+        }
+        let mut leaves = Vec::with_capacity(leaf_oids.len());
+        for (ti, oid, name) in leaf_oids {
+            let desc: RelationDesc = catalog
+                .relation(oid)
+                .await
+                .map_err(failed("reading a descriptor"))?
+                .ok_or_else(|| AttemptError::Retry(format!("{name} was dropped meanwhile")))?;
+            let decoder =
+                RowDecoder::new(&desc).map_err(|e| AttemptError::Failed(format!("{name}: {e}")))?;
+            let dest = dests
+                .get(ti)
+                .ok_or_else(|| AttemptError::Failed("planned table out of range".into()))?;
+            let positions = decoder
+                .column_names()
+                .map(|n| dest.columns.iter().position(|c| c.name == n))
+                .collect();
+            leaves.push(Leaf {
+                target: ti,
+                name,
+                decoder,
+                positions,
+            });
+        }
+        let sql = catalog.into_client();
+        let plan = Plan {
+            files,
+            roles,
+            leaves,
+            dests,
+            walk,
+            next_xid,
+            next_multi,
+        };
+        Ok((plan, sql))
+    }
+
+    async fn describe(
+        &self,
+        catalog: &mut ShadowCatalog,
+        schema: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<RelationDesc, AttemptError> {
+        catalog
+            .relation_by_name(schema, name)
+            .await
+            .map_err(|e| AttemptError::Failed(format!("reading {key}'s descriptor: {e}")))?
+            .ok_or_else(|| AttemptError::Retry(format!("{key} does not exist")))
+    }
+
+    /// Every walked relation is still on the file the walk read.
+    async fn recheck_files(
+        &self,
+        sql: &mut ReplicationClient,
+        files: &[PlannedFile],
+    ) -> Result<(), AttemptError> {
+        for f in files {
+            let r = sql
+                .simple_query(&format!("SELECT pg_relation_filenode({})", f.oid))
+                .await
+                .map_err(failed("checking the walked files"))?;
+            let now = r.text(0, 0).and_then(|t| t.parse::<u32>().ok());
+            if now != Some(f.locator.rel_number) {
+                return Err(AttemptError::Retry(format!(
+                    "{} moved to a new file during the backup (relfilenode {} walked, {} now: TRUNCATE, VACUUM FULL, CLUSTER or a rewriting ALTER TABLE)",
+                    f.name,
+                    f.locator.rel_number,
+                    now.map_or("none".into(), |n| n.to_string())
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes one table's staging table, or discards it.
+    async fn publish(&self, t: &PassTable, staging: &StagingTable) -> TableOutcome {
+        if !self.is_current(t) {
+            if let Err(e) = staging
+                .discard("the table was opted out during its load")
+                .await
+            {
+                tracing::warn!(table = %t.key, "dropping the staging table of an opted-out table: {e}");
+            }
+            return TableOutcome::Withdrawn;
+        }
+        let mut mark = |m: &SwapMark| self.mark(t, m);
+        let result: Result<TableOutcome, crate::staging::StagingError> = async {
+            if let SchemaGate::Differs { reason } = staging.gate().await? {
+                let reason = format!(
+                    "{}'s ClickHouse table changed shape during the load ({reason}); the load runs again at the next start",
+                    t.key
+                );
+                staging.discard(&reason).await?;
+                mark(&SwapMark::Discarded {
+                    reason: reason.clone(),
+                })?;
+                return Ok(TableOutcome::Discarded { reason });
+            }
+            let uuid = staging.mark_swapped(&mut mark).await?;
+            staging.exchange(&uuid).await?;
+            if std::env::var_os(CRASH_AFTER_EXCHANGE_ENV).is_some() {
+                tracing::warn!(table = %t.key, "test hook: aborting right after the exchange");
+                std::process::abort();
+            }
+            let copied_back = staging
+                .copy_back(tokio::time::Instant::now())
+                .await?;
+            staging.finish(&mut mark).await?;
+            Ok(TableOutcome::Published { copied_back })
+        }
+        .await;
+        match result {
+            Ok(o) => o,
+            Err(e) => {
+                let swapped = self
+                    .ledger
+                    .lock()
+                    .ok()
+                    .and_then(|l| l.tables.get(&t.key).and_then(|p| p.swap.clone()));
+                match swapped {
+                    Some(state) => {
+                        // Past the mark: only recovery may go on.
+                        for round in 0..3u32 {
+                            tokio::time::sleep(Duration::from_secs(1 << round)).await;
+                            match staging.recover(&state.staging_uuid, &mut mark).await {
+                                Ok(r) => {
+                                    return match r.outcome {
+                                        crate::staging::SwapOutcome::Published { copied_back } => {
+                                            TableOutcome::Published { copied_back }
+                                        }
+                                        crate::staging::SwapOutcome::Discarded { reason } => {
+                                            TableOutcome::Discarded { reason }
+                                        }
+                                    };
+                                }
+                                Err(e) => {
+                                    tracing::warn!(table = %t.key, "staging swap recovery failed: {e}")
+                                }
+                            }
+                        }
+                        TableOutcome::LeftSwapped {
+                            error: e.to_string(),
+                        }
+                    }
+                    None => {
+                        let reason = e.to_string();
+                        let _ = self.mark(
+                            t,
+                            &SwapMark::Discarded {
+                                reason: reason.clone(),
+                            },
+                        );
+                        TableOutcome::Discarded { reason }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies a swap transition to `t`'s entry and writes the ledger.
+    fn mark(&self, t: &PassTable, m: &SwapMark) -> Result<(), LedgerError> {
+        let mut ledger = match self.ledger.lock() {
+            Ok(l) => l,
+            Err(p) => p.into_inner(),
+        };
+        match ledger.tables.get_mut(&t.key) {
+            Some(p) if p.s == t.s => m.apply(p),
+            _ if matches!(m, SwapMark::Swapped(_)) => {
+                return Err(LedgerError::Invalid {
+                    path: self.state_dir.join(Ledger::FILE),
+                    detail: format!("{}'s entry is gone (opted out)", t.key),
+                });
+            }
+            _ => return Ok(()),
+        }
+        ledger.write(&self.state_dir)
+    }
+
+    fn log_summary(&self, s: &PassSummary) {
+        let loaded: Vec<String> = s
+            .tables
+            .iter()
+            .map(|(k, rows, o)| match o {
+                TableOutcome::Published { copied_back } => {
+                    format!("{k}: {rows} rows published ({copied_back} copied back)")
+                }
+                TableOutcome::Discarded { reason } => format!("{k}: discarded ({reason})"),
+                TableOutcome::Withdrawn => format!("{k}: opted out, discarded"),
+                TableOutcome::LeftSwapped { error } => {
+                    format!("{k}: swap left for recovery ({error})")
+                }
+            })
+            .collect();
+        tracing::info!(
+            tables = %loaded.join("; "),
+            attempts = s.attempts,
+            duration_ms = s.duration.as_millis() as u64,
+            backup_start = %s.backup_start,
+            backup_end = %s.backup_end,
+            bytes_streamed = s.bytes_streamed,
+            files_walked = s.walk.files_walked,
+            bytes_walked = s.walk.bytes_walked,
+            files_skipped = s.walk.files_skipped,
+            pages_walked = s.walk.pages_walked,
+            tuples_walked = s.gate.walked,
+            gated = s.gate.gated,
+            deferred = s.gate.deferred,
+            deferred_emitted = s.gate.deferred_emitted,
+            multixact_emitted = s.gate.multixact_emitted,
+            toast_chunks = s.toast_chunks,
+            toast_waits = s.toast_waits,
+            toast_missing = s.toast_missing,
+            spilled_bytes = s.spilled_bytes,
+            slru_files = s.walk.slru_files,
+            slru_bytes = s.walk.slru_bytes,
+            "initial load (base_backup) done"
+        );
+    }
+}
+
+/// Marker in a sink error that makes the attempt a quick retry.
+const TORN: &str = "torn read";
+
+/// The page consumer of one attempt: gates tuples, decodes rows into the
+/// staging tables' batches, keeps TOAST chunks.
+struct Walker {
+    roles: HashMap<(Oid, Oid), Role>,
+    leaves: Vec<Leaf>,
+    targets: Vec<Target>,
+    gate: Option<Gate>,
+    spool: Option<DeferredSpool>,
+    toast: ChunkMirror,
+    ch: ClickHouseClient,
+    gate_counters: GateCounters,
+    spilled_bytes: u64,
+    batch_rows: usize,
+    s_min: Lsn,
+    /// The walk ended: a TOAST value still missing now never comes.
+    walk_done: bool,
+    toast_waits: u64,
+    toast_missing: u64,
+    toast_chunks: u64,
+    pause_dir: Option<PathBuf>,
+}
+
+impl Walker {
+    /// Decides and decodes one page's tuples (no I/O but the TOAST store
+    /// and the spool).
+    fn take_page(&mut self, page: &WalkedPage<'_>) -> Result<(), SinkError> {
+        let heap = match page.heap() {
+            Ok(h) => h,
+            Err(e) if e.damage.is_checksum_after(self.s_min) => {
+                return Err(format!("{TORN}: {e}").into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let key = (page.locator.spc_oid, page.locator.rel_number);
+        match self.roles.get(&key) {
+            Some(Role::Toast(toast_relid)) => {
+                let toast_relid = *toast_relid;
+                for t in heap.tuples() {
+                    let chunk = ToastChunk::from_tuple(t.tuple_ref()).map_err(|e| {
+                        format!("{}, block {}: TOAST chunk: {e}", page.file, page.block)
+                    })?;
+                    self.toast.insert_chunk(
+                        toast_relid,
+                        page.locator.rel_number,
+                        Tid {
+                            block: page.block,
+                            offset: t.offset,
+                        },
+                        chunk.chunk_id,
+                        chunk.chunk_seq,
+                        Lsn(0),
+                        &chunk.data,
+                    )?;
+                    self.toast_chunks += 1;
+                }
+            }
+            Some(Role::Heap(leaf)) => {
+                let leaf = *leaf;
+                for t in heap.tuples() {
+                    let header = TupleHeader::parse(t.data)?;
+                    let gate = self.gate.as_mut().ok_or("the walk's gate is gone")?;
+                    match gate.decide(&header)? {
+                        Verdict::Emit => self.emit(leaf, &header, t.data)?,
+                        Verdict::Drop(_) => {}
+                        Verdict::Defer => self.defer(leaf, &header, t.data)?,
+                    }
+                }
+            }
+            None => {}
+        }
+        Ok(())
+    }
+
+    fn defer(&mut self, leaf: usize, header: &TupleHeader, tuple: &[u8]) -> Result<(), SinkError> {
+        let mut payload = Vec::with_capacity(4 + tuple.len());
+        payload.extend_from_slice(&(leaf as u32).to_le_bytes());
+        payload.extend_from_slice(tuple);
+        self.spool
+            .as_mut()
+            .ok_or("the walk's spool is gone")?
+            .push(header, &payload)?;
+        Ok(())
+    }
+
+    /// A live tuple into its table's batch; one whose TOAST the walk has
+    /// not reached yet waits in the spool.
+    fn emit(&mut self, leaf: usize, header: &TupleHeader, tuple: &[u8]) -> Result<(), SinkError> {
+        let l = self.leaves.get(leaf).ok_or("leaf out of range")?;
+        let source = PassToast {
+            store: &self.toast,
+            error: std::cell::RefCell::new(None),
+        };
+        let decoded = TupleRef::from_heap_tuple(tuple).and_then(|t| l.decoder.decode(t, &source));
+        if let Some(e) = source.error.into_inner() {
+            return Err(e.into());
+        }
+        let values = match decoded {
+            Ok(v) => v,
+            Err(RowError::UnresolvedToast { .. }) if !self.walk_done => {
+                self.toast_waits += 1;
+                return self.defer(leaf, header, tuple);
+            }
+            Err(RowError::UnresolvedToast {
+                column, value_id, ..
+            }) => {
+                // Removed after the page was copied: superseded after S.
+                tracing::debug!(relation = %l.name, column, value_id, "walked row skipped: its TOAST value is gone from the backup (changed after the opt-in; the stream has the change)");
+                self.toast_missing += 1;
+                return Ok(());
+            }
+            Err(e) => return Err(format!("{}: {e}", l.name).into()),
+        };
+        let target = self
+            .targets
+            .get_mut(l.target)
+            .ok_or("target out of range")?;
+        let mut row = vec![Value::Null; target.width];
+        for (v, pos) in values.into_iter().zip(&l.positions) {
+            if let Some(slot) = pos.and_then(|p| row.get_mut(p)) {
+                *slot = v;
+            }
+        }
+        let meta = RowMeta {
+            lsn: target.table.s,
+            seq: Lsn(1),
+            xid: 0,
+            commit_time: 0,
+            deleted: false,
+        };
+        target
+            .batch
+            .push(&row, &meta)
+            .map_err(|e| format!("{}: {e}", l.name))?;
+        Ok(())
+    }
+
+    /// Inserts the batches that are full.
+    async fn flush_full(&mut self) -> Result<(), SinkError> {
+        let ch = self.ch.clone();
+        let rows = self.batch_rows;
+        for t in &mut self.targets {
+            if t.batch.rows() >= rows || t.batch.bytes() >= 32 << 20 {
+                t.insert(&ch).await?;
+                if !t.paused {
+                    t.paused = true;
+                    pause(&self.pause_dir, &t.table.key).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn flush_all(&mut self) -> Result<(), AttemptError> {
+        let ch = self.ch.clone();
+        for t in &mut self.targets {
+            t.insert(&ch)
+                .await
+                .map_err(|e| AttemptError::Failed(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The walk ended well: deferred tuples (and rows that waited for
+    /// their TOAST) resolve against the complete copy.
+    async fn resolve_deferred(&mut self) -> Result<(), AttemptError> {
+        self.walk_done = true;
+        let gate = self
+            .gate
+            .take()
+            .ok_or_else(|| AttemptError::Failed("the walk's gate is gone".into()))?;
+        let spool = self
+            .spool
+            .take()
+            .ok_or_else(|| AttemptError::Failed("the walk's spool is gone".into()))?;
+        self.spilled_bytes = spool.spilled_bytes();
+        let mut walked = gate.finish_walk();
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<crate::visibility::DeferredTuple>(256);
+        let resolver = tokio::task::spawn_blocking(move || {
+            let r = spool.resolve(&mut walked, |t| tx.blocking_send(t).map_err(|_| "stopped"));
+            (r.map(|_| ()).map_err(|e| e.to_string()), walked.counters())
+        });
+        let mut failure = None;
+        while let Some(t) = rx.recv().await {
+            let r = (|| -> Result<(), SinkError> {
+                let (leaf, tuple) = t.payload.split_at_checked(4).ok_or("short spool frame")?;
+                let leaf = u32::from_le_bytes(leaf.try_into().map_err(|_| "short spool frame")?);
+                self.emit(leaf as usize, &t.header, tuple)
+            })();
+            if let Err(e) = r {
+                failure = Some(e.to_string());
+                break;
+            }
+            if let Err(e) = self.flush_full().await {
+                failure = Some(e.to_string());
+                break;
+            }
+        }
+        drop(rx);
+        let (resolved, counters) = resolver
+            .await
+            .map_err(|e| AttemptError::Failed(format!("resolving deferred tuples: {e}")))?;
+        self.gate_counters = counters;
+        if let Some(f) = failure {
+            return Err(AttemptError::Failed(format!(
+                "resolving deferred tuples: {f}"
+            )));
+        }
+        resolved.map_err(|e| AttemptError::Failed(format!("resolving deferred tuples: {e}")))
+    }
+}
+
+impl Target {
+    async fn insert(&mut self, ch: &ClickHouseClient) -> Result<(), SinkError> {
+        let Some(sealed) = self.batch.seal() else {
+            return Ok(());
+        };
+        self.inserts += 1;
+        // A retry of this very insert is deduplicated; the staging table is
+        // new per attempt.
+        let token = format!(
+            "base_backup/{}/{}/{}/{}",
+            self.staging.name(),
+            self.table.s,
+            self.attempt,
+            self.inserts
+        );
+        let policy = RetryPolicy {
+            max_attempts: 30,
+            max_elapsed: Duration::from_secs(600),
+            ..RetryPolicy::default()
+        };
+        sealed.insert(ch, &token, &policy).await?;
+        self.rows += sealed.rows as u64;
+        Ok(())
+    }
+}
+
+async fn pause(dir: &Option<PathBuf>, key: &str) {
+    let Some(dir) = dir else {
+        return;
+    };
+    let file = dir.join(format!("{key}.walk.paused"));
+    if std::fs::write(&file, b"").is_err() {
+        return;
+    }
+    tracing::info!(file = %file.display(), "test hook: walk paused after rows reached staging");
+    let started = Instant::now();
+    while file.exists() && started.elapsed() < Duration::from_secs(120) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl PageConsumer for Walker {
+    fn page(
+        &mut self,
+        page: WalkedPage<'_>,
+    ) -> impl std::future::Future<Output = Result<(), SinkError>> + Send {
+        let taken = self.take_page(&page);
+        async move {
+            taken?;
+            self.flush_full().await
+        }
+    }
+
+    fn slru_segment(&mut self, kind: SlruKind, segno: u64, data: &[u8]) -> Result<(), SinkError> {
+        let gate = self.gate.as_mut().ok_or("the walk's gate is gone")?;
+        let bytes = bytes::Bytes::copy_from_slice(data);
+        match kind {
+            SlruKind::Xact => gate.xact_mut().add_segment(segno, bytes)?,
+            SlruKind::MultiXactOffsets => gate.multi_mut().add_offsets_segment(segno, bytes)?,
+            SlruKind::MultiXactMembers => gate.multi_mut().add_members_segment(segno, bytes)?,
+        }
+        Ok(())
+    }
+}
+
+/// The per-pass TOAST store as the row decoder's source; a store error is
+/// kept for the caller (never read as a missing value).
+struct PassToast<'a> {
+    store: &'a ChunkMirror,
+    error: std::cell::RefCell<Option<MirrorError>>,
+}
+
+impl ToastSource for PassToast<'_> {
+    fn fetch(&self, toast_relid: Oid, value_id: Oid) -> Option<Vec<u8>> {
+        match self.store.fetch(toast_relid, value_id) {
+            Ok(v) => v,
+            Err(e) => {
+                *self.error.borrow_mut() = Some(e);
+                None
+            }
+        }
+    }
+}

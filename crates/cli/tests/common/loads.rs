@@ -1,0 +1,109 @@
+//! Initial loads seen from outside: the ledger (`backfills.toml`), waiting
+//! for a load, and the `orders` table and workload the load drills share.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use walshadow_testkit::{Lsn, wait_until};
+
+use super::{OracleColumn, StreamHarness, col, same, tail};
+
+pub const CATCH_UP: Duration = Duration::from_secs(180);
+
+pub fn ledger(h: &StreamHarness) -> Result<toml::Value> {
+    let text = std::fs::read_to_string(h.state_dir.join("backfills.toml")).unwrap_or_default();
+    Ok(toml::from_str(&text)?)
+}
+
+/// `v[a][b]…`, `None` where a key is missing.
+pub fn path<'a>(v: &'a toml::Value, keys: &[&str]) -> Option<&'a toml::Value> {
+    keys.iter().try_fold(v, |v, k| v.get(*k))
+}
+
+/// Field `field` of `key`'s ledger entry.
+pub fn entry(h: &StreamHarness, key: &str, field: &str) -> Result<Option<toml::Value>> {
+    Ok(path(&ledger(h)?, &["table", key, field]).cloned())
+}
+
+pub fn phase(h: &StreamHarness, key: &str) -> Result<Option<String>> {
+    Ok(entry(h, key, "phase")?.and_then(|p| p.as_str().map(str::to_owned)))
+}
+
+/// `key`'s `S` in the ledger.
+pub fn entry_s(h: &StreamHarness, key: &str) -> Result<Lsn> {
+    entry(h, key, "s")?
+        .and_then(|s| s.as_str().map(str::to_owned))
+        .context("no s in the ledger")?
+        .parse()
+        .map_err(|e| anyhow::anyhow!("S in the ledger: {e:?}"))
+}
+
+/// Waits for `key`'s load to be done, running `each` on every poll;
+/// returns its `S`.
+pub fn wait_loaded_with(
+    h: &mut StreamHarness,
+    key: &str,
+    mut each: impl FnMut(&StreamHarness) -> Result<()>,
+) -> Result<Lsn> {
+    let mut last = None;
+    let r = wait_until(CATCH_UP, &format!("the initial load of {key}"), || {
+        h.check_running()?;
+        each(h)?;
+        last = phase(h, key)?;
+        Ok(last.as_deref() == Some("done"))
+    });
+    if let Err(e) = r {
+        anyhow::bail!(
+            "{e}; phase {last:?}; ledger:\n{}\nrun log:\n{}",
+            std::fs::read_to_string(h.state_dir.join("backfills.toml")).unwrap_or_default(),
+            tail(&h.run_log(), 60)
+        );
+    }
+    entry_s(h, key)
+}
+
+pub fn wait_loaded(h: &mut StreamHarness, key: &str) -> Result<Lsn> {
+    wait_loaded_with(h, key, |_| Ok(()))
+}
+
+/// `orders (id bigint primary key, customer int, amount numeric(12,2),
+/// note text)` compared with its ClickHouse table.
+pub fn orders_cols() -> Vec<OracleColumn> {
+    vec![
+        same("id"),
+        same("customer"),
+        col("trim_scale(amount)::text", "toString(amount)"),
+        col("md5(note)", "lower(hex(MD5(note)))"),
+    ]
+}
+
+/// A writer on `orders` until `stop`: inserts, updates (some of the
+/// TOASTed note), deletes, each its own transaction; `done` counts them.
+pub fn orders_workload(
+    h: &StreamHarness,
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<Result<u64>> {
+    let source = Arc::clone(&h.source);
+    std::thread::spawn(move || {
+        let mut i = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            i += 1;
+            let k = (i * 37) % 3000 + 1;
+            source.psql(&format!(
+                "insert into orders values ({n}, {c}, {k}.5, 'new') on conflict (id) do update set amount = orders.amount + 1;
+                 update orders set customer = customer + 1 where id = {k};
+                 update orders set note = repeat(md5({i}::text), 200) where id = {k2};
+                 delete from orders where id = {d};",
+                n = 100_000 + i,
+                c = i % 17,
+                k2 = (k + 5) % 3000 + 1,
+                d = (k + 11) % 3000 + 1,
+            ))?;
+            done.store(i, Ordering::Relaxed);
+        }
+        Ok(i)
+    })
+}
