@@ -137,6 +137,20 @@ pub struct PassSummary {
     pub backup_start: Lsn,
     pub backup_end: Lsn,
     pub bytes_streamed: u64,
+    /// The walked TOAST chunks of the published tables, for the daemon's
+    /// chunk mirror.
+    pub toast: Option<ToastHandoff>,
+}
+
+/// A pass's chunk store, kept after the pass so that the daemon copies the
+/// published tables' TOAST chunks into its own mirror (later UPDATEs that
+/// leave a value unchanged then resolve without reading the source).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToastHandoff {
+    /// A [`ChunkMirror`] file (committed); the importer deletes it.
+    pub path: PathBuf,
+    /// `(TOAST relation OID, relfilenumber walked)` per relation.
+    pub relations: Vec<(Oid, Oid)>,
 }
 
 /// How one table of a pass ended.
@@ -224,6 +238,8 @@ enum Role {
 
 /// What an attempt read from the source before the backup.
 struct Plan {
+    /// `(target, TOAST relation OID, relfilenumber)`.
+    toasts: Vec<(usize, Oid, Oid)>,
     files: Vec<PlannedFile>,
     roles: HashMap<(Oid, Oid), Role>,
     leaves: Vec<Leaf>,
@@ -509,7 +525,55 @@ impl BackupPass {
             summary.tables.push(r);
         }
         summary.tables.sort_by(|a, b| a.0.cmp(&b.0));
+        let relations: Vec<(Oid, Oid)> =
+            plan.toasts
+                .iter()
+                .filter(|(ti, _, _)| {
+                    tables.get(*ti).is_some_and(|t| {
+                        summary.tables.iter().any(|(k, _, o)| {
+                            k == &t.key && matches!(o, TableOutcome::Published { .. })
+                        })
+                    })
+                })
+                .map(|(_, relid, file)| (*relid, *file))
+                .collect();
+        if !relations.is_empty() && walker.toast_chunks > 0 {
+            summary.toast = self.hand_off(walker, scratch, attempt, relations);
+        }
         Ok(summary)
+    }
+
+    /// Commits the walk's chunk store and moves it out of the scratch
+    /// folder for the daemon's mirror; `None` (logged) if that fails: the
+    /// daemon then reads such values from the source when it needs them.
+    fn hand_off(
+        &self,
+        walker: Walker,
+        scratch: &std::path::Path,
+        attempt: u32,
+        relations: Vec<(Oid, Oid)>,
+    ) -> Option<ToastHandoff> {
+        let mut store = walker.toast;
+        let path = self.spill_dir.join(format!(
+            "backup-toast-{}-{attempt}.redb",
+            std::process::id()
+        ));
+        let r = store
+            .commit(Lsn(0))
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                drop(store);
+                std::fs::rename(scratch.join("toast.redb"), &path).map_err(|e| e.to_string())
+            });
+        match r {
+            Ok(()) => Some(ToastHandoff { path, relations }),
+            Err(e) => {
+                tracing::warn!(
+                    "keeping the walked TOAST chunks for the chunk mirror failed ({e}); values are read from the source when needed"
+                );
+                None
+            }
+        }
     }
 
     /// Reads what the walk needs: relations, files, descriptors, bounds.
@@ -557,6 +621,7 @@ impl BackupPass {
             }
         };
         let mut files = Vec::new();
+        let mut toasts = Vec::new();
         let mut roles = HashMap::new();
         let mut leaf_oids: Vec<(usize, Oid, String)> = Vec::new();
         for (ti, t) in tables.iter().enumerate() {
@@ -625,6 +690,7 @@ impl BackupPass {
                     && toast != 0
                 {
                     roles.insert((tspc, tfile), Role::Toast(toast));
+                    toasts.push((ti, toast, tfile));
                     files.push(PlannedFile {
                         name: format!("{rel_name} (TOAST)"),
                         oid: toast,
@@ -672,6 +738,7 @@ impl BackupPass {
         }
         let sql = catalog.into_client();
         let plan = Plan {
+            toasts,
             files,
             roles,
             leaves,

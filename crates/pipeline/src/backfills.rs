@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio::task::JoinHandle;
-use walshadow_backfill::backup::{BackupPass, COALESCE_WINDOW, PassError, PassSummary, PassTable};
+use walshadow_backfill::backup::{
+    BackupPass, COALESCE_WINDOW, PassError, PassSummary, PassTable, ToastHandoff,
+};
 use walshadow_backfill::copy::{CopyLoad, LoadError, LoadSummary};
 use walshadow_backfill::ledger::{Ledger, LedgerError, Pass};
 use walshadow_backfill::snapshot::RecentCommits;
@@ -63,6 +65,8 @@ pub struct Backfills {
     due_since: Option<Instant>,
     /// Swapped entries whose swap is being recovered.
     recovering: HashMap<String, JoinHandle<()>>,
+    /// Walked TOAST chunks of finished passes, for the chunk mirror.
+    toast_handoffs: Vec<ToastHandoff>,
 }
 
 /// Where a load's scratch files and memory come from.
@@ -97,6 +101,7 @@ impl Backfills {
         for key in &queued {
             tracing::info!(table = %key, "initial load pending from an earlier run: it goes on");
         }
+        remove_scratch(&resources.spill_dir);
         let mut replication = source.clone();
         replication.physical = true;
         replication.application_name = Some("walshadow base_backup".into());
@@ -111,6 +116,7 @@ impl Backfills {
             pass: None,
             due_since: None,
             recovering: HashMap::new(),
+            toast_handoffs: Vec::new(),
             ledger: Arc::new(Mutex::new(ledger)),
             running: HashMap::new(),
             queued,
@@ -360,6 +366,7 @@ impl Backfills {
             match futures_now(t) {
                 Some(Ok(Err(e))) => tracing::error!(tables = %keys.join(", "), "{e}"),
                 Some(Ok(Ok(summary))) => {
+                    self.toast_handoffs.extend(summary.toast);
                     // A swap the pass could not finish is recovered now.
                     for (key, _, outcome) in summary.tables {
                         if matches!(
@@ -386,6 +393,12 @@ impl Backfills {
                 tracing::error!(table = %key, "{e}");
             }
         }
+    }
+
+    /// Walked TOAST chunks of published `base_backup` loads, for the
+    /// chunk mirror (taken once).
+    pub fn take_toast_handoffs(&mut self) -> Vec<ToastHandoff> {
+        std::mem::take(&mut self.toast_handoffs)
     }
 
     /// Every entry of the ledger (a copy).
@@ -419,6 +432,32 @@ impl Backfills {
         }
         for (_, t) in self.recovering.drain() {
             t.abort();
+        }
+    }
+}
+
+/// Scratch files of backup passes of an earlier process (killed mid-pass,
+/// or stopped before its walked TOAST chunks were copied).
+fn remove_scratch(spill_dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(spill_dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let r = if name.starts_with("backup-pass-") {
+            std::fs::remove_dir_all(e.path())
+        } else if name.starts_with("backup-toast-") {
+            std::fs::remove_file(e.path())
+        } else {
+            continue;
+        };
+        match r {
+            Ok(()) => {
+                tracing::info!(path = %e.path().display(), "removed scratch of an earlier base_backup pass")
+            }
+            Err(err) => {
+                tracing::warn!(path = %e.path().display(), "removing scratch of an earlier base_backup pass: {err}")
+            }
         }
     }
 }

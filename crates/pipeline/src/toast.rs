@@ -131,6 +131,20 @@ pub struct Toast {
     counters: ToastCounters,
     /// `counters` as last given to the mirror.
     counters_saved: ToastCounters,
+    /// Walked chunks of `base_backup` loads still to copy in.
+    imports: std::collections::VecDeque<Import>,
+}
+
+/// A `base_backup` pass's chunk store being copied into the mirror.
+#[derive(Debug)]
+struct Import {
+    store: Option<ChunkMirror>,
+    path: std::path::PathBuf,
+    /// `(TOAST relation, relfilenumber walked)` still to copy.
+    relations: std::collections::VecDeque<(Oid, Oid)>,
+    /// The last tid copied of the first relation.
+    after: Option<(u32, Tid)>,
+    copied: u64,
 }
 
 /// The mirror as a [`ToastSource`] for the row decoder; a storage error is
@@ -196,6 +210,7 @@ impl Toast {
             waits_dirty: false,
             counters,
             counters_saved: counters,
+            imports: std::collections::VecDeque::new(),
         };
         t.counters.waiting_rows = t.waiting_rows();
         let s = t.mirror.stats();
@@ -214,6 +229,111 @@ impl Toast {
         MirrorSource {
             mirror: &self.mirror,
             error: RefCell::new(None),
+        }
+    }
+
+    /// Queues a `base_backup` pass's walked chunks for the mirror
+    /// ([`Toast::import_step`] copies them in bounded steps).
+    pub fn queue_import(&mut self, path: std::path::PathBuf, relations: Vec<(Oid, Oid)>) {
+        self.imports.push_back(Import {
+            store: None,
+            path,
+            relations: relations.into(),
+            after: None,
+            copied: 0,
+        });
+    }
+
+    /// Copies up to `budget` walked chunks into the mirror, at LSN 0 like
+    /// values read from the source (every WAL insert or delete wins over
+    /// them). A relation no longer pinned, or moved to another file since
+    /// the walk, is skipped: its tids mean nothing now. A store that cannot
+    /// be read is dropped with a warning (values are then read from the
+    /// source when needed).
+    pub fn import_step(&mut self, budget: usize) -> Result<(), MirrorError> {
+        let Some(import) = self.imports.front_mut() else {
+            return Ok(());
+        };
+        if import.store.is_none() {
+            match ChunkMirror::open(&import.path, 16) {
+                Ok(m) => import.store = Some(m),
+                Err(e) => {
+                    tracing::warn!(path = %import.path.display(), "walked TOAST chunks cannot be read ({e}); their values are read from the source when needed");
+                    self.finish_import();
+                    return Ok(());
+                }
+            }
+        }
+        let mut left = budget;
+        while left > 0 {
+            let Some(import) = self.imports.front_mut() else {
+                return Ok(());
+            };
+            let Some(&(relid, file)) = import.relations.front() else {
+                self.finish_import();
+                return Ok(());
+            };
+            let current = self.files.as_ref().and_then(|f| f.get(&relid)).copied();
+            if current != Some(file) {
+                tracing::info!(
+                    toast_relid = relid,
+                    "walked TOAST chunks not copied: the relation is no longer streamed or moved to a new file since the walk"
+                );
+                import.relations.pop_front();
+                import.after = None;
+                continue;
+            }
+            let Some(store) = import.store.as_ref() else {
+                return Ok(());
+            };
+            let batch = match store.tid_chunks(relid, import.after, left) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(
+                        "walked TOAST chunks cannot be read ({e}); their values are read from the source when needed"
+                    );
+                    self.finish_import();
+                    return Ok(());
+                }
+            };
+            if batch.is_empty() {
+                import.relations.pop_front();
+                import.after = None;
+                continue;
+            }
+            left = left.saturating_sub(batch.len());
+            import.after = batch.last().map(|c| (c.file, c.tid));
+            import.copied += batch.len() as u64;
+            for c in batch {
+                self.mirror.insert_chunk(
+                    relid,
+                    c.file,
+                    c.tid,
+                    c.value_id,
+                    c.chunk_seq,
+                    Lsn(0),
+                    &c.data,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether walked chunks are still being copied in.
+    pub fn importing(&self) -> bool {
+        !self.imports.is_empty()
+    }
+
+    fn finish_import(&mut self) {
+        if let Some(import) = self.imports.pop_front() {
+            drop(import.store);
+            tracing::info!(
+                chunks = import.copied,
+                "walked TOAST chunks of a base_backup load copied into the chunk mirror"
+            );
+            if let Err(e) = std::fs::remove_file(&import.path) {
+                tracing::warn!(path = %import.path.display(), "removing a base_backup pass's chunk store: {e}");
+            }
         }
     }
 

@@ -102,7 +102,7 @@ mod mirror;
 mod op;
 
 pub use error::MirrorError;
-pub use mirror::{ChunkMirror, MirrorStats, Tid};
+pub use mirror::{ChunkMirror, MirrorStats, StoredChunk, Tid};
 
 #[cfg(test)]
 mod tests;

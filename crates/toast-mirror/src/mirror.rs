@@ -52,6 +52,18 @@ pub struct Tid {
     pub offset: u16,
 }
 
+/// A chunk with the tid it lives at ([`ChunkMirror::tid_chunks`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredChunk {
+    /// The TOAST relation's relfilenumber the tid is in.
+    pub file: u32,
+    pub tid: Tid,
+    pub value_id: Oid,
+    pub chunk_seq: i32,
+    pub insert_lsn: Lsn,
+    pub data: Vec<u8>,
+}
+
 /// Counters and sizes of a mirror.
 ///
 /// `values`, `chunks`, `data_bytes`, `source_values` and `pending` are exact
@@ -692,6 +704,71 @@ impl ChunkMirror {
             from = found.checked_add(1);
         }
         Ok(out.into_iter().collect())
+    }
+
+    /// Up to `limit` chunks of `toast_relid` in tid order (file, block,
+    /// offset), starting after `after`: a relation copied from one mirror
+    /// into another (a `base_backup` pass's walked chunks into the daemon's).
+    /// A tid row whose chunk is gone is skipped.
+    pub fn tid_chunks(
+        &self,
+        toast_relid: Oid,
+        after: Option<(u32, Tid)>,
+        limit: usize,
+    ) -> Result<Vec<StoredChunk>, MirrorError> {
+        const OP: &str = "list chunks by tid";
+        let path = &self.path;
+        let st = |e: redb::StorageError| MirrorError::storage(path, OP, e);
+        let txn = self.reader(OP)?;
+        let tids = txn
+            .open_table(TIDS)
+            .map_err(|e| MirrorError::storage(path, OP, e))?;
+        let chunks = txn
+            .open_table(CHUNKS)
+            .map_err(|e| MirrorError::storage(path, OP, e))?;
+        let from: TidKey = match after {
+            Some((file, tid)) => (toast_relid, file, tid.block, tid.offset),
+            None => (toast_relid, 0, 0, 0),
+        };
+        let mut out = Vec::new();
+        for entry in tids
+            .range(from..=(toast_relid, u32::MAX, u32::MAX, u16::MAX))
+            .map_err(st)?
+        {
+            if out.len() >= limit {
+                break;
+            }
+            let (key, row) = entry.map_err(st)?;
+            let (rel, file, block, offset) = key.value();
+            if after.is_some() && (rel, file, block, offset) == from {
+                continue;
+            }
+            let (value_id, chunk_seq, _) = row.value();
+            let Some(stored) = chunks
+                .get(&(toast_relid, value_id, chunk_seq))
+                .map_err(st)?
+            else {
+                continue;
+            };
+            let (insert_lsn, data) = split_chunk(stored.value()).ok_or_else(|| {
+                MirrorError::corrupt(
+                    path,
+                    OP,
+                    format!(
+                        "chunk ({toast_relid}, {value_id}, {chunk_seq}) shorter than its LSN prefix"
+                    ),
+                )
+            })?;
+            out.push(StoredChunk {
+                file,
+                tid: Tid { block, offset },
+                value_id,
+                chunk_seq,
+                insert_lsn: Lsn(insert_lsn),
+                data: data.to_vec(),
+            });
+        }
+        Ok(out)
     }
 
     /// Value ids with at least one chunk in `toast_relid` (to compare with the

@@ -60,6 +60,10 @@ mod rows;
 mod scope;
 mod tables;
 
+/// Walked TOAST chunks of a `base_backup` load copied into the mirror per
+/// timer tick (about 2 KB each).
+const TOAST_IMPORT_STEP: usize = 20_000;
+
 /// Why streaming stopped (definite errors of one table stop only that
 /// table and are not here).
 #[derive(Debug, thiserror::Error)]
@@ -437,6 +441,13 @@ impl Streamer {
             self.write_progress()?;
         }
         self.backfills.reap();
+        for h in self.backfills.take_toast_handoffs() {
+            self.toast.queue_import(h.path, h.relations);
+        }
+        if self.toast.importing() {
+            // Bounded per tick: the stream goes on meanwhile.
+            self.toast.import_step(TOAST_IMPORT_STEP)?;
+        }
         if self.backfills.has_queued() {
             self.connect_relations().await?;
             self.start_loads();

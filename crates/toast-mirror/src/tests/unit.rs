@@ -527,3 +527,52 @@ fn the_mirror_can_move_between_threads() {
     is_send::<ChunkMirror>();
     is_send::<MirrorError>();
 }
+
+#[test]
+fn tid_chunks_pages_through_one_relation_in_tid_order() {
+    let dir = TestDir::new("tid-chunks");
+    let mut m = open(&dir);
+    m.insert_chunk(REL, FILE, tid(2, 1), 7, 1, Lsn(0), b"bb")
+        .unwrap();
+    m.insert_chunk(REL, FILE, tid(0, 5), 7, 0, Lsn(0), b"a")
+        .unwrap();
+    m.insert_chunk(REL, NEW_FILE, tid(0, 1), 9, 0, Lsn(5), b"n")
+        .unwrap();
+    m.insert_chunk(OTHER_REL, FILE, tid(0, 1), 7, 0, Lsn(0), b"other")
+        .unwrap();
+    let first = m.tid_chunks(REL, None, 2).unwrap();
+    let got: Vec<_> = first
+        .iter()
+        .map(|c| (c.file, c.tid, c.value_id, c.chunk_seq, c.data.clone()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (FILE, tid(0, 5), 7, 0, b"a".to_vec()),
+            (FILE, tid(2, 1), 7, 1, b"bb".to_vec())
+        ]
+    );
+    let last = first.last().map(|c| (c.file, c.tid));
+    let rest = m.tid_chunks(REL, last, 2).unwrap();
+    assert_eq!(rest.len(), 1);
+    assert_eq!((rest[0].file, rest[0].insert_lsn), (NEW_FILE, Lsn(5)));
+    let after = m.tid_chunks(REL, Some((NEW_FILE, tid(0, 1))), 2).unwrap();
+    assert!(after.is_empty());
+    // Copied into another mirror, the values read the same.
+    let dir2 = TestDir::new("tid-chunks-copy");
+    let mut m2 = open(&dir2);
+    for c in first.iter().chain(&rest) {
+        m2.insert_chunk(
+            REL,
+            c.file,
+            c.tid,
+            c.value_id,
+            c.chunk_seq,
+            c.insert_lsn,
+            &c.data,
+        )
+        .unwrap();
+    }
+    assert_eq!(m2.fetch(REL, 7).unwrap().as_deref(), Some(&b"abb"[..]));
+    assert_eq!(m2.fetch(OTHER_REL, 7).unwrap(), None);
+}
