@@ -369,12 +369,27 @@ impl BackupPass {
     }
 
     async fn attempt(&self, attempt: u32, scratch: &PathBuf) -> Result<PassSummary, AttemptError> {
-        let tables: Vec<PassTable> = self
+        let (tables, gone): (Vec<PassTable>, Vec<PassTable>) = self
             .tables
             .iter()
-            .filter(|t| self.is_current(t))
             .cloned()
-            .collect();
+            .partition(|t| self.is_current(t));
+        // Opted out since an earlier attempt: its staging table goes.
+        for t in &gone {
+            let staging = StagingTable::new(
+                self.ch.clone(),
+                self.database.clone(),
+                t.dest_name.clone(),
+                t.s,
+                &self.meta,
+            );
+            if let Err(e) = staging
+                .discard("the table was opted out during its load")
+                .await
+            {
+                tracing::warn!(table = %t.key, "dropping the staging table of an opted-out table: {e}");
+            }
+        }
         let sql = ReplicationClient::connect(&self.source)
             .await
             .map_err(failed("connecting to the source"))?;

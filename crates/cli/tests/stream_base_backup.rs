@@ -236,15 +236,22 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
 }
 
 fn failures_recover(major: PgMajor) -> Result<()> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let mut h = StreamHarness::new(
         major,
         "bb-fail",
         &[],
-        &format!("{CONFIG}batch_rows = 200\nmax_attempts = 8\n"),
+        &format!(
+            "{CONFIG}batch_rows = 200\nmax_attempts = 8\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"
+        ),
     )?;
     h.source.psql(
         "create table big (id int primary key, v text);
          insert into big select g, 'v' || g from generate_series(1, 3000) g;
+         create table gone (id int primary key, v text);
+         insert into gone select g, 'g' || g from generate_series(1, 50) g;
          create table t2 (id int primary key, v text);
          insert into t2 select g, 'w' || g from generate_series(1, 800) g;",
     )?;
@@ -258,9 +265,11 @@ fn failures_recover(major: PgMajor) -> Result<()> {
     h.start_run()?;
     let cols = [same("id"), same("v")];
 
-    // 1. The source crashes mid-walk.
-    h.source
-        .psql("insert into walshadow.tables values ('public', 'big', true, 'base_backup');")?;
+    // 1. The source crashes mid-walk; another table of the pass is opted
+    // out meanwhile.
+    h.source.psql(
+        "insert into walshadow.tables values ('public', 'big', true, 'base_backup'), ('public', 'gone', true, 'base_backup');",
+    )?;
     let paused = pause_dir.join("public.big.walk.paused");
     wait_until(CATCH_UP, "the walk to pause", || {
         h.check_running()?;
@@ -275,6 +284,19 @@ fn failures_recover(major: PgMajor) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("S in the ledger: {e:?}"))?;
     let staged = count(&h, "SELECT count() FROM app.big__wsstg")?;
     ensure!(staged >= 200, "only {staged} rows in staging at the pause");
+    let pending = "config_backfills_pending{mode=\"base_backup\"} 2";
+    let mut metrics = String::new();
+    wait_until(
+        Duration::from_secs(30),
+        "the pending loads in the metrics",
+        || {
+            metrics = scrape(port)?;
+            Ok(metrics.contains(pending))
+        },
+    )
+    .with_context(|| format!("/metrics:\n{metrics}"))?;
+    h.source
+        .psql("update walshadow.tables set replicate = false where table_name = 'gone';")?;
     h.source
         .psql("insert into big values (5001, 'live during the walk'); update big set v = 'live update' where id = 7;")?;
     h.wait_caught_up(CATCH_UP)?;
@@ -322,6 +344,18 @@ fn failures_recover(major: PgMajor) -> Result<()> {
         Ok(())
     })?;
     ensure!(s2 == s, "S moved: {s} → {s2}");
+    ensure!(
+        entry(&h, "public.gone", "phase")?.is_none(),
+        "the opted-out table kept its ledger entry"
+    );
+    let gone = count(
+        &h,
+        "SELECT count() FROM system.tables WHERE database = 'app' AND name = 'gone__wsstg'",
+    )? + count(&h, "SELECT count() FROM app.gone")?;
+    ensure!(
+        gone == 0,
+        "the opted-out table's load left rows or its staging table"
+    );
     h.wait_caught_up(CATCH_UP)?;
     h.assert_equal("public.big", "big", &cols)?;
     let loaded = count(

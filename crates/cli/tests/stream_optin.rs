@@ -27,16 +27,6 @@ use common::loads::*;
 use common::{StreamHarness, same};
 use walshadow_testkit::{PgMajor, wait_until};
 
-/// `GET /metrics` from the daemon's endpoint.
-fn scrape(port: u16) -> Result<String> {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    c.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")?;
-    let mut out = String::new();
-    c.read_to_string(&mut out)?;
-    Ok(out)
-}
-
 fn opt_in_under_load(major: PgMajor) -> Result<()> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?

@@ -107,3 +107,13 @@ pub fn orders_workload(
         Ok(i)
     })
 }
+
+/// `GET /metrics` from the daemon's endpoint.
+pub fn scrape(port: u16) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    c.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")?;
+    let mut out = String::new();
+    c.read_to_string(&mut out)?;
+    Ok(out)
+}
