@@ -390,6 +390,9 @@ impl BackupPass {
                 tracing::warn!(table = %t.key, "dropping the staging table of an opted-out table: {e}");
             }
         }
+        if tables.is_empty() {
+            return Ok(PassSummary::default());
+        }
         let sql = ReplicationClient::connect(&self.source)
             .await
             .map_err(failed("connecting to the source"))?;

@@ -170,6 +170,13 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
         )?
         .trim()
         .parse()?;
+    if let Some(line) = h
+        .run_log()
+        .lines()
+        .find(|l| l.contains("initial load (base_backup) done"))
+    {
+        eprintln!("{line}");
+    }
     let walked = logged(&h, "initial load (base_backup) done", "files_walked");
     ensure!(
         walked == Some(expected),

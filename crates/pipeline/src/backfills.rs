@@ -250,7 +250,11 @@ impl Backfills {
                 }
             }
         }
-        if backups.is_empty() || self.pass.is_some() {
+        if backups.is_empty() {
+            self.due_since = None;
+            return;
+        }
+        if self.pass.is_some() {
             return;
         }
         let since = *self.due_since.get_or_insert_with(Instant::now);
