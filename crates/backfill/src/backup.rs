@@ -61,7 +61,7 @@ use walshadow_wal_reader::replication::{
 };
 
 use crate::ledger::{Ledger, LedgerError, Pass, Phase};
-use crate::staging::{Gate as SchemaGate, StagingTable, SwapMark};
+use crate::staging::{DestLocks, Gate as SchemaGate, StagingTable, SwapMark};
 use crate::visibility::{
     DeferredSpool, Gate, GateCounters, MultiXacts, SpoolConfig, TupleHeader, Verdict, XactLog,
 };
@@ -114,6 +114,9 @@ pub struct BackupPass {
     /// Tests: pause once per table, after its first rows reached staging,
     /// until the file this creates in the folder is removed.
     pub pause_dir: Option<PathBuf>,
+    /// Shared with the stream: held from a table's schema gate to its
+    /// exchange.
+    pub dest_locks: DestLocks,
 }
 
 /// What a pass did, for its summary and the caller.
@@ -406,7 +409,8 @@ impl BackupPass {
                 t.s,
                 &self.meta,
             )
-            .with_settings(dest.query_settings());
+            .with_settings(dest.query_settings())
+            .with_insert_timeout(Duration::ZERO);
             staging
                 .prepare()
                 .await
@@ -819,7 +823,11 @@ impl BackupPass {
         }
         let mut mark = |m: &SwapMark| self.mark(t, m);
         let result: Result<TableOutcome, crate::staging::StagingError> = async {
+            // The stream's inserts and DDL into the table wait from the gate
+            // to the exchange: none straddles it, the copy-back needs no wait.
+            let guard = self.dest_locks.lock(&t.dest_name).await;
             if let SchemaGate::Differs { reason } = staging.gate().await? {
+                drop(guard);
                 let reason = format!(
                     "{}'s ClickHouse table changed shape during the load ({reason}); the load runs again at the next start",
                     t.key
@@ -832,6 +840,7 @@ impl BackupPass {
             }
             let uuid = staging.mark_swapped(&mut mark).await?;
             staging.exchange(&uuid).await?;
+            drop(guard);
             if std::env::var_os(CRASH_AFTER_EXCHANGE_ENV).is_some() {
                 tracing::warn!(table = %t.key, "test hook: aborting right after the exchange");
                 std::process::abort();
@@ -856,7 +865,10 @@ impl BackupPass {
                         // Past the mark: only recovery may go on.
                         for round in 0..3u32 {
                             tokio::time::sleep(Duration::from_secs(1 << round)).await;
-                            match staging.recover(&state.staging_uuid, &mut mark).await {
+                            let guard = self.dest_locks.lock(&t.dest_name).await;
+                            let r = staging.recover(&state.staging_uuid, &mut mark).await;
+                            drop(guard);
+                            match r {
                                 Ok(r) => {
                                     return match r.outcome {
                                         crate::staging::SwapOutcome::Published { copied_back } => {

@@ -13,7 +13,8 @@
 //!            … the pass loads db.stg; the stream writes db.dest (_lsn > S) …
 //!  1 gate:      fingerprint(dest) == fingerprint(stg)?   no ─▶ drop stg, mark Discarded (pending)
 //!  2 exchange:  uuid(stg) ─▶ mark Swapped{uuid} (ledger, durable) ─▶ EXCHANGE TABLES db.dest AND db.stg
-//!  3 copy-back: wait one insert timeout after the exchange, then
+//!  3 copy-back: wait the insert timeout after the exchange (zero when the
+//!              caller holds the stream's inserts off across it), then
 //!               INSERT INTO db.dest (cols) SELECT cols FROM db.stg WHERE _lsn > S
 //!  4 finish:    DROP TABLE db.stg SYNC ─▶ mark Done
 //! ```
@@ -31,7 +32,9 @@
 //! - Copy-back: live inserts that resolved the destination name before the
 //!   exchange write into the storage now called staging; each finishes
 //!   within one insert timeout (a retry resolves the name again), so the
-//!   copy-back waits that long after the exchange. Only rows with
+//!   copy-back waits that long after the exchange — unless the caller
+//!   serializes its inserts with the swap ([`DestLocks`]; walshadow does,
+//!   and sets the timeout to zero). Only rows with
 //!   `_lsn > S` come back (older ones are a previous life's, which a
 //!   re-opt-in purges). The column list is the destination's insertable
 //!   columns that staging also has, in destination order, so DDL applied
@@ -329,6 +332,33 @@ impl StagingError {
             StagingError::Ledger(LedgerError::Io { .. }) => true,
             _ => false,
         }
+    }
+}
+
+/// Per destination table, a lock that orders the daemon's own writes to it
+/// around a staging swap. The stream holds a table's lock for each insert
+/// and DDL statement; a swap holds it from its schema gate to its exchange.
+/// No insert that resolved the old storage is then still running after the
+/// exchange, so the copy-back needs no wait (seed 000 waits one insert
+/// timeout because it assumes no such coordination; inserts of a crashed
+/// process are replayed from its durable progress, so recovery needs none
+/// either). Also keeps the stream's DDL off the storage being swapped out.
+#[derive(Debug, Clone, Default)]
+pub struct DestLocks(
+    Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+);
+
+impl DestLocks {
+    /// Waits for and takes the lock of ClickHouse table `dest`.
+    pub async fn lock(&self, dest: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let m = {
+            let mut map = match self.0.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            Arc::clone(map.entry(dest.to_owned()).or_default())
+        };
+        m.lock_owned().await
     }
 }
 

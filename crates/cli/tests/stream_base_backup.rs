@@ -26,9 +26,8 @@ use common::loads::*;
 use common::{StreamHarness, same};
 use walshadow_testkit::{Lsn, PgMajor, wait_until};
 
-/// A fast checkpoint (no wait for a spread one); copy-back waits one
-/// request timeout after each exchange.
-const CONFIG: &str = "request_timeout_s = 10\n[backfill]\nbackup_checkpoint = \"fast\"\n";
+/// A fast checkpoint (no wait for a spread one).
+const CONFIG: &str = "[backfill]\nbackup_checkpoint = \"fast\"\n";
 
 fn count(h: &StreamHarness, sql: &str) -> Result<u64> {
     let n = h.ch.query(sql)?;

@@ -25,8 +25,7 @@
 //! # batch_rows = 100000                     # flush a table's batch at N rows,
 //! # batch_mb = 16                           # ... or N MB,
 //! # batch_ms = 1000                         # ... or after N ms, whichever first
-//! # request_timeout_s = 120                 # bound on one HTTP request (an insert attempt);
-//!                                           # a base_backup swap's copy-back waits this long
+//! # request_timeout_s = 120                 # bound on one HTTP request (an insert attempt, DDL)
 //! # lsn_column = "_lsn"                     # commit LSN (UInt64)
 //! # seq_column = "_seq"                     # the change's own LSN (UInt64)
 //! # xid_column = "_xid"                     # transaction id (UInt32)
@@ -119,8 +118,7 @@ pub struct ClickHouseConfig {
     #[serde(default = "default_batch_ms")]
     pub batch_ms: u64,
     /// Bound on one HTTP request to ClickHouse, in seconds (an insert
-    /// attempt, DDL). A `base_backup` swap copies live rows back this long
-    /// after its exchange: an insert that began before it has ended.
+    /// attempt, DDL); a slower one is retried.
     #[serde(default = "default_request_timeout_s")]
     pub request_timeout_s: u64,
     #[serde(default = "default_lsn_column")]

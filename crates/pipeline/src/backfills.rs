@@ -25,7 +25,7 @@ use walshadow_backfill::backup::{
 use walshadow_backfill::copy::{CopyLoad, LoadError, LoadSummary};
 use walshadow_backfill::ledger::{Ledger, LedgerError, Pass};
 use walshadow_backfill::snapshot::RecentCommits;
-use walshadow_backfill::staging::{StagingTable, SwapMark};
+use walshadow_backfill::staging::{DestLocks, StagingTable, SwapMark};
 use walshadow_config::{BackfillConfig, BackupCheckpoint};
 use walshadow_emitter::{ClickHouseClient, MetaColumns};
 use walshadow_types::Lsn;
@@ -67,6 +67,7 @@ pub struct Backfills {
     recovering: HashMap<String, JoinHandle<()>>,
     /// Walked TOAST chunks of finished passes, for the chunk mirror.
     toast_handoffs: Vec<ToastHandoff>,
+    dest_locks: DestLocks,
 }
 
 /// Where a load's scratch files and memory come from.
@@ -76,6 +77,8 @@ pub struct LoadResources {
     /// Deferred tuples of a backup pass held in memory before spilling.
     pub spool_memory_bytes: usize,
     pub toast_cache_mb: usize,
+    /// The stream's per-table write locks (see [`DestLocks`]).
+    pub dest_locks: DestLocks,
 }
 
 impl Backfills {
@@ -117,6 +120,7 @@ impl Backfills {
             due_since: None,
             recovering: HashMap::new(),
             toast_handoffs: Vec::new(),
+            dest_locks: resources.dest_locks,
             ledger: Arc::new(Mutex::new(ledger)),
             running: HashMap::new(),
             queued,
@@ -287,6 +291,7 @@ impl Backfills {
             state_dir: self.state_dir.clone(),
             ledger: Arc::clone(&self.ledger),
             pause_dir: std::env::var_os(PAUSE_ENV).map(PathBuf::from),
+            dest_locks: self.dest_locks.clone(),
         };
         tracing::info!(tables = %keys.join(", "), "initial load (base_backup) starting: one backup for these tables");
         self.pass = Some((keys, tokio::spawn(pass.run())));
@@ -321,13 +326,15 @@ impl Backfills {
         if self.recovering.get(&key).is_some_and(|t| !t.is_finished()) {
             return;
         }
+        let locks = self.dest_locks.clone();
         let staging = StagingTable::new(
             self.ch.clone(),
             self.database.clone(),
-            dest_name,
+            dest_name.clone(),
             s,
             &self.meta,
-        );
+        )
+        .with_insert_timeout(std::time::Duration::ZERO);
         let ledger = Arc::clone(&self.ledger);
         let state_dir = self.state_dir.clone();
         let task_key = key.clone();
@@ -345,7 +352,12 @@ impl Backfills {
             };
             let mut delay = std::time::Duration::from_secs(1);
             loop {
-                match staging.recover(&uuid, &mut mark).await {
+                // Inserts of the process that crashed are replayed from its
+                // progress; this one's wait on the lock: no copy-back wait.
+                let guard = locks.lock(&dest_name).await;
+                let r = staging.recover(&uuid, &mut mark).await;
+                drop(guard);
+                match r {
                     Ok(r) => {
                         tracing::info!(table = %key, found = ?r.found, outcome = ?r.outcome, "initial load (base_backup): staging swap recovered");
                         return;

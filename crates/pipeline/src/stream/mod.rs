@@ -162,6 +162,9 @@ pub struct Streamer {
     scope_changes: Vec<ScopeChange>,
     config_decoder: Option<(Arc<RelationDesc>, RowDecoder)>,
     backfills: Backfills,
+    /// Held for each insert and DDL statement into a ClickHouse table;
+    /// `base_backup` swaps hold it from their schema gate to the exchange.
+    dest_locks: walshadow_backfill::staging::DestLocks,
     metrics: crate::metrics::Metrics,
     /// Rows and bytes of each load already counted in `metrics`.
     load_counted: HashMap<String, (u64, u64)>,
@@ -257,6 +260,7 @@ impl Streamer {
                 .filter(|(_, t)| t.opted_in && t.opted_out.is_none())
                 .map(|(k, _)| k.clone()),
         );
+        let dest_locks = walshadow_backfill::staging::DestLocks::default();
         let mut backfills = Backfills::open(
             config.state.dir.clone(),
             config.backfill.clone(),
@@ -268,6 +272,7 @@ impl Streamer {
                 spill_dir: config.state.spill_dir(),
                 spool_memory_bytes: (config.stream.memory_mb << 20) / 4,
                 toast_cache_mb: config.stream.toast_cache_mb,
+                dest_locks: dest_locks.clone(),
             },
         )?;
         // A pinned table seen for the first time loads per its
@@ -319,6 +324,7 @@ impl Streamer {
             scope_changes: Vec::new(),
             config_decoder: None,
             backfills,
+            dest_locks,
             metrics,
             load_counted: HashMap::new(),
             load_bars: crate::load_bars::LoadBars::default(),

@@ -93,6 +93,7 @@ impl Streamer {
                     walshadow_emitter::quote_ident(&dest_name)
                 );
                 tracing::info!(table = %key, lsn = %lsn, old_oid = old.oid, new_oid = desc.oid, "the table was dropped and created again: its ClickHouse rows are removed");
+                let _guard = self.dest_locks.lock(&dest_name).await;
                 self.retry_clickhouse("truncating a re-created table", move |ch| {
                     let sql = sql.clone();
                     async move { ch.execute(&sql).await }
@@ -104,6 +105,7 @@ impl Streamer {
                 self.flush_table(&key).await?;
                 let settings = new.query_settings();
                 let mut refused = None;
+                let guard = self.dest_locks.lock(&dest_name).await;
                 for sql in &statements {
                     tracing::info!(table = %key, "ClickHouse: {sql}");
                     let settings = settings.clone();
@@ -126,6 +128,7 @@ impl Streamer {
                         Err(e) => return Err(e),
                     }
                 }
+                drop(guard);
                 if let Some(e) = refused {
                     self.stop_table(
                         &key,
@@ -255,6 +258,7 @@ impl Streamer {
                 walshadow_emitter::quote_ident(&table_name(&key))
             );
             tracing::info!(table = %key, lsn = %c.lsn, "TRUNCATE");
+            let _guard = self.dest_locks.lock(&table_name(&key)).await;
             self.retry_clickhouse("truncating a table", move |ch| {
                 let sql = sql.clone();
                 async move { ch.execute(&sql).await }
@@ -296,7 +300,10 @@ impl Streamer {
             sealed.range_token(),
             crc32c::crc32c(&sealed.body)
         );
-        match sealed.insert(&self.ch, &token, &self.retry).await {
+        let guard = self.dest_locks.lock(&sealed.table).await;
+        let inserted = sealed.insert(&self.ch, &token, &self.retry).await;
+        drop(guard);
+        match inserted {
             Ok(_) => {
                 if let Some(t) = self.progress.tables.get_mut(key) {
                     t.rows += sealed.rows as u64;
