@@ -24,8 +24,8 @@
 //!      base_backup: 1 s coalesce window, a 'walshadow load' SQL session (the
 //!                   catalog), a replication connection 'walshadow base_backup'
 //!                   (a walsender): BASE_BACKUP (CHECKPOINT 'fast', no WAL) ─▶
-//!                   page walk ─▶ app.items__wsstg ─▶ EXCHANGE TABLES ─▶ wait
-//!                   request_timeout_s ─▶ copy-back ─▶ drop staging
+//!                   page walk ─▶ app.items__wsstg ─▶ EXCHANGE TABLES ─▶
+//!                   copy-back ─▶ drop staging
 //!    t1  <state>/backfills.toml: phase = "done"        (polled every 20 ms)
 //!    check: count, sums and non-NULL counts of app.items FINAL = the source's
 //! ```
@@ -40,8 +40,7 @@
 //!   staging holds every row), for base_backup until `swap` is recorded
 //!   (just before `EXCHANGE TABLES`), and the rest (copy: the last marks,
 //!   the sessions end, a `FINAL` count; base_backup: the exchange, the
-//!   copy-back's fixed wait of `request_timeout_s`, the copy-back, the
-//!   drop: the publish tail);
+//!   copy-back, the drop: the publish tail);
 //! - MB/s two ways: heap MB (`pg_relation_size`, the main fork) and the
 //!   stream walshadow received (copy: the ledger's binary `COPY` bytes;
 //!   base_backup: `bytes_streamed` of the `BASE_BACKUP`, every file of the
@@ -107,10 +106,6 @@ struct Args {
     /// `[backfill] chunk_blocks` of the copy loads (walshadow's default when absent).
     #[arg(long)]
     chunk_blocks: Option<u32>,
-    /// `[clickhouse] request_timeout_s` of the base_backup load: its
-    /// copy-back waits this long after the exchange.
-    #[arg(long, default_value_t = 5)]
-    request_timeout_s: u64,
     /// The walshadow binary; default: `walshadow` next to this program.
     #[arg(long)]
     walshadow: Option<PathBuf>,
@@ -204,10 +199,6 @@ fn main() -> Result<()> {
     ensure!(
         !args.workers.is_empty() && args.workers.iter().all(|&w| w > 0),
         "--workers takes worker counts of at least 1"
-    );
-    ensure!(
-        args.request_timeout_s > 0,
-        "--request-timeout-s must be positive"
     );
     let walshadow = walshadow_binary(args.walshadow.as_deref())?;
     let mut loads = Vec::new();
@@ -331,9 +322,6 @@ struct Run {
     /// base_backup: opt-in committed to the ledger's `swap` (recorded just
     /// before `EXCHANGE TABLES`).
     swap_secs: Option<f64>,
-    /// base_backup: the copy-back's fixed wait after the exchange
-    /// (`request_timeout_s`), part of the publish tail.
-    copy_back_wait_secs: Option<f64>,
     /// The ledger's record of the pass.
     rows: u64,
     attempts: u32,
@@ -487,8 +475,7 @@ fn load_once(
         }
         Mode::BaseBackup => {
             text.push_str(&format!(
-                "request_timeout_s = {}\n\n[backfill]\nbackup_checkpoint = \"{BACKUP_CHECKPOINT}\"\n",
-                args.request_timeout_s
+                "\n[backfill]\nbackup_checkpoint = \"{BACKUP_CHECKPOINT}\"\n"
             ));
         }
     }
@@ -574,7 +561,6 @@ fn load_once(
         run.stream_bytes = backup.bytes_streamed;
         run.stream_mb_per_sec = backup.bytes_streamed as f64 / 1e6 / run.secs;
         run.backup = Some(backup);
-        run.copy_back_wait_secs = Some(args.request_timeout_s as f64);
     }
     let into = match mode {
         Mode::Copy => TABLE,
@@ -928,8 +914,7 @@ fn report(args: &Args, v: &Versions, table: &Table, runs: &[Run]) -> Result<()> 
     );
     if args.modes.contains(&Mode::BaseBackup) {
         println!(
-            "base_backup settings: backup_checkpoint = \"{BACKUP_CHECKPOINT}\", backup_max_rate_kb unthrottled, request_timeout_s = {} (its copy-back waits that long after the exchange)",
-            args.request_timeout_s
+            "base_backup settings: backup_checkpoint = \"{BACKUP_CHECKPOINT}\", backup_max_rate_kb unthrottled"
         );
     }
     println!(
@@ -990,13 +975,11 @@ fn report(args: &Args, v: &Versions, table: &Table, runs: &[Run]) -> Result<()> 
                     ),
                 );
                 if let Some(rows_in) = r.rows_in_secs {
-                    let wait = r.copy_back_wait_secs.unwrap_or(0.0);
                     row(
                         "publish tail: rows in to done",
                         format!(
-                            "{:.1} s, of it the copy-back's fixed wait of {wait:.0} s; load without that wait {:.1} s",
-                            r.secs - rows_in,
-                            r.secs - wait
+                            "{:.1} s (the exchange, the copy-back, the drop)",
+                            r.secs - rows_in
                         ),
                     );
                 }
@@ -1185,7 +1168,6 @@ fn report(args: &Args, v: &Versions, table: &Table, runs: &[Run]) -> Result<()> 
                 "chunk_blocks": args.chunk_blocks,
                 "base_backup": {
                     "backup_checkpoint": BACKUP_CHECKPOINT,
-                    "request_timeout_s": args.request_timeout_s,
                 },
             },
             "table": table,

@@ -202,6 +202,13 @@ impl fmt::Display for StatusReport {
                 if p.resumes > 0 {
                     write!(f, ", {} resumes", p.resumes)?;
                 }
+                if let Some(swap) = &p.swap {
+                    write!(
+                        f,
+                        ", staging swap under way (staging uuid {})",
+                        swap.staging_uuid
+                    )?;
+                }
                 writeln!(f)?;
                 if let Some(e) = &p.error {
                     writeln!(f, "    last error: {e}")?;
