@@ -82,15 +82,38 @@ impl ShadowAddress {
             })
     }
 
+    /// [`connect`](Self::connect), tried again until `deadline`: `walshadow
+    /// run` restarts its shadow at start (and after a crash), and the socket
+    /// is briefly gone or refusing then.
+    async fn connect_by(
+        &self,
+        db: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<ShadowCatalog, AccessError> {
+        loop {
+            match self.connect(db).await {
+                Ok(c) => return Ok(c),
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    tracing::debug!("{e}; trying again");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// A session on `db` once the shadow has replayed `lsn`. The wait runs
     /// in the url's database: `db` may be created by WAL not yet replayed.
+    /// Within `timeout`, a shadow not accepting connections yet (being
+    /// restarted) is waited for too.
     pub async fn session(
         &self,
         lsn: Option<Lsn>,
         timeout: Duration,
     ) -> Result<ShadowCatalog, AccessError> {
         if let Some(lsn) = lsn {
-            let mut cat = self.connect(&self.url_db).await?;
+            let deadline = tokio::time::Instant::now() + timeout;
+            let mut cat = self.connect_by(&self.url_db, deadline).await?;
             cat.wait_for_lsn(lsn, timeout).await?;
             if self.db == self.url_db {
                 return Ok(cat);
