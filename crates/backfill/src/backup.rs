@@ -362,6 +362,19 @@ impl BackupPass {
         Ok(())
     }
 
+    /// `t`'s staging table. No copy-back wait: the stream's inserts are
+    /// held off across the exchange (`dest_locks`).
+    fn staging_of(&self, t: &PassTable) -> StagingTable {
+        StagingTable::new(
+            self.ch.clone(),
+            self.database.clone(),
+            t.dest_name.clone(),
+            t.s,
+            &self.meta,
+        )
+        .with_insert_timeout(Duration::ZERO)
+    }
+
     /// Whether `t`'s entry is still this pass's (not opted out since).
     fn is_current(&self, t: &PassTable) -> bool {
         self.ledger.lock().is_ok_and(|l| {
@@ -379,14 +392,8 @@ impl BackupPass {
             .partition(|t| self.is_current(t));
         // Opted out since an earlier attempt: its staging table goes.
         for t in &gone {
-            let staging = StagingTable::new(
-                self.ch.clone(),
-                self.database.clone(),
-                t.dest_name.clone(),
-                t.s,
-                &self.meta,
-            );
-            if let Err(e) = staging
+            if let Err(e) = self
+                .staging_of(t)
                 .discard("the table was opted out during its load")
                 .await
             {
@@ -402,15 +409,7 @@ impl BackupPass {
         let (plan, mut sql) = self.plan(sql, &tables).await?;
         let mut targets = Vec::with_capacity(tables.len());
         for (t, dest) in tables.iter().zip(&plan.dests) {
-            let staging = StagingTable::new(
-                self.ch.clone(),
-                self.database.clone(),
-                t.dest_name.clone(),
-                t.s,
-                &self.meta,
-            )
-            .with_settings(dest.query_settings())
-            .with_insert_timeout(Duration::ZERO);
+            let staging = self.staging_of(t).with_settings(dest.query_settings());
             staging
                 .prepare()
                 .await

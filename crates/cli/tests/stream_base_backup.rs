@@ -48,6 +48,13 @@ fn logged(h: &StreamHarness, message: &str, field: &str) -> Option<u64> {
         .ok()
 }
 
+fn staging_tables_left(h: &StreamHarness) -> Result<u64> {
+    count(
+        h,
+        "SELECT count() FROM system.tables WHERE database = 'app' AND name LIKE '%__wsstg'",
+    )
+}
+
 fn opt_in_under_load(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(major, "bb-load", &[], CONFIG)?;
     h.source.psql(
@@ -232,10 +239,7 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
     )?;
     ensure!(older == 0, "{older} rows older than S in ClickHouse");
     // Staging tables are gone.
-    let staging = count(
-        &h,
-        "SELECT count() FROM system.tables WHERE database = 'app' AND name LIKE '%__wsstg'",
-    )?;
+    let staging = staging_tables_left(&h)?;
     ensure!(staging == 0, "{staging} staging tables left");
     h.stop_run()?;
     Ok(())
@@ -425,10 +429,7 @@ fn failures_recover(major: PgMajor) -> Result<()> {
         "recovery did not find the exchange applied:\n{}",
         common::tail(&h.run_log(), 40)
     );
-    let staging = count(
-        &h,
-        "SELECT count() FROM system.tables WHERE database = 'app' AND name LIKE '%__wsstg'",
-    )?;
+    let staging = staging_tables_left(&h)?;
     ensure!(staging == 0, "{staging} staging tables left");
     h.stop_run()?;
     Ok(())
