@@ -14,6 +14,10 @@
 //!   retry publishes exactly once. Then `kill -9` (an abort hook) right
 //!   after a table's exchange: the restart recovers the swap, the
 //!   live-window rows are copied back, staging is dropped, the entry is done.
+//! - `partitions_and_pinned`: a TOML-pinned table with `initial_load =
+//!   "base_backup"`, and a partitioned table whose partitions lay out their
+//!   columns differently (an attached one, a dropped and re-added column),
+//!   loaded into the root's table.
 
 mod common;
 
@@ -23,7 +27,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use common::loads::*;
-use common::{StreamHarness, same};
+use common::{StreamHarness, col, same};
 use walshadow_testkit::{Lsn, PgMajor, wait_until};
 
 /// A fast checkpoint (no wait for a spread one).
@@ -433,6 +437,67 @@ fn failures_recover(major: PgMajor) -> Result<()> {
     ensure!(staging == 0, "{staging} staging tables left");
     h.stop_run()?;
     Ok(())
+}
+
+/// A pinned table with `initial_load = "base_backup"` in the TOML (loaded
+/// from where streaming starts), and a partitioned table whose partitions
+/// order their columns differently from the root (one attached after being
+/// created on its own), loaded through its root.
+fn partitions_and_pinned(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(
+        major,
+        "bb-parts",
+        &[],
+        &format!("{CONFIG}\n[table.\"public.pinned\"]\ninitial_load = \"base_backup\"\n"),
+    )?;
+    h.source.psql(
+        "create table pinned (id int primary key, v text, n numeric);
+         insert into pinned select g, 'p' || g, g / 7.0 from generate_series(1, 700) g;
+         delete from pinned where id % 10 = 0;
+         create table parts (id int, region text, v int, note text, primary key (id, region)) partition by list (region);
+         create table parts_eu partition of parts for values in ('eu');
+         create table parts_us (note text, v int, region text not null, id int not null);
+         alter table parts attach partition parts_us for values in ('us');
+         create table parts_other partition of parts default;
+         alter table parts drop column v;
+         alter table parts add column v bigint;
+         insert into parts select g, (array['eu','us','asia'])[g % 3 + 1], 'n' || g, g * 10 from generate_series(1, 900) g;
+         update parts set region = 'eu' where id % 9 = 1 and region = 'us';
+         delete from parts where id % 11 = 0;",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    wait_loaded(&mut h, "public.pinned")?;
+    h.source
+        .psql("insert into walshadow.tables values ('public', 'parts', true, 'base_backup');")?;
+    wait_loaded(&mut h, "public.parts")?;
+    h.source.psql(
+        "update pinned set v = 'after' where id = 1; insert into parts values (5000, 'us', 'late', 1);",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal(
+        "public.pinned",
+        "pinned",
+        &[same("id"), same("v"), col("n::text", "toString(n)")],
+    )?;
+    h.assert_equal(
+        "public.parts",
+        "parts",
+        &[same("id"), same("region"), same("note"), same("v")],
+    )?;
+    ensure!(staging_tables_left(&h)? == 0, "staging tables left");
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_base_backup_partitions_and_pinned() -> Result<()> {
+    partitions_and_pinned(PgMajor::V15)
+}
+
+#[test]
+fn pg18_base_backup_partitions_and_pinned() -> Result<()> {
+    partitions_and_pinned(PgMajor::V18)
 }
 
 #[test]
