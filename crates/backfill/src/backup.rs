@@ -526,7 +526,9 @@ impl BackupPass {
         };
         for target in &walker.targets {
             let rows = target.rows;
-            let _ = self.update_one(&target.table, |p| p.rows = rows);
+            if let Err(e) = self.update_one(&target.table, |p| p.rows = rows) {
+                tracing::warn!(table = %target.table.key, "recording the rows loaded in the ledger: {e}");
+            }
         }
         // Tables publish side by side: each copy-back waits an insert
         // timeout after its exchange.
@@ -889,12 +891,14 @@ impl BackupPass {
                     }
                     None => {
                         let reason = e.to_string();
-                        let _ = self.mark(
+                        if let Err(e) = self.mark(
                             t,
                             &SwapMark::Discarded {
                                 reason: reason.clone(),
                             },
-                        );
+                        ) {
+                            tracing::warn!(table = %t.key, "recording the discarded load in the ledger: {e}");
+                        }
                         TableOutcome::Discarded { reason }
                     }
                 }
@@ -1025,7 +1029,7 @@ impl Walker {
             Some(Role::Heap(leaf)) => {
                 let leaf = *leaf;
                 for t in heap.tuples() {
-                    let header = TupleHeader::parse(t.data)?;
+                    let header = t.visibility_header();
                     let gate = self.gate.as_mut().ok_or("the walk's gate is gone")?;
                     match gate.decide(&header)? {
                         Verdict::Emit => self.emit(leaf, &header, t.data)?,

@@ -231,6 +231,18 @@ pub struct PageTuple<'a> {
 }
 
 impl<'a> PageTuple<'a> {
+    /// The header fields the visibility gate decides on (already read by
+    /// [`HeapPage::parse`]; no second parse of the bytes).
+    pub fn visibility_header(&self) -> crate::visibility::TupleHeader {
+        crate::visibility::TupleHeader {
+            xmin: self.xmin,
+            xmax: self.xmax,
+            xvac: self.cid_or_xvac,
+            infomask: self.infomask,
+            infomask2: self.infomask2,
+        }
+    }
+
     /// The tuple as the row decoder reads it (the same shape the WAL path
     /// builds from `xl_heap_header`: the bytes from `t_bits` on).
     pub fn tuple_ref(&self) -> TupleRef<'a> {
@@ -492,6 +504,12 @@ pub(crate) mod tests {
         let r = t[2].tuple_ref();
         assert_eq!((r.natts(), r.hoff, r.data.len()), (1, 24, 11));
         assert_eq!(&r.data[1..], b"0123456789");
+        for t in t {
+            assert_eq!(
+                Some(t.visibility_header()),
+                crate::visibility::TupleHeader::parse(t.data).ok()
+            );
+        }
         // The checksum is per block: the same page as block 8 fails.
         assert!(matches!(
             HeapPage::parse(&page, 8, true),

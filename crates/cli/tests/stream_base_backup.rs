@@ -22,7 +22,6 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
@@ -106,12 +105,8 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
     eprintln!("m: {multis} rows still carry a locker's xmax");
     h.init()?;
     h.start_run()?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let writer = orders_workload(&h, Arc::clone(&stop), Arc::clone(&done));
-    wait_until(Duration::from_secs(60), "the workload to start", || {
-        Ok(done.load(Ordering::Relaxed) >= 3)
-    })?;
+    // The workload is under way before the opt-ins.
+    let workload = OrdersWorkload::start(&h)?;
     h.source.psql(
         "insert into walshadow.tables values
            ('public', 'orders', true, 'base_backup'),
@@ -121,14 +116,8 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
     let s = wait_loaded(&mut h, "public.orders")?;
     wait_loaded(&mut h, "public.dead")?;
     wait_loaded(&mut h, "public.m")?;
-    let after = done.load(Ordering::Relaxed);
-    wait_until(Duration::from_secs(60), "workload after the load", || {
-        Ok(done.load(Ordering::Relaxed) >= after + 3)
-    })?;
-    stop.store(true, Ordering::Relaxed);
-    let writes = writer
-        .join()
-        .map_err(|_| anyhow::anyhow!("workload panicked"))??;
+    // Some workload after the loads, streamed over the loaded rows.
+    let writes = workload.finish()?;
     h.source
         .psql("update dead set v = 'after' where id = 2; delete from m where id = 50;")?;
     h.wait_caught_up(CATCH_UP)?;

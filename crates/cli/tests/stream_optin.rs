@@ -19,7 +19,6 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
@@ -64,13 +63,8 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
         "init did not create the config table:\n{init}"
     );
     h.start_run()?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let writer = orders_workload(&h, Arc::clone(&stop), Arc::clone(&done));
     // The workload is under way before the opt-ins.
-    wait_until(Duration::from_secs(60), "the workload to start", || {
-        Ok(done.load(Ordering::Relaxed) >= 3)
-    })?;
+    let workload = OrdersWorkload::start(&h)?;
     // A transaction that begins before c's opt-in and commits after it.
     let spanning = {
         let source = Arc::clone(&h.source);
@@ -140,14 +134,7 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
     )
     .with_context(|| format!("/metrics:\n{metrics}"))?;
     // Some workload after the loads, streamed over the loaded rows.
-    let after = done.load(Ordering::Relaxed);
-    wait_until(Duration::from_secs(60), "workload after the loads", || {
-        Ok(done.load(Ordering::Relaxed) >= after + 3)
-    })?;
-    stop.store(true, Ordering::Relaxed);
-    let writes = writer
-        .join()
-        .map_err(|_| anyhow::anyhow!("workload panicked"))??;
+    let writes = workload.finish()?;
     h.source.psql("insert into legacy values (100, 'after the opt-in'); update a set v = 'later' where id = 2;")?;
     h.wait_caught_up(CATCH_UP)?;
     let n = h.assert_equal("public.orders", "orders", &orders_cols())?;

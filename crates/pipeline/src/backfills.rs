@@ -393,7 +393,10 @@ impl Backfills {
                         }
                     }
                 }
-                _ => {}
+                Some(Err(e)) => {
+                    tracing::error!(tables = %keys.join(", "), "initial load (base_backup) task ended abnormally ({e}); the entries stay pending and run again at the next start");
+                }
+                None => {}
             }
         }
         let done: Vec<String> = self
@@ -403,10 +406,12 @@ impl Backfills {
             .map(|(k, _)| k.clone())
             .collect();
         for key in done {
-            if let Some(t) = self.running.remove(&key)
-                && let Some(Ok(Err(e))) = futures_now(t)
-            {
-                tracing::error!(table = %key, "{e}");
+            match self.running.remove(&key).and_then(futures_now) {
+                Some(Ok(Err(e))) => tracing::error!(table = %key, "{e}"),
+                Some(Err(e)) => {
+                    tracing::error!(table = %key, "initial load task ended abnormally ({e}); the entry stays pending and runs again at the next start")
+                }
+                _ => {}
             }
         }
     }

@@ -79,33 +79,62 @@ pub fn orders_cols() -> Vec<OracleColumn> {
     ]
 }
 
-/// A writer on `orders` until `stop`: inserts, updates (some of the
-/// TOASTed note), deletes, each its own transaction; `done` counts them.
-pub fn orders_workload(
-    h: &StreamHarness,
+/// A writer on `orders` on its own thread: inserts, updates (some of the
+/// TOASTed note), deletes, each its own transaction.
+pub struct OrdersWorkload {
     stop: Arc<AtomicBool>,
     done: Arc<AtomicU64>,
-) -> std::thread::JoinHandle<Result<u64>> {
-    let source = Arc::clone(&h.source);
-    std::thread::spawn(move || {
-        let mut i = 0u64;
-        while !stop.load(Ordering::Relaxed) {
-            i += 1;
-            let k = (i * 37) % 3000 + 1;
-            source.psql(&format!(
-                "insert into orders values ({n}, {c}, {k}.5, 'new') on conflict (id) do update set amount = orders.amount + 1;
-                 update orders set customer = customer + 1 where id = {k};
-                 update orders set note = repeat(md5({i}::text), 200) where id = {k2};
-                 delete from orders where id = {d};",
-                n = 100_000 + i,
-                c = i % 17,
-                k2 = (k + 5) % 3000 + 1,
-                d = (k + 11) % 3000 + 1,
-            ))?;
-            done.store(i, Ordering::Relaxed);
-        }
-        Ok(i)
-    })
+    thread: std::thread::JoinHandle<Result<u64>>,
+}
+
+impl OrdersWorkload {
+    /// Starts writing and returns once the first transactions committed.
+    pub fn start(h: &StreamHarness) -> Result<OrdersWorkload> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicU64::new(0));
+        let source = Arc::clone(&h.source);
+        let (stop_w, done_w) = (Arc::clone(&stop), Arc::clone(&done));
+        let thread = std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop_w.load(Ordering::Relaxed) {
+                i += 1;
+                let k = (i * 37) % 3000 + 1;
+                source.psql(&format!(
+                    "insert into orders values ({n}, {c}, {k}.5, 'new') on conflict (id) do update set amount = orders.amount + 1;
+                     update orders set customer = customer + 1 where id = {k};
+                     update orders set note = repeat(md5({i}::text), 200) where id = {k2};
+                     delete from orders where id = {d};",
+                    n = 100_000 + i,
+                    c = i % 17,
+                    k2 = (k + 5) % 3000 + 1,
+                    d = (k + 11) % 3000 + 1,
+                ))?;
+                done_w.store(i, Ordering::Relaxed);
+            }
+            Ok(i)
+        });
+        let w = OrdersWorkload { stop, done, thread };
+        w.wait_more(3, "the workload to start")?;
+        Ok(w)
+    }
+
+    /// Waits until `n` more transactions committed.
+    pub fn wait_more(&self, n: u64, what: &str) -> Result<()> {
+        let from = self.done.load(Ordering::Relaxed);
+        wait_until(Duration::from_secs(60), what, || {
+            Ok(self.done.load(Ordering::Relaxed) >= from + n)
+        })
+    }
+
+    /// Lets a few more transactions commit, stops, and returns how many
+    /// there were.
+    pub fn finish(self) -> Result<u64> {
+        self.wait_more(3, "more workload")?;
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("workload panicked"))?
+    }
 }
 
 /// `GET /metrics` from the daemon's endpoint.
