@@ -443,6 +443,7 @@ pub async fn init(config: &Config, force: bool) -> Result<InitReport, InitError>
         feeder_dir: &feeder_dir,
         feeder_port,
         standby_minimums: &facts.standby_minimums,
+        segment_size,
     }
     .write(data_dir)?;
     private_dir(&shadow_socket, 0o700)?;

@@ -16,6 +16,9 @@ pub struct ShadowConf<'a> {
     pub feeder_port: u16,
     /// Settings a hot standby needs at least as high as the primary.
     pub standby_minimums: &'a [(&'static str, String)],
+    /// The source's WAL segment size in bytes (the WAL size settings must
+    /// hold at least two segments, or the shadow does not start).
+    pub segment_size: u32,
 }
 
 /// A value for postgresql.conf: single-quoted, `'` doubled.
@@ -56,6 +59,19 @@ impl ShadowConf<'_> {
             // (CheckTablespaceDirectory in xlogrecovery.c).
             ("allow_in_place_tablespaces".into(), "on".into()),
         ];
+        // A catalog-only standby needs little WAL: restartpoints (which let it
+        // and the feeder's store drop WAL) come every ~max_wal_size/2 of
+        // replay once the source has checkpointed, instead of every ~540 MB
+        // with the default 1GB. Both settings must hold two segments.
+        let seg_mb = (self.segment_size >> 20).max(1);
+        lines.push((
+            "min_wal_size".into(),
+            conf_quote(&format!("{}MB", (2 * seg_mb).max(32))),
+        ));
+        lines.push((
+            "max_wal_size".into(),
+            conf_quote(&format!("{}MB", (4 * seg_mb).max(256))),
+        ));
         for (name, value) in self.standby_minimums {
             lines.push(((*name).to_owned(), conf_quote(value)));
         }
@@ -127,6 +143,7 @@ mod tests {
             feeder_dir: Path::new("/st/it's"),
             feeder_port: 6000,
             standby_minimums: &mins,
+            segment_size: 1 << 30,
         };
         let text = c.postgresql_conf();
         assert!(text.contains("listen_addresses = ''\n"));
@@ -134,5 +151,15 @@ mod tests {
             "primary_conninfo = 'host=''/st/it\\''s'' port=6000 user=walshadow application_name=walshadow-shadow'\n"
         ));
         assert!(text.contains("max_connections = '100'\n"));
+        // A 1 GB-segment source: both WAL sizes hold at least two segments.
+        assert!(text.contains("min_wal_size = '2048MB'\n"));
+        assert!(text.contains("max_wal_size = '4096MB'\n"));
+        let small = ShadowConf {
+            segment_size: 16 << 20,
+            ..c
+        }
+        .postgresql_conf();
+        assert!(small.contains("min_wal_size = '32MB'\n"));
+        assert!(small.contains("max_wal_size = '256MB'\n"));
     }
 }
