@@ -544,6 +544,32 @@ fn restarts(major: PgMajor) -> Result<()> {
         &[],
     )?;
 
+    // The shadow's postmaster killed under a running walshadow (the OOM
+    // killer's way): `run` starts it again and it replays on.
+    let pid = std::fs::read_to_string(h.data_dir.join("postmaster.pid"))?
+        .lines()
+        .next()
+        .context("empty postmaster.pid")?
+        .to_owned();
+    let status = Command::new("kill").args(["-KILL", &pid]).status()?;
+    ensure!(status.success(), "kill -9 {pid}: {status}");
+    h.source.psql(
+        "create table r4 (id int primary key);
+         alter table r2 add column k int",
+    )?;
+    h.check(
+        "after the shadow was killed",
+        "postgres",
+        &["public.r1", "public.r2", "public.r4"],
+        &[],
+    )?;
+    ensure!(
+        h.run_log()
+            .contains("the shadow PostgreSQL stopped; starting it again"),
+        "no restart logged:\n{}",
+        h.run_log()
+    );
+
     // walshadow killed: its shadow stays up unfed; a new run takes over.
     let status = h.signal_run("-KILL")?;
     ensure!(!status.success(), "kill -9 gave {status}");
@@ -560,10 +586,27 @@ fn restarts(major: PgMajor) -> Result<()> {
     h.check(
         "after kill -9",
         "postgres",
-        &["public.r1", "public.r2", "public.r3"],
+        &["public.r1", "public.r2", "public.r3", "public.r4"],
         &[],
     )?;
-    h.stop_run()
+    h.stop_run()?;
+
+    // A shadow that cannot start: `run` stops at once and says why.
+    std::fs::write(
+        h.data_dir.join("walshadow.params.conf"),
+        "shared_buffers = 'plenty'\n",
+    )?;
+    let out = h.cli(&["run", "--config", h.config()])?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success(),
+        "run started a broken shadow:\n{stderr}"
+    );
+    ensure!(
+        stderr.contains("did not start") && stderr.contains("shared_buffers"),
+        "run's error does not name the shadow's problem:\n{stderr}"
+    );
+    Ok(())
 }
 
 /// `CREATE DATABASE` with the default `WAL_LOG` strategy (15+), which logs

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use common::{OracleColumn, StreamHarness, col, same};
-use walshadow_testkit::{Cluster, PgMajor, Rng};
+use walshadow_testkit::{Cluster, PgMajor, Rng, wait_until};
 
 const CATCH_UP: Duration = Duration::from_secs(180);
 
@@ -298,8 +298,12 @@ fn workload_step_after_ddl(h: &StreamHarness, rng: &mut Rng, next_id: &mut i64) 
     Ok(())
 }
 
-/// `kill -9` of `walshadow run` at random moments (at least 20 times) and
-/// the ClickHouse engine stopped for a minute, while the workload runs:
+/// What `run` logs when it starts a shadow that stopped on its own.
+const SHADOW_RESTARTED: &str = "the shadow PostgreSQL stopped; starting it again";
+
+/// `kill -9` of `walshadow run` at random moments (at least 20 times; every
+/// fifth one hits the shadow's postmaster instead, which `run` starts again)
+/// and the ClickHouse engine stopped for a minute, while the workload runs:
 /// afterwards equal, nothing twice.
 fn crashes(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(
@@ -327,6 +331,7 @@ fn crashes(major: PgMajor) -> Result<()> {
         .and_then(|s| s.parse().ok())
         .unwrap_or(20usize);
     let done = std::sync::atomic::AtomicBool::new(false);
+    let mut shadow_kills = 0;
     let mut workload_rng = Rng::new(rng.next_u64());
     std::thread::scope(|scope| -> Result<()> {
         let source = std::sync::Arc::clone(&h.source);
@@ -354,6 +359,21 @@ fn crashes(major: PgMajor) -> Result<()> {
         let result = (|| -> Result<()> {
             for i in 0..kills {
                 std::thread::sleep(Duration::from_millis(300 + rng.below(1500)));
+                if i % 5 == 2 && h.kill_shadow()? {
+                    // The shadow's postmaster killed instead: `run` starts it
+                    // again and its catalog lookups connect again.
+                    shadow_kills += 1;
+                    wait_until(
+                        Duration::from_secs(60),
+                        "run to start the shadow again",
+                        || {
+                            h.check_running()?;
+                            Ok(h.run_log().matches(SHADOW_RESTARTED).count() >= shadow_kills)
+                        },
+                    )?;
+                    continue;
+                }
+                h.check_running()?;
                 h.kill_run()?;
                 h.start_run()?;
                 if i == kills / 2 {
@@ -370,7 +390,7 @@ fn crashes(major: PgMajor) -> Result<()> {
         let steps = workload
             .join()
             .map_err(|_| anyhow::anyhow!("workload panicked"))??;
-        eprintln!("{kills} kills during {steps} workload steps");
+        eprintln!("{kills} kills ({shadow_kills} of the shadow) during {steps} workload steps");
         result
     })?;
     h.check_running()?;
@@ -379,6 +399,11 @@ fn crashes(major: PgMajor) -> Result<()> {
     h.assert_equal("public.events", "events", &events_columns())?;
     h.assert_equal("public.full_ident", "full_ident", &full_columns())?;
     h.assert_equal("public.scratch", "scratch", &[same("k"), same("v")])?;
+    let restarts = h.run_log().matches(SHADOW_RESTARTED).count();
+    ensure!(
+        restarts >= shadow_kills && (kills < 5 || shadow_kills > 0),
+        "{shadow_kills} shadow kills, {restarts} restarts logged"
+    );
     let status = h.cli_ok(&["status", "--config", h.config()])?;
     ensure!(!status.contains("STOPPED"), "a table stopped:\n{status}");
     h.stop_run()?;

@@ -143,6 +143,7 @@ impl Relations {
             feeder
                 .wait_for_replay(self.catalog_lsn, REPLAY_WAIT)
                 .await?;
+            self.catalog.expect_replayed(self.catalog_lsn);
             self.replayed = true;
         }
         Ok(())

@@ -34,7 +34,18 @@ pub enum CatalogError {
 #[derive(Debug)]
 pub struct ShadowCatalog {
     client: ReplicationClient,
+    /// How to connect again when the session is lost (the shadow was
+    /// restarted): set by [`ShadowCatalog::reconnecting`].
+    reconnect: Option<ConnConfig>,
+    /// How this session was made; `None` for one lent by [`ShadowCatalog::over`].
+    conn: Option<ConnConfig>,
+    /// What answers must reflect at least (see [`ShadowCatalog::expect_replayed`]).
+    floor: Lsn,
 }
+
+/// How long a lookup waits for a restarted shadow to take connections
+/// again (it replays to consistency first).
+const RECONNECT_WAIT: Duration = Duration::from_secs(300);
 
 fn quote_literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
@@ -57,14 +68,31 @@ impl ShadowCatalog {
         cfg.application_name = Some("walshadow-catalog".into());
         Ok(ShadowCatalog {
             client: ReplicationClient::connect(&cfg).await?,
+            reconnect: None,
+            conn: Some(cfg),
+            floor: Lsn(0),
         })
+    }
+
+    /// Connects again when the session is lost and retries the query, for
+    /// long-lived users that outlive a shadow restart (`run`'s streaming
+    /// pipeline). Not for code on the path that restarts the shadow: it
+    /// would wait for itself.
+    pub fn reconnecting(mut self) -> ShadowCatalog {
+        self.reconnect = self.conn.clone();
+        self
     }
 
     /// Reads the catalog over an existing SQL session (e.g. the source's,
     /// inside a snapshot transaction: plain catalog queries see the
     /// catalog as of that snapshot).
     pub fn over(client: ReplicationClient) -> ShadowCatalog {
-        ShadowCatalog { client }
+        ShadowCatalog {
+            client,
+            reconnect: None,
+            conn: None,
+            floor: Lsn(0),
+        }
     }
 
     /// The session back.
@@ -72,8 +100,75 @@ impl ShadowCatalog {
         self.client
     }
 
+    /// From now on, answers must reflect the catalog at `lsn` or later: the
+    /// caller waited for the shadow to replay it. A restarted shadow takes
+    /// connections once consistent, which can be before `lsn` (its replay
+    /// restarts at its last restartpoint); a session connected again waits
+    /// for replay to pass the floor before answering.
+    pub fn expect_replayed(&mut self, lsn: Lsn) {
+        self.floor = self.floor.max(lsn);
+    }
+
+    /// Runs `sql`; a session lost to a shadow restart (or a query cancelled
+    /// by a recovery conflict) is connected again and the query retried
+    /// once. Every query stands alone, so nothing else is lost with it.
     async fn query(&mut self, sql: &str) -> Result<QueryResult, CatalogError> {
-        Ok(self.client.simple_query(sql).await?)
+        match self.client.simple_query(sql).await {
+            Ok(r) => Ok(r),
+            Err(e) if e.is_transient() && self.reconnect.is_some() => {
+                tracing::warn!("shadow catalog session lost ({e}); connecting again");
+                self.connect_again().await?;
+                Ok(self.client.simple_query(sql).await?)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn connect_again(&mut self) -> Result<(), CatalogError> {
+        let Some(cfg) = &self.reconnect else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        loop {
+            match ReplicationClient::connect(cfg).await {
+                Ok(client) => {
+                    self.client = client;
+                    break;
+                }
+                Err(e) if e.is_transient() && started.elapsed() < RECONNECT_WAIT => {
+                    tracing::debug!("shadow not taking connections yet: {e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        loop {
+            let r = self
+                .client
+                .simple_query("select coalesce(pg_last_wal_replay_lsn(), '0/0')")
+                .await?;
+            let replayed: Lsn = r
+                .text(0, 0)
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(|| CatalogError::Unexpected("replay LSN".into()))?;
+            if replayed >= self.floor {
+                break;
+            }
+            if started.elapsed() >= RECONNECT_WAIT {
+                return Err(CatalogError::NotReplayed {
+                    wanted: self.floor,
+                    replayed,
+                    waited: started.elapsed(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tracing::info!(
+            floor = %self.floor,
+            "shadow catalog session connected again after {:?}",
+            started.elapsed()
+        );
+        Ok(())
     }
 
     /// `pg_last_wal_replay_lsn()`.

@@ -10,7 +10,8 @@
 //! - [`segment_store`]: the filtered WAL, durable, served from segment starts.
 //! - [`feeder`]: the walsender the shadow's walreceiver connects to.
 //! - [`process`]: running PostgreSQL binaries as the unprivileged user.
-//! - [`run`]: `walshadow run`: the shadow started and fed.
+//! - [`run`]: `walshadow run`: the shadow started, fed and kept running.
+//! - [`postmaster`]: whether the shadow's postmaster is up (its lock file).
 //! - [`catalog`]: `ShadowCatalog`, relation descriptors from the shadow.
 //! - [`access`]: reaching the shadow from other processes; schema export.
 
@@ -20,6 +21,7 @@ pub mod catalog;
 pub mod durable;
 pub mod feeder;
 pub mod filter;
+pub mod postmaster;
 pub mod process;
 pub mod run;
 pub mod segment_store;

@@ -25,6 +25,7 @@ use crate::feeder::{Feeder, FeederConfig};
 use crate::filter::ParameterChange;
 use crate::filter::checkpoint;
 use crate::filter::pipeline::FilterPipeline;
+use crate::postmaster::{self, Postmaster, RestartBudget};
 use crate::process::ServerUser;
 use crate::segment_store::{CreateOptions, SegmentStore};
 
@@ -47,6 +48,16 @@ pub enum RunError {
     Pipeline(#[from] crate::filter::pipeline::PipelineError),
     #[error("shadow PostgreSQL: {0}")]
     Shadow(String),
+    #[error(
+        "the shadow PostgreSQL in {data_dir} {what}; {log} ends with:\n{tail}\n\
+         fix what it names, then start walshadow again"
+    )]
+    ShadowStopped {
+        data_dir: PathBuf,
+        what: &'static str,
+        log: PathBuf,
+        tail: String,
+    },
     #[error(transparent)]
     Seed(#[from] crate::bootstrap::InitError),
     #[error(transparent)]
@@ -184,7 +195,15 @@ pub struct Shadow {
     data_dir: PathBuf,
     pg_bin: PathBuf,
     user: ServerUser,
+    restarts: std::sync::Mutex<RestartBudget>,
+    absent_at_last_check: std::sync::atomic::AtomicBool,
 }
+
+/// How often `run` checks that the shadow's postmaster is still up.
+pub const SHADOW_CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// How long a just-started postmaster may take to write its lock file.
+const START_PATIENCE: Duration = Duration::from_secs(10);
 
 impl Shadow {
     /// Starts the feeder and the shadow PostgreSQL.
@@ -240,6 +259,8 @@ impl Shadow {
             data_dir: config.shadow.data_dir.clone(),
             pg_bin: config.shadow.pg_bin.clone(),
             user,
+            restarts: Default::default(),
+            absent_at_last_check: Default::default(),
         };
         std::fs::create_dir_all(&shadow.socket_dir).map_err(|e| RunError::Shadow(e.to_string()))?;
         shadow.user.own_recursive(&shadow.socket_dir)?;
@@ -257,12 +278,83 @@ impl Shadow {
             shadow.pg_ctl(&["stop", "-m", "fast", "-w"])?;
         }
         shadow.pg_ctl(&["start", "-W", "-l", &log.display().to_string()])?;
+        if let Err(state) = postmaster::await_started(&shadow.data_dir, START_PATIENCE).await {
+            tracing::debug!(?state, "the shadow's postmaster did not start");
+            let err = shadow.stopped("did not start");
+            shadow.feeder.shutdown().await;
+            return Err(err);
+        }
         tracing::info!(
             data_dir = %shadow.data_dir.display(),
             port = shadow.port,
             "shadow started"
         );
         Ok(shadow)
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.data_dir.join("shadow.log")
+    }
+
+    fn stopped(&self, what: &'static str) -> RunError {
+        RunError::ShadowStopped {
+            data_dir: self.data_dir.clone(),
+            what,
+            log: self.log_path(),
+            tail: postmaster::log_tail(&self.log_path(), 15),
+        }
+    }
+
+    /// Starts the shadow again if its postmaster stopped on its own (killed,
+    /// out of memory, a crash it did not survive): a catalog lookup would
+    /// otherwise wait forever. More than [`RestartBudget::MAX`] restarts
+    /// within [`RestartBudget::WINDOW`] end `run` with the log's last lines.
+    pub async fn keep_running(&self) -> Result<(), RunError> {
+        let state = Postmaster::read(&self.data_dir);
+        let absent_before = self.absent_at_last_check.swap(
+            state == Postmaster::Absent,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        // No lock file is also what an operator's `pg_ctl restart` looks
+        // like for a moment: only a second check in a row restarts it. A
+        // lock file naming a dead process (killed) restarts at once.
+        if state.is_alive() || (state == Postmaster::Absent && !absent_before) {
+            return Ok(());
+        }
+        let allowed = self
+            .restarts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take(std::time::Instant::now());
+        if !allowed {
+            return Err(self.stopped("keeps stopping (3 restarts within 10 minutes)"));
+        }
+        tracing::error!(
+            data_dir = %self.data_dir.display(),
+            ?state,
+            log_tail = %postmaster::log_tail(&self.log_path(), 5),
+            "the shadow PostgreSQL stopped; starting it again"
+        );
+        let log = self.log_path().display().to_string();
+        let started = match self.pg_ctl(&["start", "-W", "-l", &log]) {
+            Ok(()) => postmaster::await_started(&self.data_dir, START_PATIENCE)
+                .await
+                .is_ok(),
+            Err(e) => {
+                tracing::warn!("{e}");
+                false
+            }
+        };
+        if started {
+            tracing::info!(data_dir = %self.data_dir.display(), "shadow started again");
+        } else {
+            // The next check tries again while the budget lasts.
+            tracing::warn!(
+                log_tail = %postmaster::log_tail(&self.log_path(), 5),
+                "the shadow did not start again; retrying in {SHADOW_CHECK_EVERY:?}"
+            );
+        }
+        Ok(())
     }
 
     fn pg_ctl(&self, args: &[&str]) -> Result<(), RunError> {
@@ -503,6 +595,8 @@ pub async fn feed_tapped(
     let already = store.written_end();
     tokio::pin!(stop);
     let mut last_flush = tokio::time::Instant::now();
+    let mut shadow_check = tokio::time::interval(SHADOW_CHECK_EVERY);
+    shadow_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         // Unflushed bytes are flushed once the stream pauses for a moment,
         // and at least every 10 ms while it flows (group fsync).
@@ -513,6 +607,10 @@ pub async fn feed_tapped(
             _ = tokio::time::sleep(Duration::from_millis(2)), if dirty => {
                 store.flush()?;
                 last_flush = tokio::time::Instant::now();
+                continue;
+            }
+            _ = shadow_check.tick() => {
+                shadow.keep_running().await?;
                 continue;
             }
             _ = tokio::time::sleep_until(ckpt.last_try + ckpt.every) => {
@@ -565,12 +663,20 @@ pub async fn feed_tapped(
                         // waiting on it.
                         store.flush()?;
                         last_flush = tokio::time::Instant::now();
-                        tokio::select! {
-                            sent = t.tx.send(event) => if sent.is_err() {
-                                return Err(RunError::Shadow("the streaming pipeline stopped".into()));
-                            },
-                            _ = &mut stop => break,
-                        }
+                        // The pipeline may be waiting for the shadow: keep
+                        // it running meanwhile (reserve is cancel-safe).
+                        let permit = loop {
+                            tokio::select! {
+                                permit = t.tx.reserve() => break Some(permit),
+                                _ = &mut stop => break None,
+                                _ = shadow_check.tick() => shadow.keep_running().await?,
+                            }
+                        };
+                        let Some(permit) = permit else { break };
+                        let Ok(permit) = permit else {
+                            return Err(RunError::Shadow("the streaming pipeline stopped".into()));
+                        };
+                        permit.send(event);
                     }
                 }
                 if ckpt.due(&pipeline) && ckpt.take(&pipeline, store, &mut follower).await? {

@@ -184,6 +184,19 @@ impl StreamHarness {
         Ok(())
     }
 
+    /// `kill -9` of the shadow's postmaster (as the OOM killer would);
+    /// false when it has no lock file to name it (not started yet).
+    pub fn kill_shadow(&self) -> Result<bool> {
+        let Ok(text) = std::fs::read_to_string(self.data_dir.join("postmaster.pid")) else {
+            return Ok(false);
+        };
+        let Some(pid) = text.lines().next().filter(|p| !p.is_empty()) else {
+            return Ok(false);
+        };
+        let status = Command::new("kill").args(["-KILL", pid]).status()?;
+        Ok(status.success())
+    }
+
     /// The applied position `walshadow status --json` reports.
     pub fn applied(&self) -> Result<Option<Lsn>> {
         let out = self.cli(&["status", "--json", "--config", self.config()])?;
@@ -196,25 +209,38 @@ impl StreamHarness {
 
     /// Waits until walshadow has applied everything the source flushed so
     /// far (a marker transaction is committed first, so there is a commit
-    /// to wait for).
-    pub fn wait_caught_up(&mut self, timeout: Duration) -> Result<()> {
+    /// to wait for). Fails when `run` exits, when `applied` stops moving for
+    /// `stall`, or after 5 × `stall` in all: a slow machine catching up on a
+    /// long drill's WAL is not a failure, a stuck pipeline is.
+    pub fn wait_caught_up(&mut self, stall: Duration) -> Result<()> {
         self.source
             .psql("create table if not exists walshadow_marker(n int); insert into walshadow_marker values (1)")?;
         let target = self.source.flush_lsn()?;
+        let started = std::time::Instant::now();
+        let mut moved = started;
         let mut last = None;
-        let result = wait_until(
-            timeout,
-            &format!("walshadow to apply up to {target}"),
-            || {
-                self.check_running()?;
-                last = self.applied()?;
-                Ok(last.is_some_and(|a| a >= target))
-            },
-        );
-        if let Err(e) = result {
-            bail!("{e}; last applied {last:?}\nrun log:\n{}", self.run_log());
+        let mut pause = Duration::from_millis(10);
+        loop {
+            self.check_running()?;
+            let now = self.applied().ok().flatten();
+            if now.is_some_and(|a| a >= target) {
+                return Ok(());
+            }
+            if now > last {
+                last = now;
+                moved = std::time::Instant::now();
+            }
+            if moved.elapsed() >= stall || started.elapsed() >= stall * 5 {
+                bail!(
+                    "walshadow did not apply up to {target}: last applied {last:?}, moving {:?} ago, after {:?}\nrun log:\n{}",
+                    moved.elapsed(),
+                    started.elapsed(),
+                    self.run_log()
+                );
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(200));
         }
-        Ok(())
     }
 
     /// Rows of the source table, canonical text, sorted.

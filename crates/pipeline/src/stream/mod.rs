@@ -677,7 +677,7 @@ impl Streamer {
                 )
                 .await
                 {
-                    Ok(c) => break c,
+                    Ok(c) => break c.reconnecting(),
                     Err(e) if started.elapsed() < wait => {
                         tracing::debug!("shadow not taking connections yet: {e}");
                         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -163,6 +163,10 @@ pub(super) async fn run(stream: UnixStream, shared: Arc<Shared>) {
             s.connected = false;
             s.application_name = None;
         });
+        // A standby that comes back (restarted, maybe after a crash) replays
+        // again from its last restartpoint: what this one reported no longer
+        // holds, and `wait_for_replay` must wait for the next one's reports.
+        shared.positions.send_replace(StandbyPositions::default());
         shared.busy.store(false, Ordering::Release);
     }
 }
