@@ -93,6 +93,17 @@ pub struct Pass {
     /// TABLES`); a pass with it resumes the swap, never loads again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub swap: Option<SwapState>,
+    /// An opt-in (after an opt-out) that arrived while this pass's swap was
+    /// under way: it replaces this entry once the swap is done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub then: Option<NextLoad>,
+}
+
+/// A load requested behind a swap (see [`Pass::then`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NextLoad {
+    pub mode: String,
+    pub s: Lsn,
 }
 
 /// A staging swap recorded before its exchange (see [`crate::staging`]).
@@ -115,6 +126,7 @@ impl Pass {
             error: None,
             relations: BTreeMap::new(),
             swap: None,
+            then: None,
         }
     }
 
@@ -222,12 +234,17 @@ mod tests {
         u.swap = Some(SwapState {
             staging_uuid: "9532ac90-521f-4837-86b5-f3148003d072".into(),
         });
+        u.then = Some(NextLoad {
+            mode: "base_backup".into(),
+            s: Lsn(0x2_0000_0040),
+        });
         l.tables.insert("public.u".into(), u);
         l.write(&dir).unwrap();
         let back = Ledger::read(&dir).unwrap();
         assert_eq!(back, l);
         let text = std::fs::read_to_string(dir.join(Ledger::FILE)).unwrap();
         assert!(text.contains("s = \"1/28\""), "{text}");
+        assert!(text.contains("s = \"2/40\""), "{text}");
         assert_eq!(back.pending_by_mode().get("copy"), Some(&1));
         assert_eq!(back.pending_by_mode().get("base_backup"), Some(&1));
         // A ledger written before swaps existed still reads.

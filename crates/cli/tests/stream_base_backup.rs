@@ -411,10 +411,30 @@ fn failures_recover(major: PgMajor) -> Result<()> {
         entry(&h, "public.t2", "swap")?.is_some(),
         "no swap recorded before the exchange"
     );
+    let s1 = entry_s(&h, "public.t2")?;
+    // While walshadow is down, t2 is opted out and in again: the new
+    // opt-in (S2) must wait for the swap's recovery, then load again.
+    h.source.psql(
+        "update walshadow.tables set replicate = false where table_name = 't2';
+         insert into t2 values (9002, 'while opted out');
+         update walshadow.tables set replicate = true where table_name = 't2';",
+    )?;
     h.run_env
         .retain(|(k, _)| k != "WALSHADOW_TEST_CRASH_AFTER_EXCHANGE");
     h.start_run()?;
-    wait_loaded(&mut h, "public.t2")?;
+    let mut last = None;
+    wait_until(CATCH_UP, "t2 loaded again after the recovery", || {
+        h.check_running()?;
+        last = Some((phase(&h, "public.t2")?, entry_s(&h, "public.t2")?));
+        Ok(matches!(&last, Some((Some(p), s)) if p == "done" && *s > s1))
+    })
+    .with_context(|| format!("last {last:?}\n{}", common::tail(&h.run_log(), 60)))?;
+    eprintln!(
+        "t2 reloaded at {:?} after the swap at {s1} (the opt-in waited behind the swap: {})",
+        last,
+        h.run_log()
+            .contains("it starts once the staging swap of the earlier one is done")
+    );
     h.wait_caught_up(CATCH_UP)?;
     h.assert_equal("public.t2", "t2", &cols)?;
     ensure!(

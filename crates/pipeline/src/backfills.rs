@@ -23,7 +23,7 @@ use walshadow_backfill::backup::{
     BackupPass, COALESCE_WINDOW, PassError, PassSummary, PassTable, ToastHandoff,
 };
 use walshadow_backfill::copy::{CopyLoad, LoadError, LoadSummary};
-use walshadow_backfill::ledger::{Ledger, LedgerError, Pass};
+use walshadow_backfill::ledger::{Ledger, LedgerError, NextLoad, Pass, Phase};
 use walshadow_backfill::snapshot::RecentCommits;
 use walshadow_backfill::staging::{DestLocks, StagingTable, SwapMark};
 use walshadow_config::{BackfillConfig, BackupCheckpoint};
@@ -65,6 +65,9 @@ pub struct Backfills {
     due_since: Option<Instant>,
     /// Swapped entries whose swap is being recovered.
     recovering: HashMap<String, JoinHandle<()>>,
+    /// Tables whose entry carries a load to request once its swap is done
+    /// (`Pass::then`).
+    following: BTreeSet<String>,
     /// Walked TOAST chunks of finished passes, for the chunk mirror.
     toast_handoffs: Vec<ToastHandoff>,
     dest_locks: DestLocks,
@@ -104,6 +107,12 @@ impl Backfills {
         for key in &queued {
             tracing::info!(table = %key, "initial load pending from an earlier run: it goes on");
         }
+        let following: BTreeSet<String> = ledger
+            .tables
+            .iter()
+            .filter(|(_, p)| p.then.is_some())
+            .map(|(k, _)| k.clone())
+            .collect();
         remove_scratch(&resources.spill_dir);
         let mut replication = source.clone();
         replication.physical = true;
@@ -119,6 +128,7 @@ impl Backfills {
             pass: None,
             due_since: None,
             recovering: HashMap::new(),
+            following,
             toast_handoffs: Vec::new(),
             dest_locks: resources.dest_locks,
             ledger: Arc::new(Mutex::new(ledger)),
@@ -143,12 +153,21 @@ impl Backfills {
     /// Written to the ledger before returning.
     pub fn request(&mut self, key: &str, mode: &str, s: Lsn) -> Result<(), LedgerError> {
         let mut ledger = self.lock();
-        if let Some(p) = ledger.tables.get(key)
+        if let Some(p) = ledger.tables.get_mut(key)
             && p.is_open()
             && (p.s == s || p.swap.is_some())
         {
             if p.s != s {
-                tracing::warn!(table = %key, "a new initial load waits: the staging swap of the earlier one is being recovered; opt the table in again once it is done");
+                // The swap must finish (its staging name may hold the only
+                // copy of live rows); the new load follows it, durably.
+                p.then = Some(NextLoad {
+                    mode: mode.to_owned(),
+                    s,
+                });
+                ledger.write(&self.state_dir)?;
+                drop(ledger);
+                self.following.insert(key.to_owned());
+                tracing::info!(table = %key, mode, s = %s, "initial load requested; it starts once the staging swap of the earlier one is done");
             }
             return Ok(());
         }
@@ -169,8 +188,15 @@ impl Backfills {
     /// (the staging name may hold the only copy of live rows).
     pub fn withdraw(&mut self, key: &str) -> Result<(), LedgerError> {
         let mut ledger = self.lock();
-        if ledger.tables.get(key).is_some_and(|p| p.swap.is_some()) {
+        if let Some(p) = ledger.tables.get_mut(key)
+            && p.swap.is_some()
+        {
             tracing::warn!(table = %key, "opted out while its staging swap is under way: the swap finishes first");
+            if p.then.take().is_some() {
+                ledger.write(&self.state_dir)?;
+            }
+            drop(ledger);
+            self.following.remove(key);
             return Ok(());
         }
         drop(ledger);
@@ -207,6 +233,11 @@ impl Backfills {
         !self.queued.is_empty()
     }
 
+    /// Loads queued, or waiting behind a swap (checked once per tick).
+    pub fn has_work(&self) -> bool {
+        !self.queued.is_empty() || !self.following.is_empty()
+    }
+
     /// Whether `key` has a staging table that may be loading or swapping
     /// (its destination's TRUNCATE must empty staging too).
     pub fn has_staging(&self, key: &str) -> bool {
@@ -216,10 +247,30 @@ impl Backfills {
             .is_some_and(|p| p.is_open() && p.mode == BASE_BACKUP)
     }
 
+    /// Requests the loads that waited behind a swap now done.
+    fn follow_swaps(&mut self) {
+        let keys: Vec<String> = self.following.iter().cloned().collect();
+        for key in keys {
+            let entry = self.lock().tables.get(&key).cloned();
+            let next = match entry {
+                Some(p) if p.phase != Phase::Done && p.then.is_some() => continue,
+                Some(p) => p.then,
+                None => None,
+            };
+            self.following.remove(&key);
+            let Some(load) = next else { continue };
+            if let Err(e) = self.request(&key, &load.mode, load.s) {
+                self.following.insert(key.clone());
+                tracing::error!(table = %key, "recording the initial load that followed a swap: {e}; retrying");
+            }
+        }
+    }
+
     /// Starts the queued loads whose `S` the stream has decoded; `dest`
     /// names a table's ClickHouse table (`None`: not streamable, e.g.
     /// stopped: the load waits).
     pub fn start_due(&mut self, decoded: Lsn, dest: impl Fn(&str) -> Option<String>) {
+        self.follow_swaps();
         let keys: Vec<String> = self.queued.iter().cloned().collect();
         let mut backups = Vec::new();
         for key in keys {

@@ -209,6 +209,9 @@ impl fmt::Display for StatusReport {
                         swap.staging_uuid
                     )?;
                 }
+                if let Some(next) = &p.then {
+                    write!(f, "; then {} at {} once that is done", next.mode, next.s)?;
+                }
                 writeln!(f)?;
                 if let Some(e) = &p.error {
                     writeln!(f, "    last error: {e}")?;

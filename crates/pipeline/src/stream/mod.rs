@@ -454,7 +454,7 @@ impl Streamer {
             // Bounded per tick: the stream goes on meanwhile.
             self.toast.import_step(TOAST_IMPORT_STEP)?;
         }
-        if self.backfills.has_queued() {
+        if self.backfills.has_work() {
             self.connect_relations().await?;
             self.start_loads();
         }
