@@ -23,7 +23,7 @@ use walshadow_backfill::backup::{
     BackupPass, COALESCE_WINDOW, PassError, PassSummary, PassTable, ToastHandoff,
 };
 use walshadow_backfill::copy::{CopyLoad, LoadError, LoadSummary};
-use walshadow_backfill::ledger::{Ledger, LedgerError, NextLoad, Pass, Phase};
+use walshadow_backfill::ledger::{Ledger, LedgerError, NextLoad, Pass};
 use walshadow_backfill::snapshot::RecentCommits;
 use walshadow_backfill::staging::{DestLocks, StagingTable, SwapMark};
 use walshadow_config::{BackfillConfig, BackupCheckpoint};
@@ -253,7 +253,8 @@ impl Backfills {
         for key in keys {
             let entry = self.lock().tables.get(&key).cloned();
             let next = match entry {
-                Some(p) if p.phase != Phase::Done && p.then.is_some() => continue,
+                // Done, or failed for good: the newer opt-in takes over.
+                Some(p) if p.is_open() && p.then.is_some() => continue,
                 Some(p) => p.then,
                 None => None,
             };
