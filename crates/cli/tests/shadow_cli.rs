@@ -18,6 +18,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
 use walshadow_shadow::catalog::ShadowCatalog;
+use walshadow_shadow::postmaster::Postmaster;
 use walshadow_testkit::{
     Cluster, ClusterOptions, Lsn, PgMajor, ServerUser, WorkDir, wait_until, write_walshadow_config,
 };
@@ -546,11 +547,10 @@ fn restarts(major: PgMajor) -> Result<()> {
 
     // The shadow's postmaster killed under a running walshadow (the OOM
     // killer's way): `run` starts it again and it replays on.
-    let pid = std::fs::read_to_string(h.data_dir.join("postmaster.pid"))?
-        .lines()
-        .next()
-        .context("empty postmaster.pid")?
-        .to_owned();
+    let pid = Postmaster::read(&h.data_dir)
+        .pid()
+        .context("no shadow postmaster to kill")?
+        .to_string();
     let status = Command::new("kill").args(["-KILL", &pid]).status()?;
     ensure!(status.success(), "kill -9 {pid}: {status}");
     h.source.psql(

@@ -47,6 +47,14 @@ pub struct ShadowCatalog {
 /// again (it replays to consistency first).
 const RECONNECT_WAIT: Duration = Duration::from_secs(300);
 
+const REPLAY_LSN: &str = "select coalesce(pg_last_wal_replay_lsn(), '0/0')";
+
+fn replay_answer(r: &QueryResult) -> Result<Lsn, CatalogError> {
+    r.text(0, 0)
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| CatalogError::Unexpected("replay LSN".into()))
+}
+
 fn quote_literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
@@ -143,14 +151,8 @@ impl ShadowCatalog {
             }
         }
         loop {
-            let r = self
-                .client
-                .simple_query("select coalesce(pg_last_wal_replay_lsn(), '0/0')")
-                .await?;
-            let replayed: Lsn = r
-                .text(0, 0)
-                .and_then(|t| t.parse().ok())
-                .ok_or_else(|| CatalogError::Unexpected("replay LSN".into()))?;
+            // Not `replay_lsn`: that would connect again from in here.
+            let replayed = replay_answer(&self.client.simple_query(REPLAY_LSN).await?)?;
             if replayed >= self.floor {
                 break;
             }
@@ -173,12 +175,7 @@ impl ShadowCatalog {
 
     /// `pg_last_wal_replay_lsn()`.
     pub async fn replay_lsn(&mut self) -> Result<Lsn, CatalogError> {
-        let r = self
-            .query("select coalesce(pg_last_wal_replay_lsn(), '0/0')")
-            .await?;
-        r.text(0, 0)
-            .and_then(|t| t.parse().ok())
-            .ok_or_else(|| CatalogError::Unexpected("replay LSN".into()))
+        replay_answer(&self.query(REPLAY_LSN).await?)
     }
 
     /// The redo position of the shadow's last restartpoint: where its replay

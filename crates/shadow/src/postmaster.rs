@@ -62,6 +62,14 @@ impl Postmaster {
         }
     }
 
+    /// The process the lock file names, when there is one.
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            Postmaster::Checking(p) | Postmaster::Up(p) | Postmaster::Gone(p) => Some(*p),
+            Postmaster::Absent | Postmaster::Unknown => None,
+        }
+    }
+
     /// Running or about to: not a reason to start it again.
     pub fn is_alive(&self) -> bool {
         matches!(
@@ -169,6 +177,8 @@ mod tests {
             Postmaster::parse("-4242\n", |_| Some(true)),
             Postmaster::Unknown
         );
+        assert_eq!(Postmaster::Up(7).pid(), Some(7));
+        assert_eq!(Postmaster::Absent.pid(), None);
         assert!(!Postmaster::Gone(1).is_alive());
         assert!(!Postmaster::Absent.is_alive());
         assert!(Postmaster::Unknown.is_alive());

@@ -38,13 +38,11 @@ async fn run(major: PgMajor) -> Result<()> {
     cat.expect_replayed(target);
     ensure!(cat.relation_by_name("public", "t1").await?.is_some());
 
-    let pid = std::fs::read_to_string(shadow.data_dir().join("postmaster.pid"))?
-        .lines()
-        .next()
-        .context("empty postmaster.pid")?
-        .to_owned();
+    let pid = Postmaster::read(shadow.data_dir())
+        .pid()
+        .context("no shadow postmaster to kill")?;
     let killed = std::process::Command::new("kill")
-        .args(["-KILL", &pid])
+        .args(["-KILL", &pid.to_string()])
         .status()?;
     ensure!(killed.success(), "kill -9 {pid}");
 
@@ -64,7 +62,7 @@ async fn run(major: PgMajor) -> Result<()> {
                 let deadline = std::time::Instant::now() + Duration::from_secs(60);
                 loop {
                     match Postmaster::read(shadow.data_dir()) {
-                        Postmaster::Up(p) if p.to_string() != pid => break,
+                        Postmaster::Up(p) if p != pid => break,
                         _ => {}
                     }
                     ensure!(std::time::Instant::now() < deadline, "the shadow was not started again");

@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
-use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_shadow::run::Shadow;
 use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir};
 
@@ -35,12 +34,7 @@ async fn run(major: PgMajor) -> Result<()> {
         Duration::from_secs(120),
     )
     .await?;
-    let mut cat =
-        ShadowCatalog::connect(&shadow.socket_dir, shadow.port, "postgres", "postgres").await?;
-    ensure!(
-        cat.relation_by_name("public", "later").await?.is_some(),
-        "the shadow did not replay the CREATE TABLE"
-    );
+    common::assert_same_relations(&source, &shadow, &[("public", "later")]).await?;
     shadow.stop().await?;
     Ok(())
 }

@@ -11,6 +11,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
+use walshadow_shadow::postmaster::Postmaster;
 use walshadow_testkit::{
     ClickHouseEngine, Cluster, ClusterOptions, Lsn, PgMajor, WorkDir, wait_until,
     write_walshadow_config,
@@ -189,13 +190,12 @@ impl StreamHarness {
     /// `kill -9` of the shadow's postmaster (as the OOM killer would);
     /// false when it has no lock file to name it (not started yet).
     pub fn kill_shadow(&self) -> Result<bool> {
-        let Ok(text) = std::fs::read_to_string(self.data_dir.join("postmaster.pid")) else {
+        let Some(pid) = Postmaster::read(&self.data_dir).pid() else {
             return Ok(false);
         };
-        let Some(pid) = text.lines().next().filter(|p| !p.is_empty()) else {
-            return Ok(false);
-        };
-        let status = Command::new("kill").args(["-KILL", pid]).status()?;
+        let status = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()?;
         Ok(status.success())
     }
 
