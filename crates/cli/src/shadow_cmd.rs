@@ -71,10 +71,15 @@ pub struct StatusArgs {
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
     let report = runtime()?.block_on(walshadow_pipeline::report::status(&config))?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+    let text = if args.json {
+        format!("{}\n", serde_json::to_string_pretty(&report)?)
     } else {
-        print!("{report}");
+        report.to_string()
+    };
+    // `walshadow status | head` closes the pipe early: not an error.
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
     }
-    Ok(())
 }

@@ -8,6 +8,7 @@ use anyhow::Context;
 use walshadow_config::Config;
 use walshadow_pipeline::progress::Progress;
 use walshadow_pipeline::toast::MIRROR_FILE;
+use walshadow_shadow::state_lock::StateLock;
 use walshadow_toast_mirror::ChunkMirror;
 use walshadow_types::Lsn;
 
@@ -21,7 +22,10 @@ pub struct ToastArgs {
     json: bool,
 }
 
-fn open(config: &Config) -> anyhow::Result<(ChunkMirror, Lsn)> {
+/// The mirror, with the state directory locked for as long as it is open
+/// (a `run` on it is refused meanwhile, and it refuses us).
+fn open(config: &Config, command: &str) -> anyhow::Result<(ChunkMirror, Lsn, StateLock)> {
+    let lock = StateLock::acquire(&config.state.dir, command)?;
     let path = config.state.dir.join(MIRROR_FILE);
     if !path.exists() {
         anyhow::bail!(
@@ -36,7 +40,7 @@ fn open(config: &Config) -> anyhow::Result<(ChunkMirror, Lsn)> {
         )
     })?;
     let applied = Progress::read(&config.state.dir)?.map_or(Lsn::INVALID, |p| p.applied);
-    Ok((mirror, applied))
+    Ok((mirror, applied, lock))
 }
 
 fn print(mirror: &ChunkMirror, json: bool) -> anyhow::Result<()> {
@@ -70,7 +74,7 @@ fn print(mirror: &ChunkMirror, json: bool) -> anyhow::Result<()> {
 /// `walshadow toast stats`.
 pub fn stats(args: ToastArgs) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
-    let (mirror, _) = open(&config)?;
+    let (mirror, _, _lock) = open(&config, "toast stats")?;
     print(&mirror, args.json)
 }
 
@@ -78,7 +82,7 @@ pub fn stats(args: ToastArgs) -> anyhow::Result<()> {
 /// gives the file's free pages back.
 pub fn compact(args: ToastArgs) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
-    let (mut mirror, applied) = open(&config)?;
+    let (mut mirror, applied, _lock) = open(&config, "toast compact")?;
     let (before, after) = mirror.compact(applied)?;
     if !args.json {
         println!("compacted: file {before} -> {after} bytes");

@@ -6,8 +6,8 @@
 //!                    │ is_due / seal
 //!                    ▼
 //!                SealedBatch ──insert(token, policy)──▶ ClickHouse
-//!                               transient error: same bytes, same token, backoff
-//!                               definite error: returned at once
+//!                               transient/environment error: same bytes, same token, backoff
+//!                               definite error (these rows refused): returned at once
 //! ```
 //!
 //! Durability contract: `SealedBatch::insert` returns `Ok` only after
@@ -228,15 +228,15 @@ impl Default for RetryPolicy {
 /// A flush that did not succeed.
 #[derive(Debug, thiserror::Error)]
 pub enum FlushError {
-    /// Retrying cannot help (bad data, unknown table or column, auth).
+    /// ClickHouse refuses these rows (a value or type it cannot take).
     #[error("insert into {table}: {source}")]
     Definite {
         table: String,
         #[source]
         source: ClickHouseError,
     },
-    /// Transient errors until the policy's cap; the caller may try again
-    /// later with the same batch and token.
+    /// Transient or environment errors until the policy's cap; the caller
+    /// may try again later with the same batch and token.
     #[error("insert into {table}: gave up after {attempts} attempts in {elapsed:?}: {source}")]
     GaveUp {
         table: String,
@@ -269,36 +269,67 @@ impl SealedBatch {
         )
     }
 
+    /// One insert attempt with `token` as `insert_deduplication_token`:
+    /// for a caller that runs its own retries (the stream pauses on them
+    /// and reports; see [`SealedBatch::insert`] for the policy-driven
+    /// loop). Retries must send the same batch with the same token.
+    pub async fn insert_once(
+        &self,
+        client: &ClickHouseClient,
+        token: &str,
+    ) -> Result<(), ClickHouseError> {
+        client
+            .insert(
+                &self.table,
+                &self.columns,
+                self.body.clone(),
+                self.rows,
+                &Self::settings(token),
+            )
+            .await
+    }
+
+    /// A synchronous, deduplicated insert whatever the user's profile
+    /// says: the durability contract depends on both.
+    fn settings(token: &str) -> InsertSettings {
+        InsertSettings {
+            deduplication_token: Some(token.to_string()),
+            extra: vec![
+                ("insert_deduplicate".into(), "1".into()),
+                ("async_insert".into(), "0".into()),
+            ],
+        }
+    }
+
     /// Insert with `token` as `insert_deduplication_token`, retrying
-    /// transient errors per `policy`. Returns the number of attempts.
+    /// transient and environment errors per `policy`. Returns the number
+    /// of attempts.
     pub async fn insert(
         &self,
         client: &ClickHouseClient,
         token: &str,
         policy: &RetryPolicy,
     ) -> Result<u32, FlushError> {
-        let settings = InsertSettings {
-            deduplication_token: Some(token.to_string()),
-            // A synchronous, deduplicated insert whatever the user's
-            // profile says: the durability contract depends on both.
-            extra: vec![
-                ("insert_deduplicate".into(), "1".into()),
-                ("async_insert".into(), "0".into()),
-            ],
-        };
+        let settings = Self::settings(token);
         let started = Instant::now();
         let mut delay = policy.initial_backoff;
         let mut attempts = 0u32;
         loop {
             attempts += 1;
             let err = match client
-                .insert(&self.table, &self.columns, self.body.clone(), &settings)
+                .insert(
+                    &self.table,
+                    &self.columns,
+                    self.body.clone(),
+                    self.rows,
+                    &settings,
+                )
                 .await
             {
                 Ok(()) => return Ok(attempts),
                 Err(e) => e,
             };
-            if !err.is_transient() {
+            if err.is_definite() {
                 return Err(FlushError::Definite {
                     table: self.table.clone(),
                     source: err,
@@ -315,7 +346,8 @@ impl SealedBatch {
             }
             tracing::warn!(
                 table = %self.table, attempt = attempts, retry_in = ?delay, error = %err,
-                "transient ClickHouse error, retrying the insert with the same token"
+                class = err.class().as_str(),
+                "ClickHouse error, retrying the insert with the same token"
             );
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(policy.max_backoff);

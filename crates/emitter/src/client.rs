@@ -165,7 +165,8 @@ impl ClickHouseClient {
                 Bytes::copy_from_slice(sql.as_bytes()),
                 summary(sql),
             )
-            .await?;
+            .await?
+            .body;
         String::from_utf8(body.to_vec()).map_err(|_| ClickHouseError::Response {
             context: summary(sql),
             message: "the result is not UTF-8 text".into(),
@@ -203,14 +204,20 @@ impl ClickHouseClient {
             .await
     }
 
-    /// Insert RowBinary rows for `columns` into `table` of the configured
-    /// database. `Ok` means ClickHouse has written them (or recognised them
-    /// as a duplicate of an earlier insert with the same token).
+    /// Insert `row_count` RowBinary rows for `columns` into `table` of the
+    /// configured database. `Ok` means ClickHouse has written them (or
+    /// recognised them as a duplicate of an earlier insert with the same
+    /// token): its answer carries ClickHouse's `X-ClickHouse-Summary` with
+    /// `written_rows` of at least `row_count` (materialized views add
+    /// theirs), or 0 (a deduplicated repeat, on servers that count it so).
+    /// Any other `200` came from something that is not ClickHouse, and is an
+    /// error: a proxy answering `Ok.` to everything takes no rows.
     pub async fn insert(
         &self,
         table: &str,
         columns: &[String],
         rows: Bytes,
+        row_count: usize,
         settings: &InsertSettings,
     ) -> Result<(), ClickHouseError> {
         let cols: Vec<String> = columns.iter().map(|c| quote_ident(c)).collect();
@@ -232,7 +239,8 @@ impl ClickHouseClient {
             quote_ident(&self.config.database),
             quote_ident(table)
         );
-        self.request(&params, rows, context).await.map(drop)
+        let answer = self.request(&params, rows, context.clone()).await?;
+        check_written(&context, answer.summary.as_deref(), row_count)
     }
 
     async fn request(
@@ -240,7 +248,7 @@ impl ClickHouseClient {
         params: &[(&str, &str)],
         body: Bytes,
         context: String,
-    ) -> Result<Bytes, ClickHouseError> {
+    ) -> Result<Answer, ClickHouseError> {
         let mut uri = format!("{}/?wait_end_of_query=1", self.base);
         for (k, v) in params {
             uri.push('&');
@@ -269,7 +277,7 @@ impl ClickHouseClient {
         &self,
         request: Request<Full<Bytes>>,
         context: &str,
-    ) -> Result<Bytes, ClickHouseError> {
+    ) -> Result<Answer, ClickHouseError> {
         let connection = |message: String| ClickHouseError::Connection {
             endpoint: self.base.clone(),
             context: context.to_string(),
@@ -286,6 +294,11 @@ impl ClickHouseClient {
             .get("X-ClickHouse-Exception-Code")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u32>().ok());
+        let summary = response
+            .headers()
+            .get("X-ClickHouse-Summary")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let limit = self.config.max_response_bytes;
         let body = Limited::new(response.into_body(), limit)
             .collect()
@@ -317,8 +330,54 @@ impl ClickHouseClient {
                 message,
             });
         }
-        Ok(body)
+        Ok(Answer { body, summary })
     }
+}
+
+/// A successful answer: the body and ClickHouse's `X-ClickHouse-Summary`.
+struct Answer {
+    body: Bytes,
+    summary: Option<String>,
+}
+
+/// The insert's summary shows at least `sent` rows written, or 0 (see
+/// [`ClickHouseClient::insert`]).
+fn check_written(context: &str, summary: Option<&str>, sent: usize) -> Result<(), ClickHouseError> {
+    let not_clickhouse = |message: String| ClickHouseError::Response {
+        context: context.to_string(),
+        message,
+    };
+    let Some(summary) = summary else {
+        return Err(not_clickhouse(format!(
+            "answered 200 without X-ClickHouse-Summary: not ClickHouse's HTTP interface \
+             (a proxy or another service at this URL?); {sent} rows not counted as written"
+        )));
+    };
+    let written = serde_json::from_str::<serde_json::Value>(summary)
+        .ok()
+        .and_then(|v| match &v["written_rows"] {
+            serde_json::Value::String(s) => s.parse::<u64>().ok(),
+            serde_json::Value::Number(n) => n.as_u64(),
+            _ => None,
+        })
+        .ok_or_else(|| {
+            not_clickhouse(format!(
+                "X-ClickHouse-Summary without written_rows: {summary:?}"
+            ))
+        })?;
+    if written != 0 && written < sent as u64 {
+        return Err(not_clickhouse(format!(
+            "ClickHouse's summary says {written} rows written of the {sent} sent"
+        )));
+    }
+    if written == 0 && sent > 0 {
+        tracing::debug!(
+            context,
+            sent,
+            "insert answered 0 rows written: a deduplicated repeat"
+        );
+    }
+    Ok(())
 }
 
 /// The first line of a statement, shortened, for error context.
@@ -389,6 +448,25 @@ mod tests {
         let e = ClickHouseClient::new(c).unwrap_err();
         assert!(!e.to_string().contains("bad\npassword"));
         assert!(format!("{:?}", ClientConfig::new("http://h", "d")).contains("<hidden>"));
+    }
+
+    #[test]
+    fn written_rows_checked() {
+        let ok = |s: Option<&str>, n| check_written("INSERT", s, n).is_ok();
+        assert!(ok(Some(r#"{"read_rows":"0","written_rows":"3"}"#), 3));
+        assert!(ok(Some(r#"{"written_rows":"5"}"#), 3), "views add rows");
+        assert!(
+            ok(Some(r#"{"written_rows":"0"}"#), 3),
+            "a deduplicated repeat"
+        );
+        assert!(ok(Some(r#"{"written_rows":3}"#), 3));
+        assert!(!ok(None, 3), "a proxy's 200 Ok.");
+        assert!(!ok(Some(r#"{"written_rows":"2"}"#), 3));
+        assert!(!ok(Some("Ok."), 3));
+        assert!(!ok(Some(r#"{"read_rows":"1"}"#), 3));
+        let e = check_written("INSERT INTO t", None, 500).unwrap_err();
+        assert_eq!(e.class(), crate::error::ErrorClass::Environment);
+        assert!(e.to_string().contains("500 rows"), "{e}");
     }
 
     #[test]

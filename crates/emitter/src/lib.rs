@@ -48,7 +48,7 @@ pub use ddl::{
     TableSettings, add_column_sql, create_database_sql, create_table_sql, drop_column_sql,
     modify_nullability_sql, quote_ident, quote_string, rename_column_sql,
 };
-pub use error::{ClickHouseError, is_transient_code};
+pub use error::{ClickHouseError, ErrorClass, code_name, is_transient_code};
 pub use rowbinary::{EncodeError, EncodeErrorKind, RowBinaryEncoder, RowMeta};
 pub use schema::{DestColumn, DestTable, MetaColumns, SchemaChange, SchemaDiff, SchemaError};
 pub use types::{ChType, UnsupportedType, clickhouse_type};

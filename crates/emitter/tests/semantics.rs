@@ -179,30 +179,45 @@ async fn a_retried_insert_with_the_same_token_is_a_no_op() {
     assert_eq!(final_rows(&client, "dedup").await, "1\ta\n2\tb\n");
 }
 
-fn expect_definite(err: &FlushError, code: u32) {
-    assert!(matches!(err, FlushError::Definite { .. }), "{err}");
-    assert!(!err.is_transient());
+fn expect_environment(err: &FlushError, code: u32) {
+    assert!(
+        matches!(err, FlushError::GaveUp { attempts: 2, .. }),
+        "{err}"
+    );
+    assert_eq!(
+        err.clickhouse_error().class(),
+        walshadow_emitter::ErrorClass::Environment,
+        "{err}"
+    );
     assert_eq!(err.clickhouse_error().exception_code(), Some(code), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn definite_errors_are_not_retried() {
+async fn environment_errors_are_retried_definite_ones_are_not() {
     let (_engine, client, dest) = setup("errs").await;
+    // A table or column gone from the destination is the destination's
+    // state, fixed there: retried, never taken for bad rows.
+    let quick = RetryPolicy {
+        initial_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(10),
+        max_attempts: 2,
+        max_elapsed: Duration::from_secs(60),
+    };
+    // Unknown table: UNKNOWN_TABLE (60).
+    let mut batch = batch_of(&dest, &[(1, Some("a"), meta(100, 90, false))]);
+    batch.table = "missing".into();
+    expect_environment(&batch.insert(&client, "t1", &quick).await.unwrap_err(), 60);
+
+    // Unknown column: NO_SUCH_COLUMN_IN_TABLE (16).
+    let mut batch = batch_of(&dest, &[(1, Some("a"), meta(100, 90, false))]);
+    batch.columns[1] = "nope".into();
+    expect_environment(&batch.insert(&client, "t2", &quick).await.unwrap_err(), 16);
+
     let policy = RetryPolicy {
         initial_backoff: Duration::from_secs(5),
         ..RetryPolicy::default()
     };
     let started = Instant::now();
-
-    // Unknown table: UNKNOWN_TABLE (60).
-    let mut batch = batch_of(&dest, &[(1, Some("a"), meta(100, 90, false))]);
-    batch.table = "missing".into();
-    expect_definite(&batch.insert(&client, "t1", &policy).await.unwrap_err(), 60);
-
-    // Unknown column: NO_SUCH_COLUMN_IN_TABLE (16).
-    let mut batch = batch_of(&dest, &[(1, Some("a"), meta(100, 90, false))]);
-    batch.columns[1] = "nope".into();
-    expect_definite(&batch.insert(&client, "t2", &policy).await.unwrap_err(), 16);
 
     // Truncated RowBinary: the server cannot read the row.
     let mut batch = batch_of(&dest, &[(1, Some("a"), meta(100, 90, false))]);
@@ -224,7 +239,7 @@ async fn definite_errors_are_not_retried() {
 
     // Statements: a syntax error is definite with its code.
     let err = client.execute("CREATE TABLE (").await.unwrap_err();
-    assert!(!err.is_transient());
+    assert!(err.is_definite());
     assert_eq!(err.exception_code(), Some(62), "{err}");
     assert!(
         matches!(err, ClickHouseError::Server { status: 400, .. }),
@@ -233,7 +248,7 @@ async fn definite_errors_are_not_retried() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wrong_credentials_are_definite() {
+async fn wrong_credentials_pause_rather_than_stop() {
     let engine = ClickHouseEngine::start_with(
         ClickHouseOptions::default().credentials("walshadow", "s3cret"),
     )
@@ -244,7 +259,11 @@ async fn wrong_credentials_are_definite() {
     config.password = "wrong".into();
     let bad = ClickHouseClient::new(config).unwrap();
     let err = bad.query("SELECT 1").await.unwrap_err();
-    assert!(!err.is_transient(), "{err}");
+    assert_eq!(
+        err.class(),
+        walshadow_emitter::ErrorClass::Environment,
+        "{err}"
+    );
     assert_eq!(err.exception_code(), Some(516), "{err}");
     assert!(!err.to_string().contains("s3cret") && !err.to_string().contains("wrong"));
 }
@@ -360,6 +379,7 @@ async fn schema_changes_follow_in_place() {
             "t",
             &enc.columns(),
             Bytes::from(rows),
+            2,
             &InsertSettings::default(),
         )
         .await
@@ -425,6 +445,7 @@ async fn schema_changes_follow_in_place() {
             "t",
             &enc2.columns(),
             Bytes::from(rows),
+            1,
             &InsertSettings::default(),
         )
         .await
@@ -528,6 +549,7 @@ async fn full_identity_keys_on_nullable_columns() {
             "f",
             &enc.columns(),
             Bytes::from(rows),
+            4,
             &InsertSettings::default(),
         )
         .await
@@ -671,5 +693,23 @@ async fn added_column_defaults_are_exact_literals() {
             "column c{i} ({})",
             new.columns[i + 2].ch_type
         );
+    }
+}
+
+/// Every code the classes name has that name in the engine itself
+/// (`errorCodeToName`): a wrong number would misfile an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_code_tables_match_the_engine() {
+    let (_engine, client, _dest) = setup("codes").await;
+    let known = walshadow_emitter::error::TRANSIENT_CODES
+        .iter()
+        .chain(walshadow_emitter::error::DEFINITE_CODES);
+    for (code, name) in known {
+        let got = client
+            .query(&format!("SELECT errorCodeToName({code})"))
+            .await
+            .unwrap();
+        assert_eq!(got.trim(), *name, "code {code}");
+        assert_eq!(walshadow_emitter::code_name(*code), Some(*name));
     }
 }

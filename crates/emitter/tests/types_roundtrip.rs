@@ -734,6 +734,7 @@ async fn every_mapped_type_round_trips() {
             "every_type",
             &encoder.columns(),
             Bytes::from(body),
+            3,
             &InsertSettings::default(),
         )
         .await

@@ -8,15 +8,20 @@ use walshadow_config::Config;
 use walshadow_shadow::run::{RunError, Shadow, StatePaths, WalTap, load_init_state};
 
 use crate::progress::Progress;
-use crate::stream::{StreamError, Streamer};
+use crate::stream::{StreamControl, StreamError, Streamer};
 
 /// Raw WAL chunks (≤ 128 KiB each) queued between the feed and the
 /// pipeline: bounds the memory between them.
 const TAP_QUEUE: usize = 64;
 
+/// How long a stop request waits for the pipeline to flush what it holds.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Why `run` stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
+    #[error(transparent)]
+    Locked(#[from] walshadow_shadow::state_lock::StateLockError),
     #[error(transparent)]
     Run(#[from] RunError),
     #[error(transparent)]
@@ -36,6 +41,8 @@ pub enum DaemonError {
 
 /// Runs until `stop` turns true.
 pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), DaemonError> {
+    // Before the shadow, its sockets, the metrics port or the mirror.
+    let _lock = walshadow_shadow::state_lock::StateLock::acquire(&config.state.dir, "run")?;
     // Without a destination only the shadow runs; with one, tables come
     // from the config file and from the config table.
     if config.clickhouse.is_none() {
@@ -79,6 +86,7 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
     let shadow = Arc::new(Shadow::start_held(config, progress.applied).await?);
     let (hold_tx, hold_rx) = watch::channel(progress.restart);
     let (tx, rx) = mpsc::channel(TAP_QUEUE);
+    let source_end = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let metrics = crate::metrics::Metrics::new();
     // Kept for the whole run: dropping it stops the endpoint.
     let _metrics_server = match &config.metrics {
@@ -101,21 +109,56 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
         hold_tx,
         metrics,
         first_run,
+        StreamControl {
+            stop: stop.clone(),
+            source_end: Arc::clone(&source_end),
+        },
     )
     .await
     {
         Ok(s) => s,
+        Err(StreamError::Stopping) => {
+            stop_shadow(shadow).await;
+            return Ok(());
+        }
         Err(e) => {
             stop_shadow(shadow).await;
             return Err(e.into());
         }
     };
-    let stream_task = tokio::spawn(streamer.run(rx));
-    let tap = WalTap { tx, hold: hold_rx };
+    let mut stream_task = tokio::spawn(streamer.run(rx));
+    let tap = WalTap {
+        tx,
+        hold: hold_rx,
+        source_end,
+    };
     let fed =
-        walshadow_shadow::run::feed_tapped_until_stopped(config, &shadow, Some(tap), stop).await;
-    // The tap is closed: the pipeline flushes and records its progress.
-    let streamed = match stream_task.await {
+        walshadow_shadow::run::feed_tapped_until_stopped(config, &shadow, Some(tap), stop.clone())
+            .await;
+    // The tap is closed: the pipeline flushes and records its progress —
+    // within STOP_GRACE of a stop request. Past it, the pipeline is
+    // dropped where it waits (a ClickHouse request that does not answer):
+    // what it held is not recorded and is replayed at the next start,
+    // exactly as after `kill -9`.
+    let stopping = *stop.borrow();
+    let joined = if stopping {
+        match tokio::time::timeout(STOP_GRACE, &mut stream_task).await {
+            Ok(r) => r,
+            Err(_) => {
+                tracing::warn!(
+                    "ClickHouse did not take the last rows within {STOP_GRACE:?} of the stop request; \
+                     stopping without them (they are streamed again at the next start)"
+                );
+                stream_task.abort();
+                let _ = stream_task.await;
+                Ok(Ok(()))
+            }
+        }
+    } else {
+        stream_task.await
+    };
+    let streamed = match joined {
+        Ok(Err(StreamError::Stopping)) => Ok(()),
         Ok(r) => r,
         Err(e) => Err(StreamError::State(format!(
             "the streaming task failed: {e}"

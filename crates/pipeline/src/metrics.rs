@@ -20,6 +20,9 @@
 //! | `walshadow_applied_commit_time_seconds` | gauge | that commit time, Unix seconds |
 //! | `walshadow_rows_written_total{table}` | counter | rows written to ClickHouse by the stream |
 //! | `walshadow_table_stopped{table}` | gauge | 1 while the table is stopped by a definite error |
+//! | `walshadow_destination_errors_total{code,class}` | counter | failed ClickHouse requests of the stream, by exception code (`http_NNN` without one, `connection`, `timeout`, `bad_response`) and class (transient, environment, definite) |
+//! | `walshadow_destination_up` | gauge | 0 while the stream waits on a ClickHouse request it retries, else 1 |
+//! | `walshadow_destination_last_success_seconds` | gauge | Unix time of the last request ClickHouse took |
 //! | `walshadow_open_transactions`, `walshadow_assembler_memory_bytes`, `walshadow_assembler_spilled_bytes` | gauge | transaction assembler |
 //! | `walshadow_toast_*` | gauge, counter | the TOAST chunk mirror (size, hits, source reads) |
 //! | `config_backfills_pending{mode}` | gauge | backfills waiting, per `initial_load` mode |
@@ -106,6 +109,12 @@ struct TableLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    code: String,
+    class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ModeLabels {
     mode: String,
 }
@@ -136,6 +145,9 @@ struct Inner {
     backfill_rows: Family<BackfillLabels, Counter>,
     backfill_bytes: Family<BackfillLabels, Counter>,
     backfills_running: U64Gauge,
+    destination_errors: Family<ErrorLabels, Counter>,
+    destination_up: U64Gauge,
+    destination_last_success: Gauge<f64, AtomicU64>,
 }
 
 /// The TOAST chunk mirror; the `_total` ones mirror counters the stream
@@ -308,6 +320,25 @@ impl Metrics {
             "Bytes read by backfills, per table and initial_load mode",
             backfill_bytes.clone(),
         );
+        let destination_errors = Family::default();
+        r.register(
+            "walshadow_destination_errors",
+            "Failed ClickHouse requests of the stream, by exception code (http_NNN without one) and class (transient, environment, definite)",
+            destination_errors.clone(),
+        );
+        let destination_up = U64Gauge::default();
+        destination_up.set(1);
+        r.register(
+            "walshadow_destination_up",
+            "0 while the stream waits on a ClickHouse request it is retrying (walshadow status says which and why), else 1",
+            destination_up.clone(),
+        );
+        let destination_last_success = Gauge::<f64, AtomicU64>::default();
+        r.register(
+            "walshadow_destination_last_success_seconds",
+            "Unix time of the last request of the stream ClickHouse took",
+            destination_last_success.clone(),
+        );
 
         Metrics {
             inner: Arc::new(Inner {
@@ -322,7 +353,32 @@ impl Metrics {
                 backfill_rows,
                 backfill_bytes,
                 backfills_running,
+                destination_errors,
+                destination_up,
+                destination_last_success,
             }),
+        }
+    }
+
+    /// A ClickHouse request of the stream failed.
+    pub fn add_destination_error(&self, code: &str, class: &str) {
+        self.inner
+            .destination_errors
+            .get_or_create(&ErrorLabels {
+                code: code.into(),
+                class: class.into(),
+            })
+            .inc();
+    }
+
+    /// Whether the stream's last ClickHouse request succeeded.
+    pub fn set_destination_ok(&self, ok: bool) {
+        self.inner.destination_up.set(u64::from(ok));
+        if ok {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            self.inner.destination_last_success.set(now);
         }
     }
 

@@ -38,6 +38,8 @@ pub struct StatusReport {
     /// Initial loads (`backfills.toml`), by table.
     pub backfills: std::collections::BTreeMap<String, walshadow_backfill::ledger::Pass>,
     pub tables: std::collections::BTreeMap<String, TableStatus>,
+    /// ClickHouse as the running stream sees it.
+    pub destination: Option<crate::status::DestinationStatus>,
 }
 
 /// Why the status could not be put together.
@@ -93,7 +95,12 @@ pub async fn status(config: &Config) -> Result<StatusReport, ReportError> {
         .as_ref()
         .map(|f| f.restart)
         .or(progress.as_ref().map(|p| p.restart));
-    let head = source_current.or(file.as_ref().map(|f| f.received));
+    // The source's position: asked now, else as its walsender last said,
+    // else what was received (the stream pausing must not hide the lag).
+    let reported_end = file.as_ref().map(|f| f.source_end).filter(|l| l.is_valid());
+    let head = source_current
+        .or(reported_end)
+        .or(file.as_ref().map(|f| f.received));
     let lag_bytes = match (head, applied) {
         (Some(h), Some(a)) => Some(h.0.saturating_sub(a.0)),
         _ => None,
@@ -133,6 +140,10 @@ pub async fn status(config: &Config) -> Result<StatusReport, ReportError> {
             .map(|l| l.tables)
             .unwrap_or_default(),
         tables,
+        destination: file
+            .as_ref()
+            .filter(|_| running)
+            .map(|f| f.destination.clone()),
     })
 }
 
@@ -146,6 +157,23 @@ impl fmt::Display for StatusReport {
             (true, _) => writeln!(f, "walshadow: running")?,
             (false, Some(a)) => writeln!(f, "walshadow: not running (last status {a:.0} s ago)")?,
             (false, None) => writeln!(f, "walshadow: not running")?,
+        }
+        if let Some(d) = &self.destination
+            && let Some(since) = d.failing_since_unix_ms
+        {
+            let secs = crate::status::unix_ms_now().saturating_sub(since) / 1000;
+            writeln!(
+                f,
+                "ClickHouse:      not taking requests for {secs} s ({} failures, {}); the stream waits, nothing is lost",
+                d.failures,
+                d.last_class.as_deref().unwrap_or("?")
+            )?;
+            if let Some(w) = &d.waiting_for {
+                writeln!(f, "  waiting for:   {w}")?;
+            }
+            if let Some(e) = &d.last_error {
+                writeln!(f, "  last error:    {e}")?;
+            }
         }
         writeln!(f, "source WAL:      {}", lsn(self.source_current))?;
         writeln!(f, "received:        {}", lsn(self.received))?;

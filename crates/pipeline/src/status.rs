@@ -65,6 +65,38 @@ pub struct StatusFile {
     #[serde(default)]
     pub toast: Option<ToastStatus>,
     pub tables: BTreeMap<String, TableStatus>,
+    /// The source's WAL end as its walsender last reported it (0 while
+    /// unknown): lag counts from here whatever ClickHouse does.
+    #[serde(default)]
+    pub source_end: Lsn,
+    /// ClickHouse as the stream sees it (absent in older files).
+    #[serde(default)]
+    pub destination: DestinationStatus,
+}
+
+/// Whether ClickHouse takes what the stream sends. While `failing_since`
+/// is set, the stream is paused on one request, retrying it with backoff;
+/// progress stays behind it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DestinationStatus {
+    /// Unix ms of the first failure of the request being retried now.
+    pub failing_since_unix_ms: Option<u64>,
+    /// Attempts of that request that failed.
+    pub failures: u64,
+    /// What the stream is trying to do ("INSERT INTO `app`.`t`").
+    pub waiting_for: Option<String>,
+    /// The last error and its class (transient, environment).
+    pub last_error: Option<String>,
+    pub last_class: Option<String>,
+    /// Unix ms of the last request ClickHouse took.
+    pub last_success_unix_ms: Option<u64>,
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The TOAST chunk mirror's size and traffic.

@@ -12,6 +12,7 @@
 //! - [`process`]: running PostgreSQL binaries as the unprivileged user.
 //! - [`run`]: `walshadow run`: the shadow started, fed and kept running.
 //! - [`postmaster`]: whether the shadow's postmaster is up (its lock file).
+//! - [`state_lock`]: one process per state directory.
 //! - [`catalog`]: `ShadowCatalog`, relation descriptors from the shadow.
 //! - [`access`]: reaching the shadow from other processes; schema export.
 
@@ -25,3 +26,4 @@ pub mod postmaster;
 pub mod process;
 pub mod run;
 pub mod segment_store;
+pub mod state_lock;

@@ -44,6 +44,10 @@ pub enum RunError {
     Feeder(#[from] crate::feeder::FeederError),
     #[error(transparent)]
     Replication(#[from] walshadow_wal_reader::replication::ReplicationError),
+    /// The tap took nothing for [`TAP_STALL`]; feeding resumes once it
+    /// has room again.
+    #[error("the streaming pipeline took no WAL for {0:?}")]
+    TapStalled(Duration),
     #[error(transparent)]
     Pipeline(#[from] crate::filter::pipeline::PipelineError),
     #[error("shadow PostgreSQL: {0}")]
@@ -96,7 +100,19 @@ pub struct WalTap {
     /// starts no later than this page, and the slot's flush position never
     /// passes it.
     pub hold: tokio::sync::watch::Receiver<Lsn>,
+    /// The source's WAL end as its walsender last reported it (keepalives
+    /// and WAL messages), whatever the tap's consumer is doing: lag is
+    /// measured against it.
+    pub source_end: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
+
+/// How long the tap may stay full before the feed lets go of the source.
+/// A consumer that takes nothing for this long waits on something else
+/// (ClickHouse down, a long commit): the feed ends its replication
+/// connection instead of leaving the walsender unanswered, so the source
+/// can shut down (its walsender waits for the standby's answers), and
+/// connects again from the tap's hold once the tap has room.
+pub const TAP_STALL: Duration = Duration::from_secs(5);
 
 /// What a [`WalTap`] receives.
 #[derive(Debug)]
@@ -136,6 +152,27 @@ pub async fn feed_tapped_until_stopped(
         .await;
         match result {
             Ok(()) => return Ok(()),
+            Err(RunError::TapStalled(after)) => {
+                tracing::warn!(
+                    "the streaming pipeline took no WAL for {after:?} (it is waiting, see walshadow status): \
+                     released the source's walsender; streaming again once it takes WAL"
+                );
+                let Some(t) = &tap else { continue };
+                // Room for half the queue, the shadow kept running meanwhile.
+                let mut shadow_check = tokio::time::interval(SHADOW_CHECK_EVERY);
+                let room = loop {
+                    tokio::select! {
+                        r = t.tx.reserve_many(t.tx.max_capacity() / 2) => break r.is_ok(),
+                        _ = stop.wait_for(|s| *s) => return Ok(()),
+                        _ = shadow_check.tick() => shadow.keep_running().await?,
+                    }
+                };
+                if !room {
+                    return Err(RunError::Shadow("the streaming pipeline stopped".into()));
+                }
+                tracing::info!("the streaming pipeline takes WAL again; streaming from the source");
+                backoff = Duration::from_secs(1);
+            }
             Err(e) if e.is_transient() => {
                 if started.elapsed() > Duration::from_secs(60) {
                     backoff = Duration::from_secs(1);
@@ -551,15 +588,17 @@ pub async fn feed_tapped(
         resume.stream_from = resume.stream_from.min(FilterPipeline::resume_page(hold));
         resume.durable = resume.durable.min(hold);
     }
-    if let Some(t) = &tap
-        && t.tx
-            .send(TapEvent::Start {
-                from: resume.stream_from,
-            })
-            .await
-            .is_err()
-    {
-        return Err(RunError::Shadow("the streaming pipeline stopped".into()));
+    tokio::pin!(stop);
+    if let Some(t) = &tap {
+        let start = TapEvent::Start {
+            from: resume.stream_from,
+        };
+        tokio::select! {
+            sent = t.tx.send(start) => if sent.is_err() {
+                return Err(RunError::Shadow("the streaming pipeline stopped".into()));
+            },
+            _ = &mut stop => return Ok(()),
+        }
     }
     tracing::info!(
         from = %resume.stream_from,
@@ -593,7 +632,6 @@ pub async fn feed_tapped(
     // What the store held before this run: the filter must produce the
     // same bytes again.
     let already = store.written_end();
-    tokio::pin!(stop);
     let mut last_flush = tokio::time::Instant::now();
     let mut shadow_check = tokio::time::interval(SHADOW_CHECK_EVERY);
     shadow_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -621,7 +659,16 @@ pub async fn feed_tapped(
             }
         };
         match event {
-            FollowEvent::Wal { start, data, .. } => {
+            FollowEvent::Wal {
+                start,
+                data,
+                wal_end,
+                ..
+            } => {
+                if let Some(t) = &tap {
+                    t.source_end
+                        .fetch_max(wal_end.0, std::sync::atomic::Ordering::Relaxed);
+                }
                 let chunk_end = Lsn(start.0 + data.len() as u64);
                 let skip = filter_from.distance_from(start).min(data.len() as u64) as usize;
                 let (from, bytes) = if chunk_end > filter_from {
@@ -665,11 +712,20 @@ pub async fn feed_tapped(
                         last_flush = tokio::time::Instant::now();
                         // The pipeline may be waiting for the shadow: keep
                         // it running meanwhile (reserve is cancel-safe).
+                        let stalled = tokio::time::sleep(TAP_STALL);
+                        tokio::pin!(stalled);
                         let permit = loop {
                             tokio::select! {
                                 permit = t.tx.reserve() => break Some(permit),
                                 _ = &mut stop => break None,
                                 _ = shadow_check.tick() => shadow.keep_running().await?,
+                                _ = &mut stalled => {
+                                    // What the filter took is in the store;
+                                    // the tap's part is streamed again.
+                                    store.flush()?;
+                                    ckpt.take(&pipeline, store, &mut follower).await?;
+                                    return Err(RunError::TapStalled(TAP_STALL));
+                                }
                             }
                         };
                         let Some(permit) = permit else { break };
@@ -683,7 +739,12 @@ pub async fn feed_tapped(
                     recycle(config, shadow, store, ckpt.last).await;
                 }
             }
-            FollowEvent::ServerWalEnd(_) => {}
+            FollowEvent::ServerWalEnd(wal_end) => {
+                if let Some(t) = &tap {
+                    t.source_end
+                        .fetch_max(wal_end.0, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
             FollowEvent::TimelineSwitch {
                 from,
                 to,

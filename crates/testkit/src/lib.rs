@@ -24,6 +24,9 @@
 //! - [`Rng`] is a seeded generator whose seed is printed for replay.
 //! - [`ClickHouseEngine`] runs `scripts/clickhouse-engine` (ClickHouse 26.9 in-process via
 //!   chdb, behind ClickHouse's HTTP interface) on a loopback port, with stop/start drills.
+//! - [`FaultProxy`] sits between a client and a ClickHouse HTTP endpoint and is switched at
+//!   runtime into fault modes ([`ProxyMode`]): fake `200 Ok.`, a load balancer's status, a
+//!   wrong password.
 //!
 //! PostgreSQL refuses to run as root, and CI runs as root: then every PostgreSQL binary is
 //! started as an unprivileged user (see [`ServerUser`]).
@@ -33,6 +36,7 @@
 pub mod all_types;
 mod clickhouse;
 mod cluster;
+pub mod fault_proxy;
 mod heap_file;
 mod install;
 mod parity;
@@ -46,6 +50,7 @@ mod workdir;
 
 pub use clickhouse::{ClickHouseEngine, ClickHouseOptions, HttpReply};
 pub use cluster::{Auth, Cluster, ClusterOptions};
+pub use fault_proxy::{FaultProxy, ProxyMode};
 pub use heap_file::{heap_tuples, relation_file};
 pub use install::{PgInstall, tools_dirs};
 pub use parity::{DumpBlock, DumpRecord, assert_parity, parse_dump_output};

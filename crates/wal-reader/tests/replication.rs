@@ -348,6 +348,7 @@ async fn follows_timeline_switch_after_promotion() {
                     timeline,
                     start,
                     data,
+                    ..
                 } => {
                     assert_eq!(start, next, "{major}: contiguous across the switch");
                     let end = Lsn(start.0 + data.len() as u64);

@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use walshadow_config::Config;
 use walshadow_emitter::{
-    BatchConfig, ClickHouseClient, ClientConfig, DestTable, MetaColumns, RetryPolicy,
-    RowBinaryEncoder, RowMeta, SchemaDiff, TableBatch, TableSettings,
+    BatchConfig, ClickHouseClient, ClientConfig, DestTable, MetaColumns, RowBinaryEncoder, RowMeta,
+    SchemaDiff, TableBatch, TableSettings,
 };
 use walshadow_rows::{RowDecoder, RowError, ToastChunk, TupleRef, Value};
 use walshadow_shadow::catalog::ShadowCatalog;
@@ -92,6 +92,10 @@ pub enum StreamError {
     Ledger(#[from] walshadow_backfill::ledger::LedgerError),
     #[error("{0}")]
     State(String),
+    /// `run` was asked to stop while ClickHouse did not take a request;
+    /// what it held was not recorded and is replayed at the next start.
+    #[error("stopped while waiting for ClickHouse")]
+    Stopping,
 }
 
 /// A relation's row decoder, with the position in the destination's live
@@ -138,6 +142,16 @@ struct Table {
     decoders: HashMap<Oid, RelationDecoder>,
 }
 
+/// What the daemon hands the stream besides its state: the stop request
+/// and the source's WAL end as the feed hears it.
+#[derive(Debug, Clone)]
+pub struct StreamControl {
+    /// Turns true when `run` is asked to stop.
+    pub stop: watch::Receiver<bool>,
+    /// The source's WAL end (LSN as a number; 0 while unknown).
+    pub source_end: Arc<std::sync::atomic::AtomicU64>,
+}
+
 /// The streaming state machine; see the module doc.
 #[derive(Debug)]
 pub struct Streamer {
@@ -148,7 +162,6 @@ pub struct Streamer {
     ch: ClickHouseClient,
     meta: MetaColumns,
     batch: BatchConfig,
-    retry: RetryPolicy,
     assembler: Assembler,
     assembler_config: AssemblerConfig,
     relations: Option<Relations>,
@@ -192,6 +205,11 @@ pub struct Streamer {
     events: Vec<Event>,
     /// Commit time of the last transaction whose rows are applied.
     applied_commit_time: i64,
+    /// Turns true when `run` is asked to stop: retries give up.
+    stop: watch::Receiver<bool>,
+    /// The source's WAL end (from the feed).
+    source_end: Arc<std::sync::atomic::AtomicU64>,
+    destination: crate::status::DestinationStatus,
 }
 
 fn table_name(key: &str) -> String {
@@ -213,7 +231,9 @@ impl Streamer {
         hold: watch::Sender<Lsn>,
         metrics: crate::metrics::Metrics,
         first_run: bool,
+        control: StreamControl,
     ) -> Result<Streamer, StreamError> {
+        let StreamControl { stop, source_end } = control;
         let ch_cfg = config
             .clickhouse
             .as_ref()
@@ -235,14 +255,6 @@ impl Streamer {
             max_rows: ch_cfg.batch_rows,
             max_bytes: ch_cfg.batch_mb << 20,
             max_age: Duration::from_millis(ch_cfg.batch_ms),
-        };
-        // ClickHouse down is waited out (the slot holds the source's WAL
-        // meanwhile); the log says so at every attempt.
-        let retry = RetryPolicy {
-            initial_backoff: Duration::from_millis(200),
-            max_backoff: Duration::from_secs(10),
-            max_attempts: u32::MAX,
-            max_elapsed: Duration::from_secs(7 * 24 * 3600),
         };
         let assembler_config = AssemblerConfig {
             memory_budget_bytes: config.stream.memory_mb << 20,
@@ -314,7 +326,6 @@ impl Streamer {
             ch,
             meta,
             batch,
-            retry,
             assembler,
             assembler_config,
             relations: None,
@@ -344,6 +355,9 @@ impl Streamer {
             last_flush: Instant::now(),
             events: Vec::new(),
             applied_commit_time: 0,
+            stop,
+            source_end,
+            destination: Default::default(),
         };
         let progress_applied = s.progress.applied;
         for key in &pinned {
@@ -376,23 +390,97 @@ impl Streamer {
         Ok(s)
     }
 
-    async fn retry_clickhouse<F, Fut>(&self, what: &str, f: F) -> Result<(), StreamError>
+    /// Runs `f` until ClickHouse takes it. Transient and environment
+    /// errors pause the stream here (backoff to 10 s; status written every
+    /// second, so `walshadow status` and the metrics show what it waits
+    /// for); only a definite error comes back, as
+    /// [`StreamError::ClickHouse`]. A stop request ends the wait with
+    /// [`StreamError::Stopping`]: nothing past the request was recorded, so
+    /// nothing is lost by giving up.
+    async fn retry_clickhouse<F, Fut>(&mut self, what: &str, f: F) -> Result<(), StreamError>
     where
         F: Fn(ClickHouseClient) -> Fut,
         Fut: std::future::Future<Output = Result<(), walshadow_emitter::ClickHouseError>>,
     {
         let mut backoff = Duration::from_millis(200);
         loop {
-            match f(self.ch.clone()).await {
-                Ok(()) => return Ok(()),
-                Err(e) if e.is_transient() => {
-                    tracing::warn!("ClickHouse: {what}: {e}; trying again in {backoff:?}");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+            let e = match f(self.ch.clone()).await {
+                Ok(()) => {
+                    self.destination_ok();
+                    return Ok(());
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) if e.is_definite() => {
+                    self.destination_ok();
+                    return Err(e.into());
+                }
+                Err(e) => e,
+            };
+            self.destination_failed(what, &e, backoff);
+            if *self.stop.borrow() {
+                return Err(StreamError::Stopping);
             }
+            // In steps of a second at most: the status file stays fresh.
+            let until = Instant::now() + backoff;
+            while Instant::now() < until {
+                let step = until.saturating_duration_since(Instant::now());
+                let mut stop = self.stop.clone();
+                tokio::select! {
+                    _ = tokio::time::sleep(step.min(Duration::from_secs(1))) => {}
+                    _ = stop.wait_for(|s| *s) => return Err(StreamError::Stopping),
+                }
+                self.write_status();
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(10));
         }
+    }
+
+    fn destination_ok(&mut self) {
+        let d = &mut self.destination;
+        if let Some(since) = d.failing_since_unix_ms.take() {
+            let secs = crate::status::unix_ms_now().saturating_sub(since) as f64 / 1000.0;
+            tracing::info!(
+                failures = d.failures,
+                "ClickHouse takes requests again after {secs:.1} s: {} done",
+                d.waiting_for.as_deref().unwrap_or("the request")
+            );
+        }
+        d.failures = 0;
+        d.waiting_for = None;
+        d.last_success_unix_ms = Some(crate::status::unix_ms_now());
+        self.metrics.set_destination_ok(true);
+    }
+
+    fn destination_failed(
+        &mut self,
+        what: &str,
+        e: &walshadow_emitter::ClickHouseError,
+        retry_in: Duration,
+    ) {
+        let class = e.class();
+        let d = &mut self.destination;
+        d.failing_since_unix_ms
+            .get_or_insert_with(crate::status::unix_ms_now);
+        d.failures += 1;
+        d.waiting_for = Some(what.to_owned());
+        d.last_error = Some(e.to_string());
+        d.last_class = Some(class.as_str().to_owned());
+        self.metrics
+            .add_destination_error(&e.label(), class.as_str());
+        self.metrics.set_destination_ok(false);
+        let failures = d.failures;
+        match class {
+            walshadow_emitter::ErrorClass::Environment => tracing::error!(
+                failures,
+                "ClickHouse cannot take the stream's requests ({what}): {e}; \
+                 the stream waits, retrying in {retry_in:?} (nothing is lost meanwhile: \
+                 progress and the slot stay behind these rows); fix the destination"
+            ),
+            _ => tracing::warn!(
+                failures,
+                "ClickHouse: {what}: {e}; retrying in {retry_in:?}"
+            ),
+        }
+        self.write_status();
     }
 
     /// Runs until the tap closes (the feed stopped), then flushes and
@@ -780,6 +868,8 @@ impl Streamer {
             spilled_bytes: self.assembler.spilled_bytes(),
             toast: Some(ToastStatus::new(self.toast.stats(), self.toast.counters())),
             tables: TableStatus::all(&self.progress.tables),
+            source_end: Lsn(self.source_end.load(std::sync::atomic::Ordering::Relaxed)),
+            destination: self.destination.clone(),
         };
         self.update_metrics(&status);
         if let Err(e) = status.write(&self.state_dir) {
@@ -830,7 +920,13 @@ async fn config_rows_now(config: &Config) -> Vec<ScopeChange> {
 impl Streamer {
     fn update_metrics(&mut self, status: &StatusFile) {
         let m = &self.metrics;
-        m.set_positions(status.received.0, status.decoded.0, status.applied.0, None);
+        let source = (status.source_end.is_valid()).then_some(status.source_end.0);
+        m.set_positions(
+            status.received.0,
+            status.decoded.0,
+            status.applied.0,
+            source,
+        );
         if status.applied_commit_time != 0 {
             // µs since 2000-01-01 → Unix seconds.
             m.set_applied_commit_time(status.applied_commit_time as f64 / 1e6 + 946_684_800.0);

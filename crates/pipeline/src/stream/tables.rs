@@ -301,27 +301,41 @@ impl Streamer {
             crc32c::crc32c(&sealed.body)
         );
         let guard = self.dest_locks.lock(&sealed.table).await;
-        let inserted = sealed.insert(&self.ch, &token, &self.retry).await;
+        let what = format!(
+            "inserting {} rows into {}.{}",
+            sealed.rows,
+            walshadow_emitter::quote_ident(&self.database),
+            walshadow_emitter::quote_ident(&sealed.table)
+        );
+        // The same bytes and token on every attempt: ClickHouse keeps one
+        // copy whatever an unknown outcome was.
+        let inserted = self
+            .retry_clickhouse(&what, |ch| {
+                let sealed = sealed.clone();
+                let token = token.clone();
+                async move { sealed.insert_once(&ch, &token).await }
+            })
+            .await;
         drop(guard);
         match inserted {
-            Ok(_) => {
+            Ok(()) => {
                 if let Some(t) = self.progress.tables.get_mut(key) {
                     t.rows += sealed.rows as u64;
                 }
                 self.metrics.add_rows(key, sealed.rows as u64);
                 Ok(())
             }
-            Err(e) if e.is_transient() => Err(e.into()),
-            Err(e) => {
+            Err(StreamError::ClickHouse(e)) => {
                 let lsn = sealed.first.0;
                 self.stop_table(
                     key,
                     lsn,
-                    e.to_string(),
-                    "ClickHouse refused the rows; fix the destination table (see the reason), then load the table again".into(),
+                    format!("ClickHouse refused the rows: {e}"),
+                    "ClickHouse cannot store these values in the table's columns; fix the column (or the source value), then load the table again".into(),
                 );
                 Ok(())
             }
+            Err(e) => Err(e),
         }
     }
 }

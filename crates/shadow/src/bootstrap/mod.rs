@@ -94,6 +94,8 @@ pub enum InitError {
     CatalogKeptMoving { attempts: usize, files: String },
     #[error("state file: {0}")]
     State(#[from] StateFileError),
+    #[error(transparent)]
+    Locked(#[from] crate::state_lock::StateLockError),
     #[error("filter seed {path}: {problem}")]
     Seed { path: PathBuf, problem: String },
 }
@@ -197,11 +199,16 @@ fn io_err(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Ini
     move |source| InitError::Io { what, path, source }
 }
 
+/// Empty but for the state lock (taken before this check).
 fn dir_is_empty(dir: &Path) -> bool {
-    std::fs::read_dir(dir).map_or(true, |mut d| d.next().is_none())
+    std::fs::read_dir(dir).map_or(true, |d| {
+        d.flatten()
+            .all(|e| e.file_name() == crate::state_lock::LOCK_FILE)
+    })
 }
 
-/// Removes everything inside `dir` (not `dir` itself).
+/// Removes everything inside `dir` (not `dir` itself) but the state lock,
+/// which this process holds.
 fn clear_dir(dir: &Path) -> Result<(), InitError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -210,6 +217,9 @@ fn clear_dir(dir: &Path) -> Result<(), InitError> {
     };
     for entry in entries {
         let p = entry.map_err(io_err("listing", dir))?.path();
+        if p.file_name() == Some(std::ffi::OsStr::new(crate::state_lock::LOCK_FILE)) {
+            continue;
+        }
         let meta = std::fs::symlink_metadata(&p).map_err(io_err("inspecting", &p))?;
         if meta.is_dir() {
             std::fs::remove_dir_all(&p).map_err(io_err("removing", &p))?;
@@ -287,6 +297,9 @@ pub async fn init(config: &Config, force: bool) -> Result<InitReport, InitError>
             duration: started.elapsed(),
         });
     }
+    // Before anything is touched: a `run` on this state directory refuses
+    // us here, not halfway through.
+    let _lock = crate::state_lock::StateLock::acquire(state_dir, "init")?;
     if let Some(pid) = running_postmaster(data_dir) {
         return Err(InitError::ShadowRunning(data_dir.clone(), pid));
     }

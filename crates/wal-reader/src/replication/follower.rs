@@ -26,6 +26,8 @@ pub enum FollowEvent {
         timeline: TimeLineId,
         start: Lsn,
         data: Bytes,
+        /// The server's WAL end when it sent this.
+        wal_end: Lsn,
     },
     /// Later chunks are on `to`; `from` ended at `switch_lsn`.
     TimelineSwitch {
@@ -106,10 +108,16 @@ impl WalFollower {
             .as_mut()
             .ok_or_else(|| ReplicationError::Poisoned("the follower failed earlier".into()))?;
         match stream.next().await? {
-            Some(WalEvent::XLogData { start, data, .. }) => Ok(FollowEvent::Wal {
+            Some(WalEvent::XLogData {
+                start,
+                data,
+                wal_end,
+                ..
+            }) => Ok(FollowEvent::Wal {
                 timeline: self.timeline,
                 start,
                 data,
+                wal_end,
             }),
             Some(WalEvent::Keepalive { wal_end, .. }) => Ok(FollowEvent::ServerWalEnd(wal_end)),
             Some(WalEvent::EndOfTimeline {

@@ -15,6 +15,18 @@
 //! this module's guess: a physical slot's `restart_lsn` follows `flush`
 //! (PhysicalConfirmReceivedLocation in walsender.c), so it must only cover
 //! WAL the caller has made durable downstream. They never move backwards.
+//!
+//! The one exception is the answer to a keepalive that asks for a reply
+//! (the walsender's ping): it reports `write` = everything received and
+//! `flush` = `apply` = 0 (InvalidXLogRecPtr), as pg_receivewal does without
+//! a slot. A shutting-down walsender waits in `WalSndDone` until the
+//! standby's flush — or its write, when flush is invalid — equals what it
+//! sent, pinging each round; a flush held back behind the destination
+//! would hold the source's shutdown for as long as the destination is
+//! behind, and spin both sides meanwhile. An invalid flush moves no slot
+//! (ProcessStandbyReplyMessage confirms only a valid one), so the slot still
+//! holds the WAL not yet applied, and the next ordinary update reports the
+//! caller's flush again.
 
 use std::time::Duration;
 
@@ -174,6 +186,21 @@ impl WalStream {
         Ok(())
     }
 
+    /// The answer to a ping: received so far, and no flush (see the
+    /// module doc). The next periodic update is not moved: it carries the
+    /// caller's flush again.
+    fn queue_ping_answer(&mut self) -> Result<()> {
+        let msg = standby_status_update(
+            self.next_lsn,
+            Lsn::INVALID,
+            Lsn::INVALID,
+            PgTimestamp::now(),
+            false,
+        );
+        frontend::CopyData::new(msg)?.write(self.client.conn.buf());
+        Ok(())
+    }
+
     /// The next event; `Ok(None)` once the stream has ended.
     /// Cancel-safe: dropping the future loses no received data.
     pub async fn next(&mut self) -> Result<Option<WalEvent>> {
@@ -238,7 +265,7 @@ impl WalStream {
                             reply_requested,
                         } => {
                             if reply_requested {
-                                self.queue_status(false)?;
+                                self.queue_ping_answer()?;
                                 self.client.conn.flush().await?;
                             }
                             return Ok(Some(WalEvent::Keepalive { wal_end, send_time }));
@@ -273,6 +300,15 @@ impl WalStream {
                         .conn
                         .params
                         .insert(p.name()?.to_owned(), p.value()?.to_owned());
+                }
+                BackendMessage::Other(backend::Message::CommandComplete(_)) => {
+                    // A walsender shutting down ends streaming with
+                    // CommandComplete once the standby has everything it
+                    // sent (WalSndDone), then closes the connection.
+                    self.state = State::Ended;
+                    return Err(ReplicationError::ConnectionClosed {
+                        context: " (the server ended streaming: it is shutting down)".into(),
+                    });
                 }
                 BackendMessage::Other(_) => {
                     return Err(ReplicationError::protocol(

@@ -1,0 +1,448 @@
+//! Everyday faults, on PostgreSQL 15 and 18, each ending with the row-by-row
+//! oracle (source table = ClickHouse `FINAL`):
+//!
+//! - the source shuts down (`pg_ctl stop -m fast`) while ClickHouse is down
+//!   and walshadow far behind: it returns within seconds, the source
+//!   recycles its WAL on the way back up, nothing is lost; walshadow and
+//!   its walsender idle near zero CPU meanwhile;
+//! - SIGTERM stops `run` within 10 s whatever ClickHouse does;
+//! - a second `run` (and `init --force`, `toast compact`) on the same state
+//!   directory is refused, and the first keeps streaming through DDL;
+//! - ClickHouse erring or lying (401/403/404/502 from a proxy, a rotated
+//!   password, a proxy answering `200 Ok.`, the table renamed away) pauses
+//!   the stream with the error in `status` and the metrics, and never moves
+//!   progress past the rows it holds.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use common::{BIN, OracleColumn, StreamHarness, same};
+use walshadow_testkit::{FaultProxy, Lsn, PgMajor, ProxyMode, wait_until};
+
+const CATCH_UP: Duration = Duration::from_secs(180);
+
+fn cols() -> Vec<OracleColumn> {
+    vec![same("id"), same("v")]
+}
+
+fn harness(major: PgMajor, tag: &str, extra: &str) -> Result<StreamHarness> {
+    let h = StreamHarness::new(major, tag, &["public.t"], extra)?;
+    h.source
+        .psql("create table t (id int primary key, v text)")?;
+    Ok(h)
+}
+
+fn status_json(h: &StreamHarness) -> Result<serde_json::Value> {
+    let out = h.cli_ok(&["status", "--json", "--config", h.config()])?;
+    Ok(serde_json::from_str(&out)?)
+}
+
+/// CPU seconds (user + system) a process used so far.
+fn cpu_secs(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name, which is in parentheses.
+    let rest = stat.rsplit_once(')').context("stat")?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>()? + f[12].parse::<f64>()?;
+    Ok(ticks / 100.0)
+}
+
+/// CPU share of `pids` over `window`.
+fn cpu_share(pids: &[u32], window: Duration) -> Result<f64> {
+    let before: f64 = pids.iter().map(|&p| cpu_secs(p).unwrap_or(0.0)).sum();
+    std::thread::sleep(window);
+    let after: f64 = pids.iter().map(|&p| cpu_secs(p).unwrap_or(0.0)).sum();
+    Ok((after - before) / window.as_secs_f64())
+}
+
+fn walsender_pids(h: &StreamHarness) -> Result<Vec<u32>> {
+    let out = h
+        .source
+        .psql("select pid from pg_stat_activity where backend_type = 'walsender'")?;
+    Ok(out.lines().filter_map(|l| l.trim().parse().ok()).collect())
+}
+
+fn run_pid(h: &StreamHarness) -> Result<u32> {
+    Ok(h.run.as_ref().context("run is not running")?.id())
+}
+
+/// walshadow and its walsenders use under 15 % of a core each.
+fn assert_quiet(h: &StreamHarness, state: &str) -> Result<()> {
+    let run = cpu_share(&[run_pid(h)?], Duration::from_secs(3))?;
+    let ws = cpu_share(&walsender_pids(h)?, Duration::from_secs(2))?;
+    println!(
+        "pg{}: CPU ({state}): walshadow {run:.3}, walsender {ws:.3}",
+        h.source.major().number()
+    );
+    ensure!(
+        run < 0.15 && ws < 0.15,
+        "{state}: CPU walshadow {run:.3}, walsender {ws:.3}"
+    );
+    Ok(())
+}
+
+/// `pg_ctl stop -m fast` of the source, timed.
+fn timed_source_stop(h: &mut StreamHarness, state: &str) -> Result<()> {
+    let started = Instant::now();
+    Arc::get_mut(&mut h.source)
+        .context("source shared")?
+        .stop()?;
+    let took = started.elapsed();
+    println!(
+        "pg{}: pg_ctl stop -m fast ({state}) took {took:?}",
+        h.source.major().number()
+    );
+    ensure!(
+        took < Duration::from_secs(15),
+        "{state}: pg_ctl stop took {took:?}"
+    );
+    Ok(())
+}
+
+fn shutdown_while_behind(major: PgMajor) -> Result<()> {
+    let mut h = harness(major, "shutdown", "")?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into t select g, 'a' from generate_series(1, 100) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+
+    // Idle: nothing to do, nearly no CPU on either side.
+    assert_quiet(&h, "idle")?;
+
+    h.ch.stop()?;
+    // More WAL than the feed's queue to the pipeline holds (≈ 8 MB), and a
+    // small transaction after it.
+    h.source.psql(
+        "insert into t select g, repeat(md5(g::text), 8) from generate_series(101, 120000) g",
+    )?;
+    h.source.psql("update t set v = 'b' where id % 7 = 0")?;
+    h.source.psql("delete from t where id % 11 = 0")?;
+    let target = h.source.flush_lsn()?;
+    // Walshadow holds it all back: the destination is down.
+    wait_until(
+        Duration::from_secs(60),
+        "the stream to see ClickHouse down",
+        || {
+            let s = status_json(&h)?;
+            Ok(s["destination"]["failing_since_unix_ms"].is_u64())
+        },
+    )?;
+    let applied: Lsn = status_json(&h)?["applied"]
+        .as_str()
+        .context("applied")?
+        .parse()?;
+    ensure!(applied < target, "applied {applied} with ClickHouse down");
+    // While ClickHouse is down: no spin on either side.
+    assert_quiet(&h, "ClickHouse down")?;
+
+    // The source shuts down promptly though walshadow is far behind and
+    // still connected (its walsender's last pings are answered).
+    timed_source_stop(&mut h, "connected, behind")?;
+    Arc::get_mut(&mut h.source)
+        .context("source shared")?
+        .restart()?;
+
+    // The pipeline waits on ClickHouse and the feed reconnected: more WAL
+    // than the queue between them holds. The feed lets the walsender go
+    // rather than leave it unanswered, and the source stops as promptly.
+    h.source.psql(
+        "insert into t select g, repeat(md5(g::text), 8) from generate_series(120001, 180000) g",
+    )?;
+    wait_until(
+        Duration::from_secs(60),
+        "the feed to release the source",
+        || Ok(h.run_log().contains("released the source's walsender")),
+    )?;
+    let paused = cpu_share(&[run_pid(&h)?], Duration::from_secs(3))?;
+    println!("pg{}: CPU paused: walshadow {paused:.3}", major.number());
+    ensure!(paused < 0.15, "CPU {paused:.3} while paused");
+    timed_source_stop(&mut h, "paused")?;
+
+    // Back up with a small WAL budget: checkpoints recycle every segment
+    // the slot does not hold.
+    let src = Arc::get_mut(&mut h.source).context("source shared")?;
+    src.restart()?;
+    src.psql("alter system set max_wal_size = '32MB'")?;
+    src.psql("alter system set min_wal_size = '32MB'")?;
+    src.psql("select pg_reload_conf()")?;
+    for _ in 0..3 {
+        src.psql("insert into t select g, 'c' from generate_series(200001, 201000) g on conflict (id) do update set v = 'c'")?;
+        src.switch_wal()?;
+        src.checkpoint()?;
+    }
+    h.ch.start_again()?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("t", "t", &cols())?;
+    ensure!(n > 150_000, "{n} rows");
+    h.check_running()?;
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_source_shutdown_never_waits_on_walshadow() -> Result<()> {
+    shutdown_while_behind(PgMajor::V15)
+}
+
+#[test]
+fn pg18_source_shutdown_never_waits_on_walshadow() -> Result<()> {
+    shutdown_while_behind(PgMajor::V18)
+}
+
+/// SIGTERM, timed.
+fn term_within(h: &mut StreamHarness, limit: Duration) -> Result<()> {
+    let started = Instant::now();
+    let status = h.signal_run("-TERM")?;
+    let took = started.elapsed();
+    ensure!(
+        status.success(),
+        "run exited {status} on SIGTERM:\n{}",
+        common::tail(&h.run_log(), 30)
+    );
+    ensure!(took < limit, "run took {took:?} to stop");
+    Ok(())
+}
+
+fn prompt_stop(major: PgMajor) -> Result<()> {
+    let mut h = harness(major, "stop", "")?;
+    h.init()?;
+    // ClickHouse down from the start: `run` waits to create its database.
+    h.ch.stop()?;
+    h.start_run()?;
+    wait_until(
+        Duration::from_secs(60),
+        "run to wait for ClickHouse",
+        || {
+            Ok(h.run_log()
+                .contains("ClickHouse: creating the destination database"))
+        },
+    )?;
+    term_within(&mut h, Duration::from_secs(10))?;
+
+    // Streaming, then ClickHouse goes down with rows in flight.
+    h.ch.start_again()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into t select g, 'a' from generate_series(1, 1000) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.ch.stop()?;
+    h.source
+        .psql("insert into t select g, 'b' from generate_series(1001, 3000) g")?;
+    wait_until(
+        Duration::from_secs(60),
+        "the stream to wait for ClickHouse",
+        || {
+            let s = status_json(&h)?;
+            Ok(s["destination"]["failures"]
+                .as_u64()
+                .is_some_and(|n| n >= 2))
+        },
+    )?;
+    let text = h.cli_ok(&["status", "--config", h.config()])?;
+    ensure!(
+        text.contains("walshadow: running")
+            && text.contains("ClickHouse:      not taking requests"),
+        "{text}"
+    );
+    term_within(&mut h, Duration::from_secs(10))?;
+
+    h.ch.start_again()?;
+    h.start_run()?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("t", "t", &cols())?;
+    ensure!(n == 3000, "{n} rows");
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_sigterm_stops_run_promptly_with_clickhouse_down() -> Result<()> {
+    prompt_stop(PgMajor::V15)
+}
+
+#[test]
+fn pg18_sigterm_stops_run_promptly_with_clickhouse_down() -> Result<()> {
+    prompt_stop(PgMajor::V18)
+}
+
+fn one_run_per_state_dir(major: PgMajor) -> Result<()> {
+    let mut h = harness(major, "lock", "")?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into t select g, 'a' from generate_series(1, 100) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+    let first = run_pid(&h)?;
+    let holder = format!("another walshadow (pid {first}, `walshadow run`)");
+
+    let second = Command::new(BIN)
+        .args(["run", "--config", h.config()])
+        .stdin(Stdio::null())
+        .output()?;
+    let err = String::from_utf8_lossy(&second.stderr);
+    ensure!(!second.status.success(), "a second run started:\n{err}");
+    ensure!(err.contains(&holder), "{err}");
+    for args in [
+        vec!["init", "--force", "--config", h.config()],
+        vec!["toast", "compact", "--config", h.config()],
+    ] {
+        let out = h.cli(&args)?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        ensure!(!out.status.success(), "{args:?} ran:\n{err}");
+        ensure!(err.contains(&holder), "{args:?}: {err}");
+    }
+
+    // The first one never noticed: it streams on, through DDL.
+    h.check_running()?;
+    h.source.psql("alter table t add column w int")?;
+    h.source
+        .psql("insert into t select g, 'b', g from generate_series(101, 200) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+    let mut with_w = cols();
+    with_w.push(same("w"));
+    let n = h.assert_equal("t", "t", &with_w)?;
+    ensure!(n == 200, "{n} rows");
+    h.stop_run()?;
+    // Released with the process.
+    h.start_run()?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_one_run_per_state_directory() -> Result<()> {
+    one_run_per_state_dir(PgMajor::V15)
+}
+
+#[test]
+fn pg18_one_run_per_state_directory() -> Result<()> {
+    one_run_per_state_dir(PgMajor::V18)
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn errors_pause(major: PgMajor) -> Result<()> {
+    let metrics_port = free_port()?;
+    let mut h = harness(
+        major,
+        "cherr",
+        &format!("\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n"),
+    )?;
+    // walshadow talks to ClickHouse through a proxy the drill switches.
+    let proxy = FaultProxy::start(&h.ch.url())?;
+    let text = std::fs::read_to_string(&h.config)?.replace(
+        &format!("url = \"{}\"", h.ch.url()),
+        &format!("url = \"{}\"", proxy.url()),
+    );
+    std::fs::write(&h.config, text)?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into t select g, 'a' from generate_series(1, 100) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+
+    let modes = [
+        (ProxyMode::Status(401), "http_401"),
+        (ProxyMode::Status(403), "http_403"),
+        (ProxyMode::Status(404), "http_404"),
+        (ProxyMode::Status(502), "http_502"),
+        (ProxyMode::BadKey, "516"),
+        (ProxyMode::Fake200, "bad_response"),
+    ];
+    let mut next = 101;
+    for (mode, label) in modes {
+        proxy.set_mode(mode.clone());
+        h.source.psql(&format!(
+            "insert into t select g, 'm' from generate_series({next}, {}) g",
+            next + 99
+        ))?;
+        next += 100;
+        let written = h.source.flush_lsn()?;
+        wait_until(
+            Duration::from_secs(60),
+            &format!("{mode:?} to be retried"),
+            || {
+                let s = status_json(&h)?;
+                Ok(s["destination"]["failures"]
+                    .as_u64()
+                    .is_some_and(|n| n >= 2))
+            },
+        )?;
+        let s = status_json(&h)?;
+        let applied: Lsn = s["applied"].as_str().context("applied")?.parse()?;
+        ensure!(
+            applied < written,
+            "{mode:?}: applied {applied} past rows ClickHouse never took"
+        );
+        ensure!(
+            s["tables"]["public.t"]["stopped"].is_null(),
+            "{mode:?}: {s}"
+        );
+        let metrics = common::loads::scrape(metrics_port)?;
+        ensure!(
+            metrics.contains(&format!(
+                "walshadow_destination_errors_total{{code=\"{label}\""
+            )),
+            "{mode:?}: no walshadow_destination_errors_total{{code=\"{label}\"}}:\n{metrics}"
+        );
+        ensure!(metrics.contains("walshadow_destination_up 0"), "{metrics}");
+        proxy.set_mode(ProxyMode::Forward);
+        h.wait_caught_up(CATCH_UP)?;
+        h.assert_equal("t", "t", &cols())?;
+    }
+
+    // The table renamed away for a while: UNKNOWN_TABLE pauses, the rows
+    // written meanwhile (and after) arrive once it is back.
+    h.ch.query("RENAME TABLE app.t TO app.t_away")?;
+    h.source.psql(&format!(
+        "insert into t select g, 'r' from generate_series({next}, {}) g",
+        next + 99
+    ))?;
+    wait_until(
+        Duration::from_secs(60),
+        "UNKNOWN_TABLE to be retried",
+        || {
+            Ok(common::loads::scrape(metrics_port)?
+                .contains("walshadow_destination_errors_total{code=\"60\",class=\"environment\"}"))
+        },
+    )?;
+    h.ch.query("RENAME TABLE app.t_away TO app.t")?;
+    h.source.psql("update t set v = 'after' where id % 3 = 0")?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("t", "t", &cols())?;
+    ensure!(n == 800, "{n} rows");
+    let s = status_json(&h)?;
+    ensure!(s["tables"]["public.t"]["stopped"].is_null(), "{s}");
+    ensure!(s["destination"]["failing_since_unix_ms"].is_null(), "{s}");
+    let metrics = common::loads::scrape(metrics_port)?;
+    ensure!(metrics.contains("walshadow_destination_up 1"), "{metrics}");
+    ensure!(
+        !metrics.contains("walshadow_table_stopped{table=\"public.t\"} 1"),
+        "{metrics}"
+    );
+    h.stop_run()?;
+    if h.run_log().contains("table stopped") {
+        bail!("a table stopped:\n{}", h.run_log());
+    }
+    Ok(())
+}
+
+#[test]
+fn pg15_clickhouse_errors_pause_and_never_lose_rows() -> Result<()> {
+    errors_pause(PgMajor::V15)
+}
+
+#[test]
+fn pg18_clickhouse_errors_pause_and_never_lose_rows() -> Result<()> {
+    errors_pause(PgMajor::V18)
+}
