@@ -323,11 +323,13 @@ pub enum StagingError {
 }
 
 impl StagingError {
-    /// Worth retrying (connection, timeout, ClickHouse overloaded).
+    /// Worth retrying: every ClickHouse error but a definite refusal
+    /// (connection, timeout, overload, and the destination's state —
+    /// credentials, disk, a table renamed away — which someone fixes).
     pub fn is_transient(&self) -> bool {
         match self {
             StagingError::ClickHouse { source, .. } | StagingError::Exchange { source, .. } => {
-                source.is_transient()
+                !source.is_definite()
             }
             StagingError::Ledger(LedgerError::Io { .. }) => true,
             _ => false,

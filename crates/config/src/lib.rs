@@ -488,19 +488,56 @@ impl Config {
                 ));
             }
         }
-        for (key, v) in [
-            (
-                "shadow.checkpoint_every_mb",
-                self.shadow.checkpoint_every_mb,
-            ),
-            (
-                "shadow.checkpoint_every_secs",
-                self.shadow.checkpoint_every_secs,
-            ),
-        ] {
-            if v == 0 {
-                return Err(invalid(key, "must be at least 1".into()));
+        // Every number within what the code can hold and an operator can
+        // mean: a duration that overflows a clock or a size that wraps
+        // when turned into bytes is refused here, naming the key.
+        let in_range = |key: &'static str, v: u64, min: u64, max: u64| {
+            if (min..=max).contains(&v) {
+                Ok(())
+            } else {
+                Err(invalid(key, format!("{v} is outside {min}..={max}")))
             }
+        };
+        let sh = &self.shadow;
+        in_range(
+            "shadow.checkpoint_every_mb",
+            sh.checkpoint_every_mb,
+            1,
+            65_536,
+        )?;
+        in_range(
+            "shadow.checkpoint_every_secs",
+            sh.checkpoint_every_secs,
+            1,
+            86_400,
+        )?;
+        let st = &self.stream;
+        in_range("stream.memory_mb", st.memory_mb as u64, 1, 1 << 20)?;
+        in_range(
+            "stream.toast_cache_mb",
+            st.toast_cache_mb as u64,
+            0,
+            1 << 20,
+        )?;
+        let bf = &self.backfill;
+        in_range("backfill.max_attempts", u64::from(bf.max_attempts), 1, 1000)?;
+        in_range(
+            "backfill.chunk_blocks",
+            u64::from(bf.chunk_blocks),
+            1,
+            1 << 17,
+        )?;
+        in_range("backfill.batch_rows", bf.batch_rows as u64, 1, 10_000_000)?;
+        if let Some(ch) = &self.clickhouse {
+            in_range("clickhouse.batch_rows", ch.batch_rows as u64, 1, 10_000_000)?;
+            in_range("clickhouse.batch_mb", ch.batch_mb as u64, 1, 4096)?;
+            in_range("clickhouse.batch_ms", ch.batch_ms, 1, 3_600_000)?;
+            in_range(
+                "clickhouse.request_timeout_s",
+                ch.request_timeout_s,
+                1,
+                86_400,
+            )?;
         }
         if split_table_name(&self.source.config_table).is_none() {
             return Err(invalid(
@@ -514,21 +551,6 @@ impl Config {
         if self.backfill.workers == 0 || self.backfill.workers > 64 {
             return Err(invalid("backfill.workers", "must be 1 to 64".into()));
         }
-        if self.backfill.max_attempts == 0 {
-            return Err(invalid(
-                "backfill.max_attempts",
-                "must be at least 1".into(),
-            ));
-        }
-        if self.backfill.chunk_blocks == 0 {
-            return Err(invalid(
-                "backfill.chunk_blocks",
-                "must be at least 1".into(),
-            ));
-        }
-        if self.backfill.batch_rows == 0 {
-            return Err(invalid("backfill.batch_rows", "must be at least 1".into()));
-        }
         let rate = self.backfill.backup_max_rate_kb;
         if rate != 0 && !(32..=1_048_576).contains(&rate) {
             return Err(invalid(
@@ -538,9 +560,6 @@ impl Config {
                 ),
             ));
         }
-        if self.stream.memory_mb == 0 {
-            return Err(invalid("stream.memory_mb", "must be at least 1".into()));
-        }
         if let Some(sd) = &self.state.spill_dir
             && !sd.is_absolute()
         {
@@ -549,7 +568,15 @@ impl Config {
                 format!("{}: use an absolute path", sd.display()),
             ));
         }
-        for key in self.tables.keys() {
+        for (key, t) in &self.tables {
+            if let Err(bad) = InitialLoad::parse(t.initial_load.as_deref()) {
+                return Err(invalid(
+                    "table.initial_load",
+                    format!(
+                        "[table.{key:?}] initial_load = {bad:?}: expected one of none, copy, base_backup, object_store"
+                    ),
+                ));
+            }
             if split_table_name(key).is_none() {
                 return Err(invalid(
                     "table",
@@ -577,15 +604,6 @@ impl Config {
             }
             if ch.database.is_empty() {
                 return Err(invalid("clickhouse.database", "must not be empty".into()));
-            }
-            for (key, v) in [
-                ("clickhouse.batch_rows", ch.batch_rows as u64),
-                ("clickhouse.batch_mb", ch.batch_mb as u64),
-                ("clickhouse.batch_ms", ch.batch_ms),
-            ] {
-                if v == 0 {
-                    return Err(invalid(key, "must be at least 1".into()));
-                }
             }
             let meta = [
                 &ch.lsn_column,
@@ -666,6 +684,79 @@ mod tests {
         assert!(err.to_string().contains("schema.name"), "{err}");
         let err = parse(&format!("{GOOD}\n[table.\"public.orders\"]\n")).unwrap_err();
         assert!(err.to_string().contains("[clickhouse]"), "{err}");
+    }
+
+    #[test]
+    fn numbers_are_bounded() {
+        if !Path::new("/usr/lib/postgresql/15/bin/postgres").exists() {
+            return;
+        }
+        let ch = "\n[clickhouse]\nurl = \"http://127.0.0.1:8123\"\ndatabase = \"app\"\n";
+        // (section text, key named in the error): each refused at parse
+        // time instead of panicking or wrapping later.
+        let cases = [
+            (
+                "[shadow]\ncheckpoint_every_secs = 9223372036854775807",
+                "shadow.checkpoint_every_secs",
+            ),
+            (
+                "[shadow]\ncheckpoint_every_secs = 0",
+                "shadow.checkpoint_every_secs",
+            ),
+            (
+                "[shadow]\ncheckpoint_every_mb = 9223372036854775807",
+                "shadow.checkpoint_every_mb",
+            ),
+            ("[stream]\nmemory_mb = 17592186044416", "stream.memory_mb"),
+            (
+                "[stream]\ntoast_cache_mb = 17592186044416",
+                "stream.toast_cache_mb",
+            ),
+            (
+                "[backfill]\nchunk_blocks = 4294967295",
+                "backfill.chunk_blocks",
+            ),
+            ("[backfill]\nmax_attempts = 0", "backfill.max_attempts"),
+        ];
+        for (section, key) in cases {
+            let text = GOOD.replacen(section.split('\n').next().unwrap(), section, 1);
+            let text = if text == GOOD {
+                format!("{GOOD}\n{section}\n")
+            } else {
+                text
+            };
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(
+                err.contains(key) && err.contains("outside"),
+                "{section}: {err}"
+            );
+        }
+        for (line, key) in [
+            ("batch_mb = 17592186044416", "clickhouse.batch_mb"),
+            ("batch_ms = 0", "clickhouse.batch_ms"),
+            (
+                "request_timeout_s = 9223372036854775807",
+                "clickhouse.request_timeout_s",
+            ),
+        ] {
+            let err = parse(&format!("{GOOD}{ch}{line}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{line}: {err}");
+        }
+        let err = parse(&format!(
+            "{GOOD}{ch}[table.\"public.t\"]\ninitial_load = \"cpy\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("\"cpy\"") && err.contains("base_backup"),
+            "{err}"
+        );
+        parse(&format!(
+            "{GOOD}{ch}[table.\"public.t\"]\ninitial_load = \"Copy\"\n"
+        ))
+        .unwrap();
     }
 
     #[test]
