@@ -648,10 +648,9 @@ impl BackupPass {
         let mut roles = HashMap::new();
         let mut leaf_oids: Vec<(usize, Oid, String)> = Vec::new();
         for (ti, t) in tables.iter().enumerate() {
-            let (schema, name) = t
-                .key
-                .split_once('.')
+            let (schema, name) = walshadow_types::split_table_key(&t.key)
                 .ok_or_else(|| AttemptError::Failed(format!("{}: not schema.name", t.key)))?;
+            let (schema, name) = (schema.as_str(), name.as_str());
             let rel = format!(
                 "to_regclass(format('%I.%I', {}, {}))",
                 quote_literal(schema),
@@ -729,8 +728,8 @@ impl BackupPass {
         let mut catalog = ShadowCatalog::over(sql);
         let mut dests = Vec::with_capacity(tables.len());
         for t in tables {
-            let (schema, name) = t.key.split_once('.').unwrap_or(("", &t.key));
-            let desc = self.describe(&mut catalog, schema, name, &t.key).await?;
+            let (schema, name) = walshadow_types::split_table_key(&t.key).unwrap_or_default();
+            let desc = self.describe(&mut catalog, &schema, &name, &t.key).await?;
             dests.push(
                 DestTable::new(&desc, &self.meta)
                     .map_err(|e| AttemptError::Failed(format!("{}: {e}", t.key)))?,

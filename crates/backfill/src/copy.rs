@@ -257,10 +257,9 @@ impl CopyLoad {
         let mut leader = self.connect().await?;
         let snapshot_id = self.take_snapshot(&mut leader).await?;
         self.pause(attempt).await;
-        let (schema, name) = self
-            .key
-            .split_once('.')
+        let (schema, name) = walshadow_types::split_table_key(&self.key)
             .ok_or_else(|| AttemptError::Failed(format!("{}: not schema.name", self.key)))?;
+        let (schema, name) = (schema.as_str(), name.as_str());
         let qualified = format!("{}.{}", quote_ident(schema), quote_ident(name));
         // Locking the root locks its partitions too.
         leader
@@ -414,7 +413,7 @@ impl CopyLoad {
         };
         let r = leader
             .simple_query(&format!(
-                "SELECT format('%s.%s', ns.nspname, c.relname), c.oid, c.relfilenode, pg_relation_filenode(c.oid),
+                "SELECT ns.nspname, c.relname, c.oid, c.relfilenode, pg_relation_filenode(c.oid),
                         (pg_relation_size(c.oid) + current_setting('block_size')::bigint - 1) / current_setting('block_size')::bigint
                    FROM ({leaves}) l JOIN pg_class c ON c.oid = l.relid JOIN pg_namespace ns ON ns.oid = c.relnamespace
                   ORDER BY c.oid"
@@ -424,14 +423,15 @@ impl CopyLoad {
         let mut out = Vec::new();
         for i in 0..r.rows.len() {
             let parse = |c: usize| r.text(i, c).and_then(|t| t.parse::<u64>().ok());
-            let (Some(rel), Some(oid), Some(snap_file), Some(blocks)) =
-                (r.text(i, 0), parse(1), parse(2), parse(4))
+            let (Some(ns), Some(relname), Some(oid), Some(snap_file), Some(blocks)) =
+                (r.text(i, 0), r.text(i, 1), parse(2), parse(3), parse(5))
             else {
                 return Err(AttemptError::Failed(format!(
                     "unexpected row {i} reading {schema}.{name}'s files"
                 )));
             };
-            let now_file = parse(3);
+            let rel = walshadow_types::table_key(ns, relname);
+            let now_file = parse(4);
             if now_file != Some(snap_file) {
                 return Err(AttemptError::Retry(format!(
                     "{rel} was rewritten after the snapshot (relfilenode {snap_file} at the snapshot, {} now: VACUUM FULL, CLUSTER, TRUNCATE or a rewriting ALTER TABLE)",
@@ -439,7 +439,7 @@ impl CopyLoad {
                 )));
             }
             out.push(Source {
-                name: rel.to_owned(),
+                name: rel,
                 oid: oid as u32,
                 relfilenode: snap_file as u32,
                 blocks: u32::try_from(blocks).unwrap_or(u32::MAX),
@@ -553,7 +553,9 @@ impl CopyLoad {
             while !mark.is_done() {
                 let a = mark.next;
                 let b = a.saturating_add(self.chunk_blocks).min(mark.end);
-                let (schema, name) = src.name.split_once('.').unwrap_or(("", &src.name));
+                let (schema, name) =
+                    walshadow_types::split_table_key(&src.name).unwrap_or_default();
+                let (schema, name) = (schema.as_str(), name.as_str());
                 let sql = format!(
                     "COPY (SELECT {select} FROM ONLY {}.{} WHERE ctid >= '({a},0)'::tid AND ctid < '({b},0)'::tid) TO STDOUT (FORMAT binary)",
                     quote_ident(schema),

@@ -79,11 +79,14 @@ use walshadow_types::Lsn;
 
 use crate::ledger::{LedgerError, Pass, Phase, SwapState};
 
-/// Suffix of staging tables.
-pub const STAGING_SUFFIX: &str = "__wsstg";
+/// The staging table's suffix (one definition, with the destination rules).
+pub use walshadow_types::STAGING_SUFFIX;
 
 /// The staging table of destination table `dest`.
 pub fn staging_name(dest: &str) -> String {
+    // No replicated table's destination ends with the suffix
+    // (`walshadow_types::destination_problem`), so a staging table never
+    // is, or drops, one.
     format!("{dest}{STAGING_SUFFIX}")
 }
 

@@ -396,9 +396,21 @@ fn errors_pause(major: PgMajor) -> Result<()> {
             "{mode:?}: no walshadow_destination_errors_total{{code=\"{label}\"}}:\n{metrics}"
         );
         ensure!(metrics.contains("walshadow_destination_up 0"), "{metrics}");
+        let ready = common::loads::http_get(metrics_port, "/readyz")?;
+        ensure!(
+            ready.starts_with("HTTP/1.0 503") || ready.starts_with("HTTP/1.1 503"),
+            "{mode:?}: {ready}"
+        );
+        let alive = common::loads::http_get(metrics_port, "/healthz")?;
+        ensure!(alive.contains(" 200 "), "{alive}");
         proxy.set_mode(ProxyMode::Forward);
         h.wait_caught_up(CATCH_UP)?;
         h.assert_equal("t", "t", &cols())?;
+        let ready = common::loads::http_get(metrics_port, "/readyz")?;
+        ensure!(
+            ready.contains(" 200 ") && ready.contains("ready"),
+            "{mode:?}: {ready}"
+        );
     }
 
     // The table renamed away for a while: UNKNOWN_TABLE pauses, the rows

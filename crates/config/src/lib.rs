@@ -168,6 +168,14 @@ pub struct MetricsConfig {
     /// for every interface.
     #[serde(deserialize_with = "socket_addr")]
     pub listen: std::net::SocketAddr,
+    /// `GET /readyz` answers 200 while the stream is this many seconds
+    /// behind the source or less (and ClickHouse takes its requests).
+    #[serde(default = "default_ready_max_lag_secs")]
+    pub ready_max_lag_secs: u64,
+}
+
+fn default_ready_max_lag_secs() -> u64 {
+    300
 }
 
 /// An `IP:port`; host names are refused rather than resolved, so the
@@ -190,6 +198,22 @@ pub struct TableConfig {
     /// once, when the table is first seen (at the resume position).
     #[serde(default)]
     pub initial_load: Option<String>,
+    /// The ClickHouse table it streams into (in `clickhouse.database`);
+    /// default `name` in `public`, `schema__name` elsewhere.
+    #[serde(default)]
+    pub destination: Option<String>,
+}
+
+impl TableConfig {
+    /// The destination of table `key` pinned with this section.
+    pub fn destination_of(&self, key: &str) -> Option<String> {
+        match &self.destination {
+            Some(d) => Some(d.clone()),
+            None => {
+                split_table_name(key).map(|(s, n)| walshadow_types::default_destination(&s, &n))
+            }
+        }
+    }
 }
 
 /// The config table's DDL (`walshadow init` runs it): one row per table
@@ -203,10 +227,11 @@ CREATE TABLE IF NOT EXISTS {s}.{t} (
     schema_name  text NOT NULL,
     table_name   text NOT NULL,
     replicate    boolean NOT NULL DEFAULT true,
-    initial_load text,
+    initial_load text CHECK (lower(initial_load) IN ('none', 'copy', 'base_backup', 'object_store')),
+    destination  text,
     PRIMARY KEY (schema_name, table_name)
 );
-COMMENT ON TABLE {s}.{t} IS 'walshadow: a row per table to stream (replicate) and how to load its existing rows (initial_load: none, copy)';"
+COMMENT ON TABLE {s}.{t} IS 'walshadow: a row per table to stream (replicate), how to load its existing rows (initial_load: none or NULL, copy, base_backup, object_store) and the ClickHouse table it streams into (destination; NULL: table_name in public, schema_name__table_name elsewhere)';"
     )
 }
 
@@ -316,11 +341,11 @@ fn default_backfill_batch_rows() -> usize {
     50_000
 }
 
-/// A pinned table's name split in schema and name. Quoting is not needed:
-/// the split is at the first dot, so a schema may not contain one.
-pub fn split_table_name(key: &str) -> Option<(&str, &str)> {
-    let (schema, name) = key.split_once('.')?;
-    (!schema.is_empty() && !name.is_empty()).then_some((schema, name))
+/// A table key split in schema and name (see [`walshadow_types::table_key`]:
+/// a part holding a dot or a quote is double-quoted, so `x."y.z"` and
+/// `"x.y".z` are different tables).
+pub fn split_table_name(key: &str) -> Option<(String, String)> {
+    walshadow_types::split_table_key(key)
 }
 
 /// `[source]`: the PostgreSQL server walshadow replicates from.
@@ -568,7 +593,27 @@ impl Config {
                 format!("{}: use an absolute path", sd.display()),
             ));
         }
+        let mut destinations: std::collections::BTreeMap<String, &str> = Default::default();
         for (key, t) in &self.tables {
+            if let Some(dest) = t.destination_of(key) {
+                if let Some(problem) = walshadow_types::destination_problem(&dest) {
+                    return Err(invalid(
+                        "table.destination",
+                        format!(
+                            "[table.{key:?}]: {problem}; name another with destination = \"…\""
+                        ),
+                    ));
+                }
+                if let Some(other) = destinations.insert(dest.clone(), key) {
+                    return Err(invalid(
+                        "table.destination",
+                        format!(
+                            "[table.{other:?}] and [table.{key:?}] would both stream into ClickHouse table {dest:?}; \
+                             name another for one of them with destination = \"…\""
+                        ),
+                    ));
+                }
+            }
             if let Err(bad) = InitialLoad::parse(t.initial_load.as_deref()) {
                 return Err(invalid(
                     "table.initial_load",

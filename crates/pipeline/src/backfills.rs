@@ -238,6 +238,11 @@ impl Backfills {
         !self.queued.is_empty() || !self.following.is_empty()
     }
 
+    /// Whether `key` has ever had a load (any phase).
+    pub fn has_entry(&self, key: &str) -> bool {
+        self.lock().tables.contains_key(key)
+    }
+
     /// Whether `key` has a staging table that may be loading or swapping
     /// (its destination's TRUNCATE must empty staging too).
     pub fn has_staging(&self, key: &str) -> bool {

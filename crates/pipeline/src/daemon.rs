@@ -29,6 +29,15 @@ pub enum DaemonError {
     #[error(transparent)]
     Progress(#[from] crate::progress::ProgressError),
     #[error(
+        "source.url names database {configured:?}, but `walshadow init` was run for database \
+         {recorded:?} (its tables' progress is in this state directory): point source.url \
+         back at {recorded:?}, or run `walshadow init --force` to start over with {configured:?}"
+    )]
+    OtherDatabase {
+        recorded: String,
+        configured: String,
+    },
+    #[error(
         "{path}: progress of the source with system identifier {found}, but this state \
          directory follows {expected}; use a new state directory for another source"
     )]
@@ -57,6 +66,20 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
         dir: config.state.dir.clone(),
     };
     let init = load_init_state(&paths)?;
+    // Another database of the same cluster streams nothing of these
+    // tables: its changes would be skipped for good while lag says 0.
+    if let (Some(recorded), Ok(conn)) = (
+        &init.database,
+        walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url),
+    ) {
+        let configured = conn.dbname.unwrap_or(conn.user);
+        if *recorded != configured {
+            return Err(DaemonError::OtherDatabase {
+                recorded: recorded.clone(),
+                configured,
+            });
+        }
+    }
     let mut first_run = false;
     let progress = match Progress::read(&config.state.dir)? {
         Some(p) if p.system_id != init.system_id => {
@@ -88,6 +111,9 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
     let (tx, rx) = mpsc::channel(TAP_QUEUE);
     let source_end = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let metrics = crate::metrics::Metrics::new();
+    if let Some(m) = &config.metrics {
+        metrics.set_ready_max_lag(m.ready_max_lag_secs);
+    }
     // Kept for the whole run: dropping it stops the endpoint.
     let _metrics_server = match &config.metrics {
         Some(m) => match metrics.serve(m.listen).await {

@@ -71,8 +71,11 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::status::ToastStatus;
 
-/// The one path served.
+/// The paths served: metrics, liveness (the process answers) and
+/// readiness (streaming, lag within `[metrics] ready_max_lag_secs`).
 pub const METRICS_PATH: &str = "/metrics";
+pub const HEALTH_PATH: &str = "/healthz";
+pub const READY_PATH: &str = "/readyz";
 
 /// Connections served at once; more are closed at accept. A scraper needs
 /// one, a few people with curl a few more.
@@ -148,6 +151,7 @@ struct Inner {
     destination_errors: Family<ErrorLabels, Counter>,
     destination_up: U64Gauge,
     destination_last_success: Gauge<f64, AtomicU64>,
+    ready_max_lag: AtomicU64,
 }
 
 /// The TOAST chunk mirror; the `_total` ones mirror counters the stream
@@ -356,6 +360,7 @@ impl Metrics {
                 destination_errors,
                 destination_up,
                 destination_last_success,
+                ready_max_lag: AtomicU64::new(300),
             }),
         }
     }
@@ -514,11 +519,53 @@ impl Metrics {
         Ok(MetricsServer { local_addr, task })
     }
 
+    /// The lag `/readyz` allows (seconds).
+    pub fn set_ready_max_lag(&self, secs: u64) {
+        self.inner.ready_max_lag.store(secs, Ordering::Relaxed);
+    }
+
+    /// `/readyz`: streaming (ClickHouse takes the stream's requests) and no
+    /// more than the configured lag behind; else why not.
+    fn readiness(&self) -> Result<String, String> {
+        let p = &self.inner.positions;
+        if !p.known.load(Ordering::Acquire) {
+            return Err("not streaming yet\n".into());
+        }
+        if self.inner.destination_up.get() == 0 {
+            return Err(
+                "ClickHouse does not take the stream's requests (see walshadow status)\n".into(),
+            );
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let max = self.inner.ready_max_lag.load(Ordering::Relaxed) as f64;
+        match p.lags(now) {
+            (_, Some(l)) if l <= max => Ok(format!("ready: {l:.1} s behind\n")),
+            (_, Some(l)) => Err(format!("{l:.1} s behind, more than {max} s\n")),
+            (bytes, None) => Err(format!(
+                "{bytes} bytes behind, lag in seconds not known yet\n"
+            )),
+        }
+    }
+
     fn respond(&self, method: &Method, path: &str) -> Response<Full<Bytes>> {
+        if method == Method::GET && path == HEALTH_PATH {
+            // The process serves: alive.
+            return plain(StatusCode::OK, "ok\n".into());
+        }
+        if method == Method::GET && path == READY_PATH {
+            return match self.readiness() {
+                Ok(text) => plain(StatusCode::OK, text),
+                Err(text) => plain(StatusCode::SERVICE_UNAVAILABLE, text),
+            };
+        }
         if path != METRICS_PATH {
             return plain(
                 StatusCode::NOT_FOUND,
-                format!("not found; metrics are at {METRICS_PATH}\n"),
+                format!(
+                    "not found; metrics are at {METRICS_PATH}, liveness at {HEALTH_PATH}, readiness at {READY_PATH}\n"
+                ),
             );
         }
         if method != Method::GET {
@@ -638,6 +685,30 @@ async fn serve_connection(stream: TcpStream, metrics: Metrics) {
     }
 }
 
+impl Positions {
+    /// Bytes behind the source (its position when known, else the
+    /// received end) and seconds since the last applied commit (0 when
+    /// caught up: nothing behind, or no open transaction and nothing
+    /// decoded past the applied commit; `None` while unknown).
+    fn lags(&self, now: f64) -> (u64, Option<f64>) {
+        let received = self.received.load(Ordering::Relaxed);
+        let decoded = self.decoded.load(Ordering::Relaxed);
+        let applied = self.applied.load(Ordering::Relaxed);
+        let source_current = Some(self.source_current.load(Ordering::Relaxed)).filter(|&l| l != 0);
+        let commit_time = Some(f64::from_bits(self.commit_time.load(Ordering::Relaxed)))
+            .filter(|t| t.is_finite());
+        let open = self.open_transactions.get();
+        let lag_bytes = source_current.unwrap_or(received).saturating_sub(applied);
+        let caught_up = lag_bytes == 0 || (open == 0 && decoded <= applied);
+        let lag_seconds = if caught_up {
+            Some(0.0)
+        } else {
+            commit_time.map(|t| (now - t).max(0.0))
+        };
+        (lag_bytes, lag_seconds)
+    }
+}
+
 /// Encodes the positions and the lags derived from them, at scrape time.
 #[derive(Debug)]
 struct PositionsCollector(Arc<Positions>);
@@ -658,7 +729,6 @@ impl Collector for PositionsCollector {
         let source_current = Some(p.source_current.load(Ordering::Relaxed)).filter(|&l| l != 0);
         let commit_time =
             Some(f64::from_bits(p.commit_time.load(Ordering::Relaxed))).filter(|t| t.is_finite());
-        let open = p.open_transactions.get();
 
         let mut gauge = |name: &str, help: &str, g: ConstGauge<u64>| {
             g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)
@@ -687,19 +757,13 @@ impl Collector for PositionsCollector {
         }
         // As `walshadow status`: behind the source when known, else behind
         // what was received.
-        let lag_bytes = source_current.unwrap_or(received).saturating_sub(applied);
+        let (lag_bytes, lag_seconds) = p.lags(now);
         gauge(
             "walshadow_lag_bytes",
             "Bytes of WAL between the source's position (else the received end) and the applied position.",
             ConstGauge::new(lag_bytes),
         )?;
 
-        let caught_up = lag_bytes == 0 || (open == 0 && decoded <= applied);
-        let lag_seconds = if caught_up {
-            Some(0.0)
-        } else {
-            commit_time.map(|t| (now - t).max(0.0))
-        };
         let mut gauge = |name: &str, help: &str, g: ConstGauge<f64>| {
             g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)
         };

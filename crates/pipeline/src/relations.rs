@@ -242,7 +242,10 @@ impl Relations {
                 None => break,
             }
         }
-        Ok((format!("{}.{}", root.schema, root.name), root.oid))
+        Ok((
+            walshadow_types::table_key(&root.schema, &root.name),
+            root.oid,
+        ))
     }
 
     async fn by_oid_cached(&mut self, oid: Oid) -> Result<Option<Arc<RelationDesc>>, ResolveError> {
@@ -282,7 +285,7 @@ impl Relations {
         };
         Ok(self
             .catalog
-            .relation_by_name(schema, name)
+            .relation_by_name(&schema, &name)
             .await?
             .map(Arc::new))
     }

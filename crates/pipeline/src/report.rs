@@ -249,6 +249,13 @@ impl fmt::Display for StatusReport {
         writeln!(f, "tables:")?;
         for (key, t) in &self.tables {
             match &t.stopped {
+                None if t.waiting.is_some() => writeln!(
+                    f,
+                    "  {key} -> {}: {} rows, waiting: {}",
+                    t.destination,
+                    t.rows,
+                    t.waiting.as_deref().unwrap_or_default()
+                )?,
                 None => writeln!(f, "  {key} -> {}: {} rows", t.destination, t.rows)?,
                 Some(s) => writeln!(
                     f,

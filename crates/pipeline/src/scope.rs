@@ -11,7 +11,8 @@
 //!     schema_name  text NOT NULL,
 //!     table_name   text NOT NULL,
 //!     replicate    boolean NOT NULL DEFAULT true,
-//!     initial_load text,           -- none (NULL) | copy | base_backup | object_store
+//!     initial_load text CHECK (…), -- none (NULL) | copy | base_backup | object_store
+//!     destination  text,           -- the ClickHouse table (NULL: the default name)
 //!     PRIMARY KEY (schema_name, table_name)
 //! );
 //! ```
@@ -26,35 +27,52 @@ use walshadow_rows::{RowDecoder, Value};
 /// An opt-in or opt-out read from the config table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScopeChange {
-    /// A row was written: `replicate` and `initial_load` as it has them.
+    /// A row was written: `replicate`, `initial_load` and `destination`
+    /// as it has them (a config table made by an older `init` has no
+    /// `destination` column).
     Set {
         key: String,
         replicate: bool,
         initial_load: Option<String>,
+        destination: Option<String>,
     },
     /// The row was deleted (or its key changed away).
     Remove { key: String },
 }
 
-/// The fields of a config-table row decoded by `decoder`: `schema.name`,
-/// `replicate` (None when the tuple does not carry it: an old key), and
-/// `initial_load`. `None` if the key columns are missing or NULL.
-pub fn config_row(
-    decoder: &RowDecoder,
-    values: &[Value],
-) -> Option<(String, Option<bool>, Option<String>)> {
+/// The fields of a config-table row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigRow {
+    /// The table's key ([`walshadow_types::table_key`]).
+    pub key: String,
+    /// `None` when the tuple does not carry it (an old key).
+    pub replicate: Option<bool>,
+    pub initial_load: Option<String>,
+    pub destination: Option<String>,
+}
+
+/// The fields of a config-table row decoded by `decoder`; `None` if the
+/// key columns are missing or NULL.
+pub fn config_row(decoder: &RowDecoder, values: &[Value]) -> Option<ConfigRow> {
     let mut schema = None;
     let mut table = None;
     let mut replicate = None;
-    let mut load = None;
+    let mut initial_load = None;
+    let mut destination = None;
     for (name, v) in decoder.column_names().zip(values) {
         match (name, v) {
             ("schema_name", Value::Text(t)) => schema = Some(t.clone()),
             ("table_name", Value::Text(t)) => table = Some(t.clone()),
             ("replicate", Value::Bool(b)) => replicate = Some(*b),
-            ("initial_load", Value::Text(t)) => load = Some(t.clone()),
+            ("initial_load", Value::Text(t)) => initial_load = Some(t.clone()),
+            ("destination", Value::Text(t)) if !t.is_empty() => destination = Some(t.clone()),
             _ => {}
         }
     }
-    Some((format!("{}.{}", schema?, table?), replicate, load))
+    Some(ConfigRow {
+        key: walshadow_types::table_key(&schema?, &table?),
+        replicate,
+        initial_load,
+        destination,
+    })
 }

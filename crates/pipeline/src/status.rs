@@ -18,6 +18,9 @@ pub struct TableStatus {
     /// (inserts, updates and delete markers).
     pub rows: u64,
     pub stopped: Option<Stopped>,
+    /// What a table in scope waits for (its source table does not exist).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
 }
 
 impl TableStatus {
@@ -32,6 +35,7 @@ impl TableStatus {
                     destination: t.destination.clone(),
                     rows: t.rows,
                     stopped: t.stopped.clone(),
+                    waiting: None,
                 };
                 (k.clone(), status)
             })

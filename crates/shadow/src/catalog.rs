@@ -227,9 +227,10 @@ impl ShadowCatalog {
     ) -> Result<Vec<(Oid, Oid, String)>, CatalogError> {
         let mut out = Vec::new();
         for key in keys {
-            let Some((schema, name)) = key.split_once('.') else {
+            let Some((schema, name)) = walshadow_types::split_table_key(key) else {
                 continue;
             };
+            let (schema, name) = (schema.as_str(), name.as_str());
             let r = self
                 .query(&format!(
                     // pg_partition_tree gives nothing for a table that is not

@@ -44,6 +44,16 @@ pub enum RunError {
     Feeder(#[from] crate::feeder::FeederError),
     #[error(transparent)]
     Replication(#[from] walshadow_wal_reader::replication::ReplicationError),
+    #[error(
+        "source.url ({url_host}) reaches a cluster with system identifier {found}, but \
+         `walshadow init` was run against {expected}: point source.url back at that cluster, \
+         or run `walshadow init --force` to start over against this one"
+    )]
+    OtherCluster {
+        url_host: String,
+        found: u64,
+        expected: u64,
+    },
     /// The tap took nothing for [`TAP_STALL`]; feeding resumes once it
     /// has room again.
     #[error("the streaming pipeline took no WAL for {0:?}")]
@@ -610,7 +620,18 @@ pub async fn feed_tapped(
     let mut conn = ConnConfig::from_url(&config.source.url)?;
     conn.application_name
         .get_or_insert_with(|| "walshadow".into());
-    let client = ReplicationClient::connect(&conn).await?;
+    let mut client = ReplicationClient::connect(&conn).await?;
+    // The slot's name may exist on another cluster too (a URL pointed at
+    // a replica's primary after a rebuild, a restored copy): its WAL is not
+    // this shadow's.
+    let ident = client.identify_system().await?;
+    if ident.systemid != state.system_id {
+        return Err(RunError::OtherCluster {
+            url_host: format!("{}:{}", conn.host, conn.port),
+            found: ident.systemid,
+            expected: state.system_id,
+        });
+    }
     let mut follower = WalFollower::start(
         client,
         Some(&config.source.slot),

@@ -8,7 +8,11 @@ pub mod catalog;
 mod lsn;
 mod major;
 mod rel;
+pub mod table_key;
 
 pub use lsn::{Lsn, ParseLsnError};
 pub use major::{PgMajor, UnsupportedMajor};
 pub use rel::{BlockNumber, ForkNumber, Oid, RelFileLocator, TimeLineId, Xid};
+pub use table_key::{
+    STAGING_SUFFIX, default_destination, destination_problem, split_table_key, table_key,
+};

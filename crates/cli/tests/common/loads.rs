@@ -139,9 +139,14 @@ impl OrdersWorkload {
 
 /// `GET /metrics` from the daemon's endpoint.
 pub fn scrape(port: u16) -> Result<String> {
+    http_get(port, "/metrics")
+}
+
+/// The whole HTTP/1.0 answer (status line, headers, body) to `GET path`.
+pub fn http_get(port: u16, path: &str) -> Result<String> {
     use std::io::{Read, Write};
     let mut c = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    c.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")?;
+    c.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())?;
     let mut out = String::new();
     c.read_to_string(&mut out)?;
     Ok(out)

@@ -68,7 +68,18 @@ impl StreamHarness {
     /// A source, an engine and a config pinning `tables` (`schema.name`)
     /// into ClickHouse database `app`; `extra` is appended to the config.
     pub fn new(major: PgMajor, tag: &str, tables: &[&str], extra: &str) -> Result<StreamHarness> {
-        let source = Cluster::start(major, source_options())?;
+        Self::with_options(major, tag, tables, extra, source_options())
+    }
+
+    /// [`StreamHarness::new`] with a source started with `opts`.
+    pub fn with_options(
+        major: PgMajor,
+        tag: &str,
+        tables: &[&str],
+        extra: &str,
+        opts: ClusterOptions,
+    ) -> Result<StreamHarness> {
+        let source = Cluster::start(major, opts)?;
         let work = WorkDir::new(&format!("stream-{tag}-pg{}", major.number()))?;
         let ch = ClickHouseEngine::start()?;
         let data_dir = work.path().join("shadow");

@@ -210,12 +210,59 @@ pub struct Streamer {
     /// The source's WAL end (from the feed).
     source_end: Arc<std::sync::atomic::AtomicU64>,
     destination: crate::status::DestinationStatus,
+    /// Tables in scope the catalog does not have (yet).
+    missing: BTreeSet<String>,
 }
 
+impl Streamer {
+    /// Every table's status, with what a table in scope waits for.
+    fn table_status(&self) -> BTreeMap<String, TableStatus> {
+        let mut all = TableStatus::all(&self.progress.tables);
+        for key in &self.missing {
+            if let Some(t) = all.get_mut(key)
+                && self.pinned.contains(key)
+            {
+                t.waiting = Some(format!(
+                    "no table {key} in database {}: it streams once created",
+                    self.source_db
+                ));
+            }
+        }
+        all
+    }
+
+    /// The ClickHouse table `key` streams into.
+    pub(super) fn dest_of(&self, key: &str) -> String {
+        self.progress
+            .tables
+            .get(key)
+            .map_or_else(|| table_name(key), |t| t.destination.clone())
+    }
+
+    /// Why `key` may not stream into `dest`: a reserved name, or one that
+    /// another table in scope streams into (their rows would mix).
+    pub(super) fn destination_refused(&self, key: &str, dest: &str) -> Option<String> {
+        if let Some(problem) = walshadow_types::destination_problem(dest) {
+            return Some(format!("{key}: {problem}"));
+        }
+        let other = self.pinned.iter().find(|k| {
+            k.as_str() != key
+                && self
+                    .progress
+                    .tables
+                    .get(k.as_str())
+                    .is_some_and(|t| t.destination == dest)
+        })?;
+        Some(format!(
+            "source tables {other} and {key} would both stream into ClickHouse table {dest:?}"
+        ))
+    }
+}
+
+/// The default destination of `key` (see [`walshadow_types::default_destination`]).
 fn table_name(key: &str) -> String {
     match walshadow_config::split_table_name(key) {
-        Some(("public", name)) => name.to_owned(),
-        Some((schema, name)) => format!("{schema}__{name}"),
+        Some((schema, name)) => walshadow_types::default_destination(&schema, &name),
         None => key.to_owned(),
     }
 }
@@ -358,13 +405,28 @@ impl Streamer {
             stop,
             source_end,
             destination: Default::default(),
+            missing: BTreeSet::new(),
         };
         let progress_applied = s.progress.applied;
         for key in &pinned {
+            let dest = config
+                .tables
+                .get(key)
+                .and_then(|t| t.destination_of(key))
+                .or_else(|| s.progress.tables.get(key).map(|t| t.destination.clone()))
+                .unwrap_or_else(|| table_name(key));
+            if config.tables.contains_key(key)
+                && let Some(reason) = s.destination_refused(key, &dest)
+            {
+                return Err(StreamError::State(format!(
+                    "[table.{key:?}]: {reason}; name another with destination = \"…\""
+                )));
+            }
             s.progress
                 .tables
                 .entry(key.clone())
-                .or_insert_with(|| TableProgress::new(table_name(key), progress_applied));
+                .or_insert_with(|| TableProgress::new(String::new(), progress_applied))
+                .destination = dest;
             s.tables.insert(
                 key.clone(),
                 Table {
@@ -867,7 +929,7 @@ impl Streamer {
             memory_used: self.assembler.memory_used(),
             spilled_bytes: self.assembler.spilled_bytes(),
             toast: Some(ToastStatus::new(self.toast.stats(), self.toast.counters())),
-            tables: TableStatus::all(&self.progress.tables),
+            tables: self.table_status(),
             source_end: Lsn(self.source_end.load(std::sync::atomic::Ordering::Relaxed)),
             destination: self.destination.clone(),
         };
@@ -886,9 +948,11 @@ async fn config_rows_now(config: &Config) -> Vec<ScopeChange> {
     };
     let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
     let sql = format!(
-        "select schema_name, table_name, initial_load from {}.{} where replicate",
-        quote(schema),
-        quote(name)
+        // to_jsonb: a config table made by an older `init` has no
+        // destination column.
+        "select schema_name, table_name, initial_load, to_jsonb(c)->>'destination' from {}.{} c where replicate",
+        quote(&schema),
+        quote(&name)
     );
     let rows = async {
         let mut cfg = walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url)?;
@@ -904,9 +968,10 @@ async fn config_rows_now(config: &Config) -> Vec<ScopeChange> {
         Ok(r) => (0..r.rows.len())
             .filter_map(|i| {
                 Some(ScopeChange::Set {
-                    key: format!("{}.{}", r.text(i, 0)?, r.text(i, 1)?),
+                    key: walshadow_types::table_key(r.text(i, 0)?, r.text(i, 1)?),
                     replicate: true,
                     initial_load: r.text(i, 2).map(str::to_owned),
+                    destination: r.text(i, 3).filter(|d| !d.is_empty()).map(str::to_owned),
                 })
             })
             .collect(),

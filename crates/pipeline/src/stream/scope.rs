@@ -11,7 +11,7 @@ impl Streamer {
             .tables
             .iter()
             .filter(|(k, t)| t.dest.is_some() && !self.is_stopped(k))
-            .map(|(k, _)| (k.clone(), table_name(k)))
+            .map(|(k, _)| (k.clone(), self.dest_of(k)))
             .collect();
         self.backfills
             .start_due(self.decoded, |key| ready.get(key).cloned());
@@ -46,11 +46,17 @@ impl Streamer {
             .old
             .as_ref()
             .and_then(|o| row(o.tuple()))
-            .map(|r| r.0);
+            .map(|r| r.key);
         let mut out = Vec::new();
         match change.kind {
             ChangeKind::Insert | ChangeKind::Update => {
-                let Some((key, replicate, initial_load)) = change.new.as_ref().and_then(row) else {
+                let Some(crate::scope::ConfigRow {
+                    key,
+                    replicate,
+                    initial_load,
+                    destination,
+                }) = change.new.as_ref().and_then(row)
+                else {
                     tracing::warn!(lsn = %seq, "a row of the config table {} without schema_name/table_name: ignored", self.config_key);
                     return;
                 };
@@ -63,6 +69,7 @@ impl Streamer {
                     key,
                     replicate: replicate.unwrap_or(true),
                     initial_load,
+                    destination,
                 });
             }
             ChangeKind::Delete => {
@@ -81,13 +88,14 @@ impl Streamer {
         let mut changed = false;
         let mut added = false;
         for change in std::mem::take(&mut self.scope_changes) {
-            let (key, opt_in, load_text) = match change {
+            let (key, opt_in, load_text, destination) = match change {
                 ScopeChange::Set {
                     key,
                     replicate,
                     initial_load,
-                } => (key, replicate, initial_load),
-                ScopeChange::Remove { key } => (key, false, None),
+                    destination,
+                } => (key, replicate, initial_load, destination),
+                ScopeChange::Remove { key } => (key, false, None, None),
             };
             if walshadow_config::split_table_name(&key).is_none() {
                 tracing::warn!(table = %key, lsn = %s, "a config table row names no table as schema.name: ignored");
@@ -98,24 +106,100 @@ impl Streamer {
                 continue;
             }
             if opt_in {
-                if self.pinned.contains(&key) {
-                    // A duplicate request collapses.
-                    continue;
-                }
                 let load = match walshadow_config::InitialLoad::parse(load_text.as_deref()) {
                     Ok(l) => l,
                     Err(text) => {
-                        tracing::warn!(table = %key, lsn = %s, "unknown initial_load {text:?} in the config table: the table streams from {s} without an initial load (use none, copy or base_backup)");
-                        walshadow_config::InitialLoad::None
+                        // A config table made without the CHECK (older
+                        // `init`, or by hand) let it through: the table
+                        // waits, visibly, for a valid value.
+                        let reason = format!(
+                            "initial_load {text:?} in the config table {} is not a mode",
+                            self.config_key
+                        );
+                        tracing::error!(table = %key, lsn = %s, "table not opted in: {reason}");
+                        let dest = self.dest_of(&key);
+                        if self.pinned.remove(&key) {
+                            self.flush_table(&key).await?;
+                            self.tables.remove(&key);
+                            self.backfills.withdraw(&key)?;
+                            self.toast.clear_waits(&key);
+                        }
+                        let entry = self
+                            .progress
+                            .tables
+                            .entry(key.clone())
+                            .or_insert_with(|| TableProgress::new(dest, s));
+                        entry.opted_in = true;
+                        entry.opted_out = Some(s);
+                        entry.stopped = Some(crate::progress::Stopped {
+                            lsn: s,
+                            reason,
+                            remedy: format!(
+                                "UPDATE {} SET initial_load = 'copy' (or none, base_backup) for the table",
+                                self.config_key
+                            ),
+                        });
+                        self.metrics.set_table_stopped(&key, true);
+                        changed = true;
+                        continue;
                     }
                 };
-                tracing::info!(table = %key, s = %s, initial_load = load.as_str(), "table opted in");
+                if self.pinned.contains(&key) {
+                    // A duplicate request collapses, but a table that was
+                    // opted in without a load and never loaded takes the
+                    // load its row now asks for.
+                    let loads = matches!(
+                        load,
+                        walshadow_config::InitialLoad::Copy
+                            | walshadow_config::InitialLoad::BaseBackup
+                    );
+                    if loads && !self.backfills.has_entry(&key) {
+                        let mode = match load {
+                            walshadow_config::InitialLoad::BaseBackup => {
+                                crate::backfills::BASE_BACKUP
+                            }
+                            _ => "copy",
+                        };
+                        tracing::info!(table = %key, s = %s, initial_load = mode, "initial_load set on a table that streams but was never loaded: loading it");
+                        self.backfills.request(&key, mode, s)?;
+                        added = true;
+                    }
+                    continue;
+                }
+                let dest = destination
+                    .clone()
+                    .or_else(|| {
+                        self.progress
+                            .tables
+                            .get(&key)
+                            .map(|t| t.destination.clone())
+                    })
+                    .unwrap_or_else(|| table_name(&key));
+                if let Some(reason) = self.destination_refused(&key, &dest) {
+                    tracing::error!(table = %key, lsn = %s, "table not opted in: {reason}");
+                    let entry = self
+                        .progress
+                        .tables
+                        .entry(key.clone())
+                        .or_insert_with(|| TableProgress::new(dest.clone(), s));
+                    entry.opted_in = true;
+                    entry.opted_out = Some(s);
+                    entry.stopped = Some(crate::progress::Stopped {
+                        lsn: s,
+                        reason,
+                        remedy: "name another ClickHouse table for it in the config table's destination column (or with destination = \"…\" in its [table.\"…\"] section)".into(),
+                    });
+                    self.progress_dirty = true;
+                    continue;
+                }
+                tracing::info!(table = %key, s = %s, initial_load = load.as_str(), destination = %dest, "table opted in");
                 self.pinned.insert(key.clone());
                 let entry = self
                     .progress
                     .tables
                     .entry(key.clone())
-                    .or_insert_with(|| TableProgress::new(table_name(&key), s));
+                    .or_insert_with(|| TableProgress::new(dest.clone(), s));
+                entry.destination = dest;
                 entry.opted_in = true;
                 entry.opted_out = None;
                 entry.since = s;

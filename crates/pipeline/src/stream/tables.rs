@@ -18,8 +18,11 @@ impl Streamer {
                 return Ok(());
             };
             let Some(desc) = relations.pinned_table(feeder, &key).await? else {
+                // Streams once created; until then status says so.
+                self.missing.insert(key);
                 continue;
             };
+            self.missing.remove(&key);
             relations.remember_file(&key, &desc);
             if let Err(e) = RowDecoder::new(&desc) {
                 self.stop_table(&key, lsn, e.to_string(), "the table cannot be streamed with a column of this type; change the column's type on the source, or unpin the table".into());
@@ -32,7 +35,7 @@ impl Streamer {
                     continue;
                 }
             };
-            let dest_name = table_name(&key);
+            let dest_name = self.dest_of(&key);
             let old_schema = self
                 .progress
                 .tables
@@ -255,10 +258,10 @@ impl Streamer {
             let sql = format!(
                 "TRUNCATE TABLE {}.{}",
                 walshadow_emitter::quote_ident(&self.database),
-                walshadow_emitter::quote_ident(&table_name(&key))
+                walshadow_emitter::quote_ident(&self.dest_of(&key))
             );
             tracing::info!(table = %key, lsn = %c.lsn, "TRUNCATE");
-            let _guard = self.dest_locks.lock(&table_name(&key)).await;
+            let _guard = self.dest_locks.lock(&self.dest_of(&key)).await;
             self.retry_clickhouse("truncating a table", move |ch| {
                 let sql = sql.clone();
                 async move { ch.execute(&sql).await }
@@ -273,7 +276,7 @@ impl Streamer {
                     "TRUNCATE TABLE IF EXISTS {}.{}",
                     walshadow_emitter::quote_ident(&self.database),
                     walshadow_emitter::quote_ident(&walshadow_backfill::staging::staging_name(
-                        &table_name(&key)
+                        &self.dest_of(&key)
                     ))
                 );
                 self.retry_clickhouse("truncating a staging table", move |ch| {

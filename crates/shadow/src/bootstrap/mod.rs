@@ -477,6 +477,9 @@ pub async fn init(config: &Config, force: bool) -> Result<InitReport, InitError>
         slot: slot.clone(),
         shadow_port,
         feeder_port,
+        database: walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url)
+            .ok()
+            .map(|c| c.dbname.unwrap_or(c.user)),
     };
     state.write(state_dir)?;
     let marker = state_dir.join(PARTIAL_MARKER);

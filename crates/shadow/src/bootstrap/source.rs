@@ -149,7 +149,7 @@ pub async fn ensure_config_table(url: &str, table: &str) -> Result<(), String> {
     let Some((schema, name)) = walshadow_config::split_table_name(table) else {
         return Err(format!("{table:?} is not schema.name"));
     };
-    let sql = walshadow_config::config_table_sql(schema, name);
+    let sql = walshadow_config::config_table_sql(&schema, &name);
     let cfg = sql_config(url, None).map_err(|e| e.to_string())?;
     let mut client = ReplicationClient::connect(&cfg)
         .await

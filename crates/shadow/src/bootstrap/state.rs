@@ -42,6 +42,11 @@ pub struct InitState {
     pub shadow_port: u16,
     /// The feeder's port (on its private socket directory).
     pub feeder_port: u16,
+    /// The source database walshadow streams tables of (`source.url`'s
+    /// database, else the user name, as libpq does). Absent in states of
+    /// older versions, which are not checked.
+    #[serde(default)]
+    pub database: Option<String>,
 }
 
 impl InitState {

@@ -58,6 +58,15 @@ pub enum Host {
     UnixDir(PathBuf),
 }
 
+impl std::fmt::Display for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Host::Tcp(h) => f.write_str(h),
+            Host::UnixDir(d) => write!(f, "{}", d.display()),
+        }
+    }
+}
+
 /// Settings for one replication connection.
 #[derive(Clone)]
 pub struct ConnConfig {
