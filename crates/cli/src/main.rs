@@ -3,6 +3,7 @@
 
 mod catalog_cmd;
 mod shadow_cmd;
+mod table_cmd;
 mod toast_cmd;
 mod wal_dump;
 
@@ -43,10 +44,32 @@ enum Command {
     /// Inspect WAL.
     #[command(subcommand)]
     Wal(WalCommand),
+    /// The tables in scope: list them, or load one again (the way back
+    /// for a stopped table).
+    #[command(subcommand)]
+    Table(TableCommand),
     /// The TOAST chunk mirror (`<state dir>/toast-mirror.redb`), while
     /// `walshadow run` is stopped.
     #[command(subcommand)]
     Toast(ToastCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum TableCommand {
+    /// Every table in scope: its state (streaming, loading, resyncing,
+    /// waiting, stopped with reason and remedy, opted out), destination,
+    /// rows streamed and rows loaded. Reads the state directory; works
+    /// whether or not `walshadow run` is running.
+    List(table_cmd::ListArgs),
+    /// Load a table again and swap it in: from the request's commit S the
+    /// table streams into a new ClickHouse table made from the catalog as
+    /// it is now, a load fills it with the rows at S (later changes win),
+    /// and once loaded it replaces the table (readers see the old rows
+    /// until then). Clears a stopped table. Works whether or not `walshadow
+    /// run` is running: the request is a change of the config table's
+    /// `resync` column, which `run` reads from the WAL. Same as
+    /// `UPDATE walshadow.tables SET resync = resync + 1 WHERE …`.
+    Resync(table_cmd::ResyncArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -78,6 +101,16 @@ enum WalCommand {
     /// rel, fork, blk, fpi). Every record's CRC is verified; a damaged
     /// record stops the dump with an error naming its LSN.
     Dump(wal_dump::DumpArgs),
+}
+
+/// Writes `text` to standard output; a reader that closed the pipe early
+/// (`walshadow status | head`) is not an error.
+fn print_quietly(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
 }
 
 /// Log lines to stderr, printed around the load progress bars when they
@@ -116,6 +149,8 @@ fn main() -> std::process::ExitCode {
         Command::Init(args) => shadow_cmd::init(args),
         Command::Run(args) => shadow_cmd::run(args),
         Command::Status(args) => shadow_cmd::status(args),
+        Command::Table(TableCommand::List(args)) => table_cmd::list(args),
+        Command::Table(TableCommand::Resync(args)) => table_cmd::resync(args),
         Command::Toast(ToastCommand::Stats(args)) => toast_cmd::stats(args),
         Command::Toast(ToastCommand::Compact(args)) => toast_cmd::compact(args),
         Command::Catalog(CatalogCommand::Show(args)) => catalog_cmd::show(args),

@@ -24,7 +24,7 @@ pub struct RunArgs {
     config: PathBuf,
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -76,10 +76,5 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     } else {
         report.to_string()
     };
-    // `walshadow status | head` closes the pipe early: not an error.
-    use std::io::Write;
-    match std::io::stdout().lock().write_all(text.as_bytes()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => Ok(r?),
-    }
+    crate::print_quietly(&text)
 }

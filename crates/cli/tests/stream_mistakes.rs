@@ -258,7 +258,8 @@ fn typos(major: PgMajor) -> Result<()> {
     )?;
     wait_until(Duration::from_secs(60), "public.u refused", || {
         let text = h.cli_ok(&["status", "--config", h.config()])?;
-        Ok(text.contains("initial_load \"full\"") && text.contains("SET initial_load = 'copy'"))
+        Ok(text.contains("initial_load \"full\"")
+            && text.contains("set the config table's initial_load"))
     })?;
     h.source
         .psql("update walshadow.tables set initial_load = 'copy' where table_name = 'u'")?;

@@ -229,9 +229,10 @@ CREATE TABLE IF NOT EXISTS {s}.{t} (
     replicate    boolean NOT NULL DEFAULT true,
     initial_load text CHECK (lower(initial_load) IN ('none', 'copy', 'base_backup', 'object_store')),
     destination  text,
+    resync       bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (schema_name, table_name)
 );
-COMMENT ON TABLE {s}.{t} IS 'walshadow: a row per table to stream (replicate), how to load its existing rows (initial_load: none or NULL, copy, base_backup, object_store) and the ClickHouse table it streams into (destination; NULL: table_name in public, schema_name__table_name elsewhere)';"
+COMMENT ON TABLE {s}.{t} IS 'walshadow: a row per table to stream (replicate), how to load its existing rows (initial_load: none or NULL, copy, base_backup, object_store) the ClickHouse table it streams into (destination; NULL: table_name in public, schema_name__table_name elsewhere); raising resync (walshadow table resync) loads the table again and swaps it in';"
     )
 }
 

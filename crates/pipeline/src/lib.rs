@@ -22,5 +22,7 @@ pub mod relations;
 pub mod report;
 pub mod scope;
 pub mod status;
+pub mod stop;
 pub mod stream;
+pub mod table_admin;
 pub mod toast;

@@ -24,6 +24,10 @@ use walshadow_types::catalog::RelationDesc;
 pub struct Stopped {
     /// The commit (or change) LSN the error is about.
     pub lsn: Lsn,
+    /// The kind ([`crate::stop::StopKind::code`]); empty in files of older
+    /// versions.
+    #[serde(default)]
+    pub code: String,
     pub reason: String,
     pub remedy: String,
 }
@@ -47,6 +51,31 @@ pub struct TableProgress {
     /// Opted out at this commit: not streamed; its ClickHouse table stays.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub opted_out: Option<Lsn>,
+    /// A resync under way: the table streams and loads into
+    /// `destination` (`<its own>__wsresync`) until that is swapped in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resync: Option<Resync>,
+    /// The config table's `resync` counter last acted on.
+    #[serde(default)]
+    pub resync_seen: i64,
+}
+
+/// A resync (`walshadow table resync`): from its `s` the table streams into
+/// a fresh table made from the catalog, which a load fills with the rows
+/// at `s`; once loaded it is exchanged with the table's own destination
+/// (readers see the old rows until then) and the old rows are dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resync {
+    /// The table's own destination, which the resync replaces.
+    pub destination: String,
+    /// The commit of the request: the load's `S`.
+    pub s: Lsn,
+    /// `copy` or `base_backup`.
+    pub mode: String,
+    /// The resync table's uuid, recorded before the exchange: after a
+    /// crash, the destination having it means the exchange applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
 }
 
 impl TableProgress {
@@ -59,6 +88,8 @@ impl TableProgress {
             opted_in: false,
             since,
             opted_out: None,
+            resync: None,
+            resync_seen: 0,
         }
     }
 }

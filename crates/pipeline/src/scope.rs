@@ -13,6 +13,7 @@
 //!     replicate    boolean NOT NULL DEFAULT true,
 //!     initial_load text CHECK (…), -- none (NULL) | copy | base_backup | object_store
 //!     destination  text,           -- the ClickHouse table (NULL: the default name)
+//!     resync       bigint NOT NULL DEFAULT 0, -- raised: load again, swap in
 //!     PRIMARY KEY (schema_name, table_name)
 //! );
 //! ```
@@ -35,6 +36,8 @@ pub enum ScopeChange {
         replicate: bool,
         initial_load: Option<String>,
         destination: Option<String>,
+        /// The row's `resync` counter (absent in older config tables).
+        resync: Option<i64>,
     },
     /// The row was deleted (or its key changed away).
     Remove { key: String },
@@ -49,6 +52,7 @@ pub struct ConfigRow {
     pub replicate: Option<bool>,
     pub initial_load: Option<String>,
     pub destination: Option<String>,
+    pub resync: Option<i64>,
 }
 
 /// The fields of a config-table row decoded by `decoder`; `None` if the
@@ -59,6 +63,7 @@ pub fn config_row(decoder: &RowDecoder, values: &[Value]) -> Option<ConfigRow> {
     let mut replicate = None;
     let mut initial_load = None;
     let mut destination = None;
+    let mut resync = None;
     for (name, v) in decoder.column_names().zip(values) {
         match (name, v) {
             ("schema_name", Value::Text(t)) => schema = Some(t.clone()),
@@ -66,6 +71,7 @@ pub fn config_row(decoder: &RowDecoder, values: &[Value]) -> Option<ConfigRow> {
             ("replicate", Value::Bool(b)) => replicate = Some(*b),
             ("initial_load", Value::Text(t)) => initial_load = Some(t.clone()),
             ("destination", Value::Text(t)) if !t.is_empty() => destination = Some(t.clone()),
+            ("resync", Value::Int64(n)) => resync = Some(*n),
             _ => {}
         }
     }
@@ -74,5 +80,6 @@ pub fn config_row(decoder: &RowDecoder, values: &[Value]) -> Option<ConfigRow> {
         replicate,
         initial_load,
         destination,
+        resync,
     })
 }

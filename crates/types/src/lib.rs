@@ -14,5 +14,6 @@ pub use lsn::{Lsn, ParseLsnError};
 pub use major::{PgMajor, UnsupportedMajor};
 pub use rel::{BlockNumber, ForkNumber, Oid, RelFileLocator, TimeLineId, Xid};
 pub use table_key::{
-    STAGING_SUFFIX, default_destination, destination_problem, split_table_key, table_key,
+    RESYNC_SUFFIX, STAGING_SUFFIX, default_destination, destination_problem, split_table_key,
+    table_key,
 };

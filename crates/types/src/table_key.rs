@@ -14,6 +14,10 @@
 /// destination may end with it.
 pub const STAGING_SUFFIX: &str = "__wsstg";
 
+/// The suffix of the table a resync loads beside a destination table
+/// (`orders__wsresync`) and swaps in once loaded: reserved too.
+pub const RESYNC_SUFFIX: &str = "__wsresync";
+
 /// The ClickHouse table a source table streams into unless one is named
 /// (`destination = "…"`): `name` in `public`, `schema__name` elsewhere.
 /// Two source tables can share it (`a__b.c` and `a.b__c`); walshadow
@@ -31,10 +35,12 @@ pub fn destination_problem(dest: &str) -> Option<String> {
     if dest.is_empty() {
         return Some("the destination name is empty".into());
     }
-    if dest.ends_with(STAGING_SUFFIX) {
-        return Some(format!(
-            "destination {dest:?} ends with {STAGING_SUFFIX:?}, which walshadow reserves for its staging tables"
-        ));
+    for suffix in [STAGING_SUFFIX, RESYNC_SUFFIX] {
+        if dest.ends_with(suffix) {
+            return Some(format!(
+                "destination {dest:?} ends with {suffix:?}, which walshadow reserves for its staging tables"
+            ));
+        }
     }
     None
 }

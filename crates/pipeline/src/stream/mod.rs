@@ -56,6 +56,7 @@ use crate::scope::{ScopeChange, config_row};
 use crate::status::{StatusFile, TableStatus, ToastStatus};
 use crate::toast::{SourceValue, Toast, Wait};
 
+mod resync;
 mod rows;
 mod scope;
 mod tables;
@@ -109,7 +110,7 @@ struct RelationDecoder {
 }
 
 /// A table-level definite error: `(reason, remedy)`.
-type TableFault = (String, String);
+type TableFault = (crate::stop::StopKind, String);
 
 /// Why a change's rows could not be made.
 #[derive(Debug)]
@@ -597,6 +598,9 @@ impl Streamer {
             self.write_progress()?;
         }
         self.backfills.reap();
+        if self.progress.tables.values().any(|t| t.resync.is_some()) {
+            self.finish_resyncs().await?;
+        }
         for h in self.backfills.take_toast_handoffs() {
             self.toast.queue_import(h.path, h.relations);
         }
@@ -886,7 +890,7 @@ impl Streamer {
                 key_display(&w.key),
                 w.source_lsn
             );
-            self.stop_table(&key, w.lsn, reason, "load the table again".into());
+            self.stop_table(&key, w.lsn, crate::stop::StopKind::ToastGone, reason);
         }
         Ok(())
     }
@@ -950,7 +954,7 @@ async fn config_rows_now(config: &Config) -> Vec<ScopeChange> {
     let sql = format!(
         // to_jsonb: a config table made by an older `init` has no
         // destination column.
-        "select schema_name, table_name, initial_load, to_jsonb(c)->>'destination' from {}.{} c where replicate",
+        "select schema_name, table_name, initial_load, to_jsonb(c)->>'destination', to_jsonb(c)->>'resync' from {}.{} c where replicate",
         quote(&schema),
         quote(&name)
     );
@@ -972,6 +976,7 @@ async fn config_rows_now(config: &Config) -> Vec<ScopeChange> {
                     replicate: true,
                     initial_load: r.text(i, 2).map(str::to_owned),
                     destination: r.text(i, 3).filter(|d| !d.is_empty()).map(str::to_owned),
+                    resync: r.text(i, 4).and_then(|n| n.parse().ok()),
                 })
             })
             .collect(),
@@ -1047,8 +1052,8 @@ fn row_error(key: &str, lsn: Lsn, e: RowError) -> RowsFault {
             value_id,
         },
         other => RowsFault::Table((
+            crate::stop::StopKind::UndecodableRow,
             format!("table {key}, WAL at {lsn}: {other}"),
-            "the row cannot be decoded; report it with the LSN".into(),
         )),
     }
 }

@@ -111,8 +111,8 @@ impl Streamer {
             };
             match fault {
                 RowsFault::Mirror(e) => return Err(e.into()),
-                RowsFault::Table((reason, remedy)) => {
-                    self.stop_table(key, c.lsn, reason, remedy);
+                RowsFault::Table((kind, reason)) => {
+                    self.stop_table(key, c.lsn, kind, reason);
                     return Ok(());
                 }
                 RowsFault::Unresolved {
@@ -126,7 +126,7 @@ impl Streamer {
                             let reason = format!(
                                 "table {key}, column {column}, WAL at {seq}: TOAST value {value_id} (TOAST relation {toast_relid}) is neither in the chunk mirror nor on the source, and the row's key cannot be read to wait for its newer version"
                             );
-                            self.stop_table(key, seq, reason, "load the table again".into());
+                            self.stop_table(key, seq, crate::stop::StopKind::ToastGone, reason);
                             return Ok(());
                         };
                         self.toast.wait(
@@ -147,7 +147,7 @@ impl Streamer {
                         let reason = format!(
                             "table {key}, column {column}, WAL at {seq}: TOAST value {value_id} is not in the chunk mirror (written before walshadow read this table's WAL) and reading it from the source failed: {e}"
                         );
-                        self.stop_table(key, seq, reason, "give walshadow's source role read access to the table's TOAST relation (superuser, or GRANT pg_read_all_data), then load the table again".into());
+                        self.stop_table(key, seq, crate::stop::StopKind::ToastUnreadable, reason);
                         return Ok(());
                     }
                 },
@@ -156,7 +156,7 @@ impl Streamer {
         let reason = format!(
             "table {key}, WAL at {seq}: TOAST values still unresolved after reading them from the source"
         );
-        self.stop_table(key, seq, reason, "report it with the LSN".into());
+        self.stop_table(key, seq, crate::stop::StopKind::UndecodableRow, reason);
         Ok(())
     }
 
@@ -222,8 +222,8 @@ impl Streamer {
         };
         let Some(dest) = table.dest.as_ref() else {
             return Err(RowsFault::Table((
+                crate::stop::StopKind::UndecodableRow,
                 format!("rows arrived for {key} before its ClickHouse table was created"),
-                "restart walshadow".into(),
             )));
         };
         if !table
@@ -232,10 +232,7 @@ impl Streamer {
             .is_some_and(|d| Arc::ptr_eq(&d.desc, desc))
         {
             let decoder = RowDecoder::new(desc).map_err(|e| {
-                RowsFault::Table((
-                    e.to_string(),
-                    "change the column's type on the source, or unpin the table".into(),
-                ))
+                RowsFault::Table((crate::stop::StopKind::UnsupportedType, e.to_string()))
             })?;
             let positions = decoder
                 .column_names()
@@ -305,8 +302,8 @@ impl Streamer {
             ChangeKind::Delete => {
                 let Some(old) = &change.old else {
                     return Err(RowsFault::Table((
+                        crate::stop::StopKind::NoKey,
                         format!("DELETE at {seq} on {key} carries no old key"),
-                        "give the table a primary key or REPLICA IDENTITY FULL".into(),
                     )));
                 };
                 rows.push((decode(old.tuple())?, true, seq));

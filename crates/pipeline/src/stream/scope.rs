@@ -55,6 +55,7 @@ impl Streamer {
                     replicate,
                     initial_load,
                     destination,
+                    resync,
                 }) = change.new.as_ref().and_then(row)
                 else {
                     tracing::warn!(lsn = %seq, "a row of the config table {} without schema_name/table_name: ignored", self.config_key);
@@ -70,6 +71,7 @@ impl Streamer {
                     replicate: replicate.unwrap_or(true),
                     initial_load,
                     destination,
+                    resync,
                 });
             }
             ChangeKind::Delete => {
@@ -88,15 +90,34 @@ impl Streamer {
         let mut changed = false;
         let mut added = false;
         for change in std::mem::take(&mut self.scope_changes) {
-            let (key, opt_in, load_text, destination) = match change {
+            let (key, opt_in, load_text, destination, resync) = match change {
                 ScopeChange::Set {
                     key,
                     replicate,
                     initial_load,
                     destination,
-                } => (key, replicate, initial_load, destination),
-                ScopeChange::Remove { key } => (key, false, None, None),
+                    resync,
+                } => (key, replicate, initial_load, destination, resync),
+                ScopeChange::Remove { key } => (key, false, None, None, None),
             };
+            // A raised resync counter on a table walshadow streams (or
+            // stopped): load it again and swap it in, whatever else the
+            // row says.
+            let seen = self.progress.tables.get(&key).map(|t| t.resync_seen);
+            if opt_in
+                && let (Some(n), Some(seen)) = (resync, seen)
+                && n != seen
+                && self.pinned.contains(&key)
+            {
+                let mode = match walshadow_config::InitialLoad::parse(load_text.as_deref()) {
+                    Ok(walshadow_config::InitialLoad::BaseBackup) => crate::backfills::BASE_BACKUP,
+                    _ => "copy",
+                };
+                self.start_resync(&key, mode, s, n).await?;
+                changed = true;
+                added = true;
+                continue;
+            }
             if walshadow_config::split_table_name(&key).is_none() {
                 tracing::warn!(table = %key, lsn = %s, "a config table row names no table as schema.name: ignored");
                 continue;
@@ -131,13 +152,12 @@ impl Streamer {
                             .or_insert_with(|| TableProgress::new(dest, s));
                         entry.opted_in = true;
                         entry.opted_out = Some(s);
+                        let kind = crate::stop::StopKind::UnknownInitialLoad;
                         entry.stopped = Some(crate::progress::Stopped {
                             lsn: s,
+                            code: kind.code().into(),
                             reason,
-                            remedy: format!(
-                                "UPDATE {} SET initial_load = 'copy' (or none, base_backup) for the table",
-                                self.config_key
-                            ),
+                            remedy: kind.remedy(&key),
                         });
                         self.metrics.set_table_stopped(&key, true);
                         changed = true;
@@ -184,15 +204,18 @@ impl Streamer {
                         .or_insert_with(|| TableProgress::new(dest.clone(), s));
                     entry.opted_in = true;
                     entry.opted_out = Some(s);
+                    let kind = crate::stop::StopKind::DestinationTaken;
                     entry.stopped = Some(crate::progress::Stopped {
                         lsn: s,
+                        code: kind.code().into(),
                         reason,
-                        remedy: "name another ClickHouse table for it in the config table's destination column (or with destination = \"…\" in its [table.\"…\"] section)".into(),
+                        remedy: kind.remedy(&key),
                     });
                     self.progress_dirty = true;
                     continue;
                 }
                 tracing::info!(table = %key, s = %s, initial_load = load.as_str(), destination = %dest, "table opted in");
+                let resync_seen = resync.unwrap_or(0);
                 self.pinned.insert(key.clone());
                 let entry = self
                     .progress
@@ -204,6 +227,7 @@ impl Streamer {
                 entry.opted_out = None;
                 entry.since = s;
                 entry.stopped = None;
+                entry.resync_seen = resync_seen;
                 self.tables.insert(
                     key.clone(),
                     Table {
@@ -242,6 +266,7 @@ impl Streamer {
                 if let Some(t) = self.progress.tables.get_mut(&key) {
                     t.opted_out = Some(s);
                 }
+                self.abandon_resync(&key).await?;
                 changed = true;
             }
         }

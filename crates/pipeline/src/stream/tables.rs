@@ -25,13 +25,18 @@ impl Streamer {
             self.missing.remove(&key);
             relations.remember_file(&key, &desc);
             if let Err(e) = RowDecoder::new(&desc) {
-                self.stop_table(&key, lsn, e.to_string(), "the table cannot be streamed with a column of this type; change the column's type on the source, or unpin the table".into());
+                self.stop_table(
+                    &key,
+                    lsn,
+                    crate::stop::StopKind::UnsupportedType,
+                    e.to_string(),
+                );
                 continue;
             }
             let new = match DestTable::new(&desc, &self.meta) {
                 Ok(d) => d,
                 Err(e) => {
-                    self.stop_table(&key, lsn, e.to_string(), "see the reason; fix the source table, then remove the table's ClickHouse table and its entry in progress.json to load it again".into());
+                    self.stop_table(&key, lsn, crate::stop::StopKind::NoKey, e.to_string());
                     continue;
                 }
             };
@@ -56,8 +61,8 @@ impl Streamer {
                             self.stop_table(
                                 &key,
                                 lsn,
-                                e.to_string(),
-                                "the table's recorded schema in progress.json cannot be mapped any more; load the table again (drop its ClickHouse table and its entry in progress.json, then restart)".into(),
+                                crate::stop::StopKind::SchemaChange,
+                                format!("the schema walshadow recorded for the table cannot be mapped any more: {e}"),
                             );
                             continue;
                         }
@@ -75,8 +80,8 @@ impl Streamer {
                             self.stop_table(
                                 &key,
                                 lsn,
+                                crate::stop::StopKind::SchemaChange,
                                 e.to_string(),
-                                "ClickHouse cannot follow this change in place; load the table again (drop its ClickHouse table and its entry in progress.json, then restart)".into(),
                             );
                             continue;
                         }
@@ -136,8 +141,8 @@ impl Streamer {
                     self.stop_table(
                         &key,
                         lsn,
+                        crate::stop::StopKind::DdlRefused,
                         format!("ClickHouse refused the schema change: {e}"),
-                        "apply the change to the ClickHouse table by hand so it matches the source, or load the table again".into(),
                     );
                     continue;
                 }
@@ -177,11 +182,19 @@ impl Streamer {
             .is_some_and(|t| t.stopped.is_some())
     }
 
-    pub(super) fn stop_table(&mut self, key: &str, lsn: Lsn, reason: String, remedy: String) {
-        tracing::error!(table = %key, lsn = %lsn, "table stopped: {reason}; remedy: {remedy}");
+    pub(super) fn stop_table(
+        &mut self,
+        key: &str,
+        lsn: Lsn,
+        kind: crate::stop::StopKind,
+        reason: String,
+    ) {
+        let remedy = kind.remedy(key);
+        tracing::error!(table = %key, lsn = %lsn, code = kind.code(), "table stopped: {reason}; remedy: {remedy}");
         if let Some(t) = self.progress.tables.get_mut(key) {
             t.stopped = Some(Stopped {
                 lsn,
+                code: kind.code().to_owned(),
                 reason,
                 remedy,
             });
@@ -215,8 +228,8 @@ impl Streamer {
                     self.stop_table(
                         key,
                         lsn,
+                        crate::stop::StopKind::ValueOutOfRange,
                         e.to_string(),
-                        "the value cannot be stored exactly in its ClickHouse column; change the column on the source or unpin the table".into(),
                     );
                     return Ok(());
                 }
@@ -245,8 +258,8 @@ impl Streamer {
                 self.stop_table(
                     &key,
                     c.lsn,
-                    format!("TRUNCATE of some partitions of {key} (not all of them)"),
-                    "ClickHouse holds the whole table without its partitioning, so the truncated partitions' rows cannot be singled out; load the table again (or use DELETE instead of TRUNCATE on single partitions)".into(),
+                    crate::stop::StopKind::PartialTruncate,
+                    format!("TRUNCATE of some partitions of {key} (not all of them): ClickHouse holds the whole table without its partitioning, so their rows cannot be singled out"),
                 );
                 continue;
             }
@@ -333,8 +346,8 @@ impl Streamer {
                 self.stop_table(
                     key,
                     lsn,
+                    crate::stop::StopKind::RowsRefused,
                     format!("ClickHouse refused the rows: {e}"),
-                    "ClickHouse cannot store these values in the table's columns; fix the column (or the source value), then load the table again".into(),
                 );
                 Ok(())
             }

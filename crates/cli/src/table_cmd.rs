@@ -1,0 +1,56 @@
+//! `walshadow table list` and `walshadow table resync`: wiring only; the
+//! work is in `walshadow_pipeline::table_admin`.
+
+use std::path::PathBuf;
+
+use walshadow_config::Config;
+
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// The TOML config file.
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ResyncArgs {
+    /// The TOML config file.
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// The table, as `schema.name` (a part holding a dot or a double quote
+    /// double-quoted: x."y.z").
+    #[arg(value_name = "SCHEMA.TABLE")]
+    table: String,
+    /// How its rows are loaded again: copy (a snapshot read with COPY) or
+    /// base_backup (the pages of a fresh BASE_BACKUP).
+    #[arg(long, value_name = "MODE", default_value = "copy")]
+    initial_load: String,
+}
+
+pub fn list(args: ListArgs) -> anyhow::Result<()> {
+    let config = Config::load(&args.config)?;
+    let rows = walshadow_pipeline::table_admin::list(&config)?;
+    let text = if args.json {
+        format!("{}\n", serde_json::to_string_pretty(&rows)?)
+    } else {
+        walshadow_pipeline::table_admin::TableList(rows).to_string()
+    };
+    crate::print_quietly(&text)
+}
+
+pub fn resync(args: ResyncArgs) -> anyhow::Result<()> {
+    let config = Config::load(&args.config)?;
+    let lsn = crate::shadow_cmd::runtime()?.block_on(
+        walshadow_pipeline::table_admin::request_resync(&config, &args.table, &args.initial_load),
+    )?;
+    println!(
+        "resync of {} requested (source WAL at {lsn}): walshadow run loads it again with {} into a \
+         table beside its ClickHouse table and swaps it in once loaded; `walshadow table list` \
+         shows how far it is",
+        args.table, args.initial_load
+    );
+    Ok(())
+}

@@ -1,0 +1,145 @@
+//! A stopped table's way back, on PostgreSQL 15 and 18: a column type
+//! change ClickHouse cannot follow stops the table; `walshadow table
+//! resync` (with `run` running, then with it stopped and `base_backup`)
+//! loads it again with its new shape and swaps it in; `walshadow table
+//! list` shows each state; the oracle holds after each.
+
+mod common;
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use common::{OracleColumn, StreamHarness, same};
+use walshadow_testkit::{PgMajor, wait_until};
+
+const CATCH_UP: Duration = Duration::from_secs(180);
+
+fn cols() -> Vec<OracleColumn> {
+    vec![same("id"), same("v"), same("n")]
+}
+
+fn table_state(h: &StreamHarness, key: &str) -> Result<serde_json::Value> {
+    let out = h.cli_ok(&["table", "list", "--json", "--config", h.config()])?;
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out)?;
+    rows.into_iter()
+        .find(|r| r["table"] == key)
+        .with_context(|| format!("{key} not in the table list: {out}"))
+}
+
+fn wait_state(h: &mut StreamHarness, key: &str, state: &str) -> Result<serde_json::Value> {
+    let mut last = serde_json::Value::Null;
+    let r = wait_until(CATCH_UP, &format!("{key} to be {state}"), || {
+        h.check_running()?;
+        last = table_state(h, key)?;
+        Ok(last["state"] == state)
+    });
+    r.with_context(|| format!("last: {last}\nrun log:\n{}", common::tail(&h.run_log(), 40)))?;
+    Ok(last)
+}
+
+fn resync(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(major, "resync", &["public.t"], "")?;
+    h.source
+        .psql("create table t (id int primary key, v text, n int)")?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into t select g, 'a', g from generate_series(1, 200) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal("t", "t", &cols())?;
+
+    // A change ClickHouse cannot follow in place: the table stops, the
+    // rows after it wait for the way back.
+    h.source.psql(
+        "alter table t alter column n type bigint;
+         update t set n = n + 5000000000 where id <= 10;
+         insert into t select g, 'b', g from generate_series(201, 300) g;",
+    )?;
+    let stopped = wait_state(&mut h, "public.t", "stopped")?;
+    let detail = stopped["detail"].as_str().unwrap_or_default().to_owned();
+    ensure!(
+        detail.contains("walshadow table resync public.t") && !detail.contains("progress.json"),
+        "{detail}"
+    );
+    let status = h.cli_ok(&["status", "--json", "--config", h.config()])?;
+    ensure!(status.contains("\"code\": \"schema_change\""), "{status}");
+
+    // Resync with run running, changes landing meanwhile.
+    let out = h.cli_ok(&["table", "resync", "public.t", "--config", h.config()])?;
+    ensure!(out.contains("resync of public.t requested"), "{out}");
+    h.source
+        .psql("update t set v = 'after' where id % 5 = 0; delete from t where id > 290;")?;
+    let done = wait_state(&mut h, "public.t", "streaming")?;
+    ensure!(done["destination"] == "t", "{done}");
+    ensure!(
+        done["rows_loaded"].as_u64().is_some_and(|n| n > 0),
+        "{done}"
+    );
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("t", "t", &cols())?;
+    ensure!(n == 290, "{n} rows");
+    let ty = h.ch.query(
+        "SELECT type FROM system.columns WHERE database = 'app' AND table = 't' AND name = 'n'",
+    )?;
+    ensure!(ty.contains("Int64"), "n is {ty}");
+    let leftovers = h.ch.query(
+        "SELECT name FROM system.tables WHERE database = 'app' AND name LIKE 't\\\\_\\\\_ws%'",
+    )?;
+    ensure!(leftovers.trim().is_empty(), "leftover tables: {leftovers}");
+
+    // With run stopped, by base_backup: the request waits in the WAL.
+    h.stop_run()?;
+    h.cli_ok(&[
+        "table",
+        "resync",
+        "public.t",
+        "--initial-load",
+        "base_backup",
+        "--config",
+        h.config(),
+    ])?;
+    h.source.psql(
+        "insert into t values (1000, 'while down', 1); update t set v = 'down' where id = 1;",
+    )?;
+    h.start_run()?;
+    wait_until(CATCH_UP, "the resync to start", || {
+        Ok(h.run_log()
+            .matches("resync: loading the table again")
+            .count()
+            >= 2)
+    })?;
+    wait_state(&mut h, "public.t", "streaming")?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("t", "t", &cols())?;
+    ensure!(n == 291, "{n} rows");
+    ensure!(
+        h.run_log().matches("resync done").count() == 2,
+        "{}",
+        common::tail(&h.run_log(), 30)
+    );
+    // Unknown tables and modes are refused by the command itself.
+    let out = h.cli(&["table", "resync", "public.nope", "--config", h.config()])?;
+    ensure!(!out.status.success(), "resync of a table out of scope ran");
+    let out = h.cli(&[
+        "table",
+        "resync",
+        "public.t",
+        "--initial-load",
+        "none",
+        "--config",
+        h.config(),
+    ])?;
+    ensure!(!out.status.success(), "resync with none ran");
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_stopped_table_comes_back_with_resync() -> Result<()> {
+    resync(PgMajor::V15)
+}
+
+#[test]
+fn pg18_stopped_table_comes_back_with_resync() -> Result<()> {
+    resync(PgMajor::V18)
+}

@@ -1,0 +1,255 @@
+//! Resyncs: a table loaded again from scratch and swapped in, the way back
+//! for a stopped table (`walshadow table resync`, or raising the config
+//! table's `resync` column).
+//!
+//! ```text
+//!  resync at S (the request's commit):
+//!    flush the table; DROP R (a leftover); progress: destination = R, stopped cleared
+//!    R created from the catalog now (R = <dest>__wsresync) ── the stream writes R from S on
+//!    a load (copy | base_backup) of the rows at S into R
+//!  the load done:
+//!    flush; record uuid(R) (progress, durable) ─▶ EXCHANGE TABLES dest AND R ─▶ DROP R (the old rows)
+//!    progress: destination = dest
+//! ```
+//!
+//! Readers of the destination see the old rows until the exchange, then the
+//! table as of the source (rows loaded at `S`, every later change winning
+//! by `_version`, as for any load). The new table is made from the catalog
+//! as it is, so a table stopped by a change ClickHouse could not follow (a
+//! column type, the key) comes back with the new shape. An `EXCHANGE` is
+//! never repeated on a guess: after a crash, the uuid recorded before it
+//! says whether it applied (the destination has it) or not (`R` still has
+//! it).
+
+use super::*;
+
+impl Streamer {
+    /// Starts (or starts again) a resync of `key` at `s`, loading in `mode`;
+    /// `counter` is the config row's `resync` value it answers.
+    pub(super) async fn start_resync(
+        &mut self,
+        key: &str,
+        mode: &str,
+        s: Lsn,
+        counter: i64,
+    ) -> Result<(), StreamError> {
+        let own = match self.progress.tables.get(key) {
+            Some(t) => t
+                .resync
+                .as_ref()
+                .map_or_else(|| t.destination.clone(), |r| r.destination.clone()),
+            None => self.dest_of(key),
+        };
+        let staged = format!("{own}{}", walshadow_types::RESYNC_SUFFIX);
+        tracing::info!(table = %key, s = %s, mode, into = %staged, destination = %own, "resync: loading the table again beside its ClickHouse table, to swap it in");
+        if !self.is_stopped(key) {
+            // Rows up to here belong to the table being replaced.
+            self.flush_table(key).await?;
+        }
+        self.drop_table("dropping a leftover resync table", &staged)
+            .await?;
+        if let Some(t) = self.progress.tables.get_mut(key) {
+            t.destination = staged;
+            t.schema = None;
+            t.stopped = None;
+            t.resync = Some(crate::progress::Resync {
+                destination: own,
+                s,
+                mode: mode.to_owned(),
+                uuid: None,
+            });
+            t.resync_seen = counter;
+        }
+        self.metrics.set_table_stopped(key, false);
+        self.toast.clear_waits(key);
+        self.tables.insert(
+            key.to_owned(),
+            Table {
+                dest: None,
+                batch: None,
+                decoders: HashMap::new(),
+            },
+        );
+        self.pinned.insert(key.to_owned());
+        self.backfills.request(key, mode, s)?;
+        self.progress_dirty = true;
+        Ok(())
+    }
+
+    /// Swaps in every resync whose load is done (and finishes one a crash
+    /// interrupted around its exchange).
+    pub(super) async fn finish_resyncs(&mut self) -> Result<(), StreamError> {
+        let loaded: BTreeMap<String, Lsn> = self
+            .backfills
+            .passes()
+            .into_iter()
+            .filter(|(_, p)| p.phase == walshadow_backfill::ledger::Phase::Done)
+            .map(|(k, p)| (k, p.s))
+            .collect();
+        let due: Vec<(String, crate::progress::Resync)> = self
+            .progress
+            .tables
+            .iter()
+            .filter_map(|(k, t)| t.resync.clone().map(|r| (k.clone(), r)))
+            .filter(|(k, r)| r.uuid.is_some() || loaded.get(k) == Some(&r.s))
+            .collect();
+        for (key, r) in due {
+            if self.is_stopped(&key) {
+                continue;
+            }
+            self.swap_in(&key, r).await?;
+        }
+        Ok(())
+    }
+
+    async fn swap_in(&mut self, key: &str, r: crate::progress::Resync) -> Result<(), StreamError> {
+        let staged = self.dest_of(key);
+        let own = r.destination.clone();
+        let db = self.database.clone();
+        let uuid_of = |name: String| {
+            let db = db.clone();
+            move |ch: ClickHouseClient| {
+                let (db, name) = (db.clone(), name.clone());
+                async move {
+                    walshadow_backfill::staging::table_uuid(&ch, &db, &name)
+                        .await
+                        .map_err(|e| match e {
+                            walshadow_backfill::staging::StagingError::ClickHouse {
+                                source,
+                                ..
+                            } => source,
+                            other => walshadow_emitter::ClickHouseError::Response {
+                                context: "system.tables".into(),
+                                message: other.to_string(),
+                            },
+                        })
+                }
+            }
+        };
+        // Everything streamed so far is in the resync table first.
+        self.flush_table(key).await?;
+        let _own_guard = self.dest_locks.lock(&own).await;
+        let _staged_guard = self.dest_locks.lock(&staged).await;
+        let exchanged = match &r.uuid {
+            None => false,
+            Some(u) => {
+                let now = self
+                    .query_clickhouse("reading the destination's uuid", uuid_of(own.clone()))
+                    .await?;
+                now.as_deref() == Some(u.as_str())
+            }
+        };
+        if !exchanged {
+            let Some(uuid) = self
+                .query_clickhouse("reading the resync table's uuid", uuid_of(staged.clone()))
+                .await?
+            else {
+                self.stop_table(
+                    key,
+                    r.s,
+                    crate::stop::StopKind::ResyncTableGone,
+                    format!("the resync table {staged} is gone before it was swapped in"),
+                );
+                return Ok(());
+            };
+            if let Some(t) = self.progress.tables.get_mut(key)
+                && let Some(rs) = t.resync.as_mut()
+            {
+                rs.uuid = Some(uuid);
+            }
+            // Durable before the exchange: a crash after it must not
+            // exchange back.
+            self.write_progress()?;
+            let sql = format!(
+                "EXCHANGE TABLES {db}.{} AND {db}.{}",
+                walshadow_emitter::quote_ident(&own),
+                walshadow_emitter::quote_ident(&staged),
+                db = walshadow_emitter::quote_ident(&self.database)
+            );
+            tracing::info!(table = %key, "resync: {sql}");
+            self.retry_clickhouse("swapping in a resynced table", move |ch| {
+                let sql = sql.clone();
+                async move { ch.execute(&sql).await }
+            })
+            .await?;
+        }
+        // The old rows, now under the resync table's name.
+        self.drop_table("dropping the replaced table", &staged)
+            .await?;
+        if let Some(t) = self.progress.tables.get_mut(key) {
+            t.destination = own.clone();
+            t.resync = None;
+        }
+        if let Some(t) = self.tables.get_mut(key)
+            && let Some(dest) = &t.dest
+        {
+            let encoder = RowBinaryEncoder::new(dest);
+            t.batch = Some(TableBatch::new(own.clone(), encoder, self.batch.clone()));
+        }
+        self.write_progress()?;
+        tracing::info!(table = %key, destination = %own, s = %r.s, "resync done: the table was loaded again and swapped in");
+        Ok(())
+    }
+
+    /// An opt-out during a resync: the table keeps its own destination
+    /// (with the rows it had) and the half-loaded resync table goes.
+    pub(super) async fn abandon_resync(&mut self, key: &str) -> Result<(), StreamError> {
+        let Some(r) = self
+            .progress
+            .tables
+            .get_mut(key)
+            .and_then(|t| t.resync.take())
+        else {
+            return Ok(());
+        };
+        let staged = self.dest_of(key);
+        if let Some(t) = self.progress.tables.get_mut(key) {
+            t.destination = r.destination.clone();
+        }
+        tracing::info!(table = %key, "opted out during its resync: {staged} is dropped, {} stays as it was", r.destination);
+        if r.uuid.is_none() {
+            self.drop_table("dropping an abandoned resync table", &staged)
+                .await?;
+        }
+        self.progress_dirty = true;
+        Ok(())
+    }
+
+    /// `DROP TABLE IF EXISTS … SYNC` of `name` in the destination database.
+    async fn drop_table(&mut self, what: &str, name: &str) -> Result<(), StreamError> {
+        let sql = format!(
+            "DROP TABLE IF EXISTS {}.{} SYNC",
+            walshadow_emitter::quote_ident(&self.database),
+            walshadow_emitter::quote_ident(name)
+        );
+        self.retry_clickhouse(what, move |ch| {
+            let sql = sql.clone();
+            async move { ch.execute(&sql).await }
+        })
+        .await
+    }
+
+    /// [`Streamer::retry_clickhouse`] for a request with an answer.
+    async fn query_clickhouse<T, F, Fut>(&mut self, what: &str, f: F) -> Result<T, StreamError>
+    where
+        F: Fn(ClickHouseClient) -> Fut,
+        Fut: std::future::Future<Output = Result<T, walshadow_emitter::ClickHouseError>>,
+    {
+        let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let out = std::sync::Arc::clone(&slot);
+        let f = &f;
+        self.retry_clickhouse(what, move |ch| {
+            let out = std::sync::Arc::clone(&out);
+            async move {
+                let v = f(ch).await?;
+                if let Ok(mut o) = out.lock() {
+                    *o = Some(v);
+                }
+                Ok(())
+            }
+        })
+        .await?;
+        let v = slot.lock().ok().and_then(|mut o| o.take());
+        v.ok_or_else(|| StreamError::State(format!("{what}: no answer kept")))
+    }
+}
