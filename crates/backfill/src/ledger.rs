@@ -133,6 +133,20 @@ impl Pass {
     pub fn is_open(&self) -> bool {
         matches!(self.phase, Phase::Pending | Phase::Loading)
     }
+
+    /// Blocks read and blocks to read, over every relation's ranges (a
+    /// `copy` load's marks; 0 of 0 before they are planned).
+    pub fn blocks(&self) -> (u64, u64) {
+        self.relations
+            .values()
+            .flat_map(|m| &m.ranges)
+            .fold((0, 0), |(d, t), r| {
+                (
+                    d + u64::from(r.next.saturating_sub(r.start)),
+                    t + u64::from(r.end.saturating_sub(r.start)),
+                )
+            })
+    }
 }
 
 /// The whole file.

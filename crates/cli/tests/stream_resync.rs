@@ -143,3 +143,82 @@ fn pg15_stopped_table_comes_back_with_resync() -> Result<()> {
 fn pg18_stopped_table_comes_back_with_resync() -> Result<()> {
     resync(PgMajor::V18)
 }
+
+/// A load's progress shows in `status` (fraction of blocks, ETA) and the
+/// metrics while it runs; once done, `status` counts its rows as loaded.
+fn load_progress(major: PgMajor) -> Result<()> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut h = StreamHarness::new(
+        major,
+        "progress",
+        &[],
+        &format!(
+            "\n[backfill]\nchunk_blocks = 8\nbatch_rows = 2000\nworkers = 1\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"
+        ),
+    )?;
+    h.source.psql(
+        "create table big (id int primary key, v text);
+         insert into big select g, md5(g::text) from generate_series(1, 400000) g;",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into walshadow.tables values ('public', 'big', true, 'copy')")?;
+    let mut seen_fraction = None;
+    let mut seen_eta = None;
+    let mut seen_metric = false;
+    wait_until(CATCH_UP, "the load to finish", || {
+        h.check_running()?;
+        let out = h.cli_ok(&["status", "--json", "--config", h.config()])?;
+        let s: serde_json::Value = serde_json::from_str(&out)?;
+        let load = &s["tables"]["public.big"]["load"];
+        if let Some(f) = load["fraction"].as_f64()
+            && f > 0.0
+            && f < 1.0
+        {
+            seen_fraction = Some(f);
+            if let Some(e) = load["eta_secs"].as_f64() {
+                seen_eta = Some(e);
+            }
+            if !seen_metric {
+                seen_metric = common::loads::scrape(port)?
+                    .contains("walshadow_backfill_progress_ratio{table=\"public.big\"}");
+            }
+        }
+        Ok(common::loads::phase(&h, "public.big")?.as_deref() == Some("done"))
+    })?;
+    println!(
+        "pg{}: seen mid-load: fraction {seen_fraction:?}, ETA {seen_eta:?} s",
+        major.number()
+    );
+    ensure!(
+        seen_fraction.is_some() && seen_eta.is_some(),
+        "no progress seen"
+    );
+    ensure!(
+        seen_metric,
+        "no walshadow_backfill_progress_ratio while loading"
+    );
+    h.wait_caught_up(CATCH_UP)?;
+    let text = h.cli_ok(&["status", "--config", h.config()])?;
+    ensure!(
+        text.contains("public.big -> big: 0 rows streamed, 400000 loaded"),
+        "{text}"
+    );
+    let n = h.assert_equal("big", "big", &[same("id"), same("v")])?;
+    ensure!(n == 400_000);
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_load_progress_is_shown() -> Result<()> {
+    load_progress(PgMajor::V15)
+}
+
+#[test]
+fn pg18_load_progress_is_shown() -> Result<()> {
+    load_progress(PgMajor::V18)
+}

@@ -33,16 +33,7 @@ impl LoadBars {
             return;
         };
         for (key, pass) in passes {
-            let (done, total) =
-                pass.relations
-                    .values()
-                    .flat_map(|m| &m.ranges)
-                    .fold((0u64, 0u64), |(d, t), r| {
-                        (
-                            d + u64::from(r.next.saturating_sub(r.start)),
-                            t + u64::from(r.end.saturating_sub(r.start)),
-                        )
-                    });
+            let (done, total) = pass.blocks();
             match pass.phase {
                 Phase::Loading | Phase::Pending if total > 0 => {
                     let bar = self.bars.entry(key.clone()).or_insert_with(|| {

@@ -28,6 +28,7 @@
 //! | `config_backfills_pending{mode}` | gauge | backfills waiting, per `initial_load` mode |
 //! | `walshadow_backfills_running` | gauge | backfills in progress |
 //! | `walshadow_backfill_rows_total{table,mode}`, `walshadow_backfill_bytes_total{table,mode}` | counter | what backfills loaded |
+//! | `walshadow_backfill_progress_ratio{table}`, `walshadow_backfill_eta_seconds{table}` | gauge | a `copy` load's blocks read of blocks to read, and the time left at its rate so far |
 //!
 //! Positions and both lags appear only after the first
 //! [`Metrics::set_positions`] (an absent series, not a made-up 0), and
@@ -152,6 +153,8 @@ struct Inner {
     destination_up: U64Gauge,
     destination_last_success: Gauge<f64, AtomicU64>,
     ready_max_lag: AtomicU64,
+    load_ratio: Family<TableLabels, Gauge<f64, AtomicU64>>,
+    load_eta: Family<TableLabels, Gauge<f64, AtomicU64>>,
 }
 
 /// The TOAST chunk mirror; the `_total` ones mirror counters the stream
@@ -324,6 +327,18 @@ impl Metrics {
             "Bytes read by backfills, per table and initial_load mode",
             backfill_bytes.clone(),
         );
+        let load_ratio = Family::default();
+        r.register(
+            "walshadow_backfill_progress_ratio",
+            "A copy load's heap blocks read of blocks to read (0 to 1), per table",
+            load_ratio.clone(),
+        );
+        let load_eta = Family::default();
+        r.register(
+            "walshadow_backfill_eta_seconds",
+            "Seconds a load still needs at the rate it went so far, per table",
+            load_eta.clone(),
+        );
         let destination_errors = Family::default();
         r.register(
             "walshadow_destination_errors",
@@ -361,7 +376,20 @@ impl Metrics {
                 destination_up,
                 destination_last_success,
                 ready_max_lag: AtomicU64::new(300),
+                load_ratio,
+                load_eta,
             }),
+        }
+    }
+
+    /// A load's progress (absent parts are left as they are).
+    pub fn set_load_progress(&self, table: &str, fraction: Option<f64>, eta_secs: Option<f64>) {
+        let l = table_labels(table);
+        if let Some(f) = fraction {
+            self.inner.load_ratio.get_or_create(&l).set(f);
+        }
+        if let Some(e) = eta_secs {
+            self.inner.load_eta.get_or_create(&l).set(e);
         }
     }
 

@@ -248,20 +248,39 @@ impl fmt::Display for StatusReport {
         }
         writeln!(f, "tables:")?;
         for (key, t) in &self.tables {
+            // Rows the stream wrote, and those its last load wrote.
+            let loaded = self.backfills.get(key).map_or(0, |p| p.rows);
+            let rows = if loaded > 0 {
+                format!("{} rows streamed, {loaded} loaded", t.rows)
+            } else {
+                format!("{} rows", t.rows)
+            };
             match &t.stopped {
                 None if t.waiting.is_some() => writeln!(
                     f,
-                    "  {key} -> {}: {} rows, waiting: {}",
+                    "  {key} -> {}: {rows}, waiting: {}",
                     t.destination,
-                    t.rows,
                     t.waiting.as_deref().unwrap_or_default()
                 )?,
-                None => writeln!(f, "  {key} -> {}: {} rows", t.destination, t.rows)?,
+                None => writeln!(f, "  {key} -> {}: {rows}", t.destination)?,
                 Some(s) => writeln!(
                     f,
-                    "  {key} -> {}: {} rows, STOPPED at {}: {}\n      remedy: {}",
-                    t.destination, t.rows, s.lsn, s.reason, s.remedy
+                    "  {key} -> {}: {rows}, STOPPED at {}: {}\n      remedy: {}",
+                    t.destination, s.lsn, s.reason, s.remedy
                 )?,
+            }
+            if let Some(l) = &t.load {
+                let pct = l
+                    .fraction
+                    .map_or_else(|| "-".to_owned(), |x| format!("{:.0}%", x * 100.0));
+                let eta = l
+                    .eta_secs
+                    .map_or_else(|| "-".to_owned(), |e| format!("{e:.0} s"));
+                writeln!(
+                    f,
+                    "      loading ({}): {pct} of {} blocks, {} rows, ETA {eta}",
+                    l.mode, l.blocks_total, l.rows
+                )?;
             }
         }
         Ok(())

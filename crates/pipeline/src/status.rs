@@ -11,7 +11,7 @@ use walshadow_types::Lsn;
 use crate::progress::Stopped;
 
 /// One pinned table.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TableStatus {
     pub destination: String,
     /// Rows written to ClickHouse since the table was first created
@@ -21,6 +21,24 @@ pub struct TableStatus {
     /// What a table in scope waits for (its source table does not exist).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
+    /// A load under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadStatus>,
+}
+
+/// How far a table's load is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadStatus {
+    pub mode: String,
+    /// Heap blocks read of blocks to read (`copy`; 0 of 0 until planned,
+    /// and for `base_backup`, whose walk reads the whole backup).
+    pub blocks_done: u64,
+    pub blocks_total: u64,
+    /// `blocks_done / blocks_total`, when there is a total.
+    pub fraction: Option<f64>,
+    /// Seconds left at the rate seen since the daemon saw the load start.
+    pub eta_secs: Option<f64>,
+    pub rows: u64,
 }
 
 impl TableStatus {
@@ -36,6 +54,7 @@ impl TableStatus {
                     rows: t.rows,
                     stopped: t.stopped.clone(),
                     waiting: None,
+                    load: None,
                 };
                 (k.clone(), status)
             })
@@ -44,7 +63,7 @@ impl TableStatus {
 }
 
 /// The daemon's positions and counters.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StatusFile {
     pub pid: u32,
     pub updated_unix_ms: u64,

@@ -213,12 +213,41 @@ pub struct Streamer {
     destination: crate::status::DestinationStatus,
     /// Tables in scope the catalog does not have (yet).
     missing: BTreeSet<String>,
+    /// Per load under way: when the daemon first saw it, and its blocks
+    /// read then (the ETA's rate).
+    load_seen: HashMap<String, (Instant, u64)>,
 }
 
 impl Streamer {
     /// Every table's status, with what a table in scope waits for.
-    fn table_status(&self) -> BTreeMap<String, TableStatus> {
+    fn table_status(&mut self) -> BTreeMap<String, TableStatus> {
         let mut all = TableStatus::all(&self.progress.tables);
+        let now = Instant::now();
+        let mut open = BTreeSet::new();
+        for (key, pass) in self.backfills.passes() {
+            if !pass.is_open() {
+                continue;
+            }
+            open.insert(key.clone());
+            let (done, total) = pass.blocks();
+            let (t0, d0) = *self.load_seen.entry(key.clone()).or_insert((now, done));
+            let elapsed = now.duration_since(t0).as_secs_f64();
+            let rate = (elapsed > 1.0 && done > d0).then(|| (done - d0) as f64 / elapsed);
+            let fraction = (total > 0).then(|| done as f64 / total as f64);
+            let eta_secs = rate.map(|r| total.saturating_sub(done) as f64 / r);
+            self.metrics.set_load_progress(&key, fraction, eta_secs);
+            if let Some(t) = all.get_mut(&key) {
+                t.load = Some(crate::status::LoadStatus {
+                    mode: pass.mode.clone(),
+                    blocks_done: done,
+                    blocks_total: total,
+                    fraction,
+                    eta_secs,
+                    rows: pass.rows,
+                });
+            }
+        }
+        self.load_seen.retain(|k, _| open.contains(k));
         for key in &self.missing {
             if let Some(t) = all.get_mut(key)
                 && self.pinned.contains(key)
@@ -407,6 +436,7 @@ impl Streamer {
             source_end,
             destination: Default::default(),
             missing: BTreeSet::new(),
+            load_seen: HashMap::new(),
         };
         let progress_applied = s.progress.applied;
         for key in &pinned {
