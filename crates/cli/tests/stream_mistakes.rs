@@ -230,6 +230,13 @@ fn typos(major: PgMajor) -> Result<()> {
         let text = h.cli_ok(&["status", "--config", h.config()])?;
         Ok(text.contains("public.T -> T: 0 rows, waiting: no table public.T in database postgres"))
     })?;
+    // Its row deleted: nothing of it stays behind.
+    h.source
+        .psql("delete from walshadow.tables where table_name = 'T'")?;
+    wait_until(Duration::from_secs(60), "public.T forgotten", || {
+        let text = h.cli_ok(&["status", "--config", h.config()])?;
+        Ok(!text.contains("public.T"))
+    })?;
     // Opted in without a load, then given one: it loads.
     h.source.psql(
         "create table w (id int primary key, v text);

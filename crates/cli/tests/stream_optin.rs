@@ -7,8 +7,9 @@
 //! - `opt_in_under_load`: `orders` (rows, some TOASTed) opted in with
 //!   `copy` while a workload writes it; `a` and `b` opted in by one
 //!   transaction that also writes `a`; a partitioned table through its
-//!   root; `legacy` with `initial_load = 'snapshot'` (unknown: a warning,
-//!   streaming from `S` only); opt-out, deletes, opt back in: no phantoms.
+//!   root; `legacy` with `initial_load = 'none'` (streaming from `S` only;
+//!   unknown modes are refused, see stream_mistakes); opt-out, deletes,
+//!   opt back in: no phantoms.
 //! - `rewrites_retry`: the load pauses after its snapshot (test hook); a
 //!   VACUUM FULL, a TRUNCATE and a drop-and-recreate there make it retry
 //!   on a fresh snapshot and end equal; with attempts exhausted the entry
@@ -101,7 +102,7 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
            update a set v = 'changed with the opt-in' where id = 1;
          commit;
          insert into walshadow.tables values ('public', 'parts', true, 'copy');
-         insert into walshadow.tables (schema_name, table_name, initial_load) values ('public', 'legacy', 'snapshot');",
+         insert into walshadow.tables (schema_name, table_name, initial_load) values ('public', 'legacy', 'none');",
     )?;
     let s_orders = wait_loaded(&mut h, "public.orders")?;
     // Rows of a streaming table still in its batch when another table is
@@ -165,15 +166,11 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
         older.trim() == "0",
         "rows older than S in ClickHouse: {older}"
     );
-    // Unknown mode: streamed from S only.
+    // No load: streamed from S only.
     let legacy = h.clickhouse_rows("legacy", &[same("id"), same("v")])?;
     ensure!(
         legacy == ["100\tafter the opt-in"],
-        "legacy (initial_load 'snapshot') in ClickHouse: {legacy:?}"
-    );
-    ensure!(
-        h.run_log().contains("unknown initial_load \"snapshot\""),
-        "no warning naming the unknown initial_load"
+        "legacy (initial_load 'none') in ClickHouse: {legacy:?}"
     );
 
     // Opt out, delete and change rows while out, opt back in: no phantom.

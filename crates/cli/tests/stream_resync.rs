@@ -222,3 +222,61 @@ fn pg15_load_progress_is_shown() -> Result<()> {
 fn pg18_load_progress_is_shown() -> Result<()> {
     load_progress(PgMajor::V18)
 }
+
+/// `kill -9` at either side of a resync's exchange (the process ends there
+/// through a test hook): the next start finishes the resync exactly once,
+/// never exchanging back.
+fn resync_crashes(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(major, "resync-crash", &["public.t"], "")?;
+    h.source
+        .psql("create table t (id int primary key, v text, n int)")?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into t select g, 'a', g from generate_series(1, 100) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+    for (round, point) in ["before_exchange", "after_exchange"]
+        .into_iter()
+        .enumerate()
+    {
+        h.stop_run()?;
+        h.run_env = vec![("WALSHADOW_TEST_RESYNC_CRASH".into(), point.into())];
+        h.start_run()?;
+        h.cli_ok(&["table", "resync", "public.t", "--config", h.config()])?;
+        h.source.psql(&format!(
+            "update t set v = 'round {round}' where id % 3 = {round}"
+        ))?;
+        let mut exit = None;
+        wait_until(CATCH_UP, &format!("run to end at {point}"), || {
+            exit = h.run.as_mut().and_then(|c| c.try_wait().ok().flatten());
+            Ok(exit.is_some())
+        })?;
+        h.run = None;
+        ensure!(exit.is_some_and(|s| !s.success()), "{point}: {exit:?}");
+        ensure!(
+            h.run_log().contains(&format!("resync's {point}")),
+            "{point}: no hook"
+        );
+        h.run_env.clear();
+        h.start_run()?;
+        wait_state(&mut h, "public.t", "streaming")?;
+        h.wait_caught_up(CATCH_UP)?;
+        let n = h.assert_equal("t", "t", &cols())?;
+        ensure!(n == 100, "{point}: {n} rows");
+        let tables =
+            h.ch.query("SELECT name FROM system.tables WHERE database = 'app' ORDER BY name")?;
+        ensure!(tables.trim() == "t", "{point}: tables {tables:?}");
+    }
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_resync_survives_kill_9_around_its_exchange() -> Result<()> {
+    resync_crashes(PgMajor::V15)
+}
+
+#[test]
+fn pg18_resync_survives_kill_9_around_its_exchange() -> Result<()> {
+    resync_crashes(PgMajor::V18)
+}

@@ -453,11 +453,15 @@ impl Streamer {
                     "[table.{key:?}]: {reason}; name another with destination = \"…\""
                 )));
             }
-            s.progress
+            let entry = s
+                .progress
                 .tables
                 .entry(key.clone())
-                .or_insert_with(|| TableProgress::new(String::new(), progress_applied))
-                .destination = dest;
+                .or_insert_with(|| TableProgress::new(String::new(), progress_applied));
+            // A resync under way streams into its own table until the swap.
+            if entry.resync.is_none() {
+                entry.destination = dest;
+            }
             s.tables.insert(
                 key.clone(),
                 Table {

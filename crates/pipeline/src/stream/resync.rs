@@ -23,6 +23,19 @@
 
 use super::*;
 
+/// The crash drills' hook: with `WALSHADOW_TEST_RESYNC_CRASH` naming this
+/// point, the process ends here as `kill -9` would (no unwinding, no
+/// flush).
+fn crash_point(point: &str) {
+    if std::env::var(RESYNC_CRASH_ENV).is_ok_and(|p| p == point) {
+        tracing::warn!("test hook: ending the process at the resync's {point}");
+        std::process::abort();
+    }
+}
+
+/// See [`crash_point`].
+pub const RESYNC_CRASH_ENV: &str = "WALSHADOW_TEST_RESYNC_CRASH";
+
 impl Streamer {
     /// Starts (or starts again) a resync of `key` at `s`, loading in `mode`;
     /// `counter` is the config row's `resync` value it answers.
@@ -105,6 +118,14 @@ impl Streamer {
     async fn swap_in(&mut self, key: &str, r: crate::progress::Resync) -> Result<(), StreamError> {
         let staged = self.dest_of(key);
         let own = r.destination.clone();
+        if staged == own {
+            // Nothing to swap: the resync's table is the destination.
+            if let Some(t) = self.progress.tables.get_mut(key) {
+                t.resync = None;
+            }
+            self.progress_dirty = true;
+            return Ok(());
+        }
         let db = self.database.clone();
         let uuid_of = |name: String| {
             let db = db.clone();
@@ -160,6 +181,7 @@ impl Streamer {
             // Durable before the exchange: a crash after it must not
             // exchange back.
             self.write_progress()?;
+            crash_point("before_exchange");
             let sql = format!(
                 "EXCHANGE TABLES {db}.{} AND {db}.{}",
                 walshadow_emitter::quote_ident(&own),
@@ -172,6 +194,7 @@ impl Streamer {
                 async move { ch.execute(&sql).await }
             })
             .await?;
+            crash_point("after_exchange");
         }
         // The old rows, now under the resync table's name.
         self.drop_table("dropping the replaced table", &staged)

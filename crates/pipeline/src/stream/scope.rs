@@ -267,6 +267,18 @@ impl Streamer {
                     t.opted_out = Some(s);
                 }
                 self.abandon_resync(&key).await?;
+                // A table that never existed (no ClickHouse table was made
+                // for it: a typo, a table dropped before it streamed)
+                // leaves nothing behind in progress.json or status.
+                if self
+                    .progress
+                    .tables
+                    .get(&key)
+                    .is_some_and(|t| t.schema.is_none() && t.rows == 0 && t.resync.is_none())
+                {
+                    self.progress.tables.remove(&key);
+                    self.missing.remove(&key);
+                }
                 changed = true;
             }
         }
