@@ -68,9 +68,10 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 pub fn show(args: ShowArgs) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
     let addr = ShadowAddress::from_config(&config, args.db.clone())?;
-    let Some((schema, table)) = args.relation.split_once('.') else {
+    let Some((schema, table)) = walshadow_types::split_table_key(&args.relation) else {
         bail!("{:?}: give the relation as SCHEMA.TABLE", args.relation);
     };
+    let (schema, table) = (schema.as_str(), table.as_str());
     let desc = runtime()?.block_on(async {
         let mut cat = addr
             .session(args.lsn, Duration::from_secs(args.timeout))

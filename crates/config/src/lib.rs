@@ -565,7 +565,9 @@ impl Config {
                 86_400,
             )?;
         }
-        if split_table_name(&self.source.config_table).is_none() {
+        if split_table_name(&self.source.config_table)
+            .is_none_or(|(s, n)| walshadow_types::table_key(&s, &n) != self.source.config_table)
+        {
             return Err(invalid(
                 "source.config_table",
                 format!(
@@ -620,6 +622,17 @@ impl Config {
                     "table.initial_load",
                     format!(
                         "[table.{key:?}] initial_load = {bad:?}: expected one of none, copy, base_backup, object_store"
+                    ),
+                ));
+            }
+            if let Some((schema, name)) = split_table_name(key)
+                && walshadow_types::table_key(&schema, &name) != *key
+            {
+                return Err(invalid(
+                    "table",
+                    format!(
+                        "[table.{key:?}]: write it as [table.{:?}] (quotes only around a part with a dot or a quote)",
+                        walshadow_types::table_key(&schema, &name)
                     ),
                 ));
             }
@@ -803,6 +816,16 @@ mod tests {
             "{GOOD}{ch}[table.\"public.t\"]\ninitial_load = \"Copy\"\n"
         ))
         .unwrap();
+        // One spelling per table: a quoted part that needs no quotes would
+        // never match the rows' keys.
+        let err = parse(&format!("{GOOD}{ch}[table.'\"public\".t']\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("write it as") && err.contains("public.t"),
+            "{err}"
+        );
+        parse(&format!("{GOOD}{ch}[table.'x.\"y.z\"']\n")).unwrap();
     }
 
     #[test]

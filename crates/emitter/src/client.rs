@@ -208,10 +208,12 @@ impl ClickHouseClient {
     /// configured database. `Ok` means ClickHouse has written them (or
     /// recognised them as a duplicate of an earlier insert with the same
     /// token): its answer carries ClickHouse's `X-ClickHouse-Summary` with
-    /// `written_rows` of at least `row_count` (materialized views add
-    /// theirs), or 0 (a deduplicated repeat, on servers that count it so).
-    /// Any other `200` came from something that is not ClickHouse, and is an
-    /// error: a proxy answering `Ok.` to everything takes no rows.
+    /// a `written_rows` count. A `200` without it came from something that
+    /// is not ClickHouse, and is an error: a proxy answering `Ok.` to
+    /// everything takes no rows. The count itself may differ from
+    /// `row_count` on a real server (materialized views add theirs; a
+    /// repeat after an unknown outcome may be deduplicated in part, block
+    /// by block), so a difference is logged, not refused.
     pub async fn insert(
         &self,
         table: &str,
@@ -365,16 +367,12 @@ fn check_written(context: &str, summary: Option<&str>, sent: usize) -> Result<()
                 "X-ClickHouse-Summary without written_rows: {summary:?}"
             ))
         })?;
-    if written != 0 && written < sent as u64 {
-        return Err(not_clickhouse(format!(
-            "ClickHouse's summary says {written} rows written of the {sent} sent"
-        )));
-    }
-    if written == 0 && sent > 0 {
+    if written < sent as u64 {
         tracing::debug!(
             context,
             sent,
-            "insert answered 0 rows written: a deduplicated repeat"
+            written,
+            "insert answered fewer rows written than sent: a (partly) deduplicated repeat"
         );
     }
     Ok(())
@@ -461,7 +459,10 @@ mod tests {
         );
         assert!(ok(Some(r#"{"written_rows":3}"#), 3));
         assert!(!ok(None, 3), "a proxy's 200 Ok.");
-        assert!(!ok(Some(r#"{"written_rows":"2"}"#), 3));
+        assert!(
+            ok(Some(r#"{"written_rows":"2"}"#), 3),
+            "partly deduplicated"
+        );
         assert!(!ok(Some("Ok."), 3));
         assert!(!ok(Some(r#"{"read_rows":"1"}"#), 3));
         let e = check_written("INSERT INTO t", None, 500).unwrap_err();

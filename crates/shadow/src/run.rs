@@ -62,6 +62,10 @@ pub enum RunError {
     Pipeline(#[from] crate::filter::pipeline::PipelineError),
     #[error("shadow PostgreSQL: {0}")]
     Shadow(String),
+    /// The tap's consumer went away (it stopped, or failed with its own
+    /// error, which the caller reports).
+    #[error("the streaming pipeline stopped")]
+    PipelineStopped,
     #[error(
         "the shadow PostgreSQL in {data_dir} {what}; {log} ends with:\n{tail}\n\
          fix what it names, then start walshadow again"
@@ -162,6 +166,9 @@ pub async fn feed_tapped_until_stopped(
         .await;
         match result {
             Ok(()) => return Ok(()),
+            // The pipeline gives up its wait when asked to stop, and drops
+            // the tap: a clean stop, not an error.
+            Err(RunError::PipelineStopped) if *stop.borrow() => return Ok(()),
             Err(RunError::TapStalled(after)) => {
                 tracing::warn!(
                     "the streaming pipeline took no WAL for {after:?} (it is waiting, see walshadow status): \
@@ -178,7 +185,11 @@ pub async fn feed_tapped_until_stopped(
                     }
                 };
                 if !room {
-                    return Err(RunError::Shadow("the streaming pipeline stopped".into()));
+                    return if *stop.borrow() {
+                        Ok(())
+                    } else {
+                        Err(RunError::PipelineStopped)
+                    };
                 }
                 tracing::info!("the streaming pipeline takes WAL again; streaming from the source");
                 backoff = Duration::from_secs(1);
@@ -605,7 +616,7 @@ pub async fn feed_tapped(
         };
         tokio::select! {
             sent = t.tx.send(start) => if sent.is_err() {
-                return Err(RunError::Shadow("the streaming pipeline stopped".into()));
+                return Err(RunError::PipelineStopped);
             },
             _ = &mut stop => return Ok(()),
         }
@@ -722,7 +733,7 @@ pub async fn feed_tapped(
                         Ok(()) => None,
                         Err(tokio::sync::mpsc::error::TrySendError::Full(e)) => Some(e),
                         Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
-                            return Err(RunError::Shadow("the streaming pipeline stopped".into()));
+                            return Err(RunError::PipelineStopped);
                         }
                     };
                     if let Some(event) = event {
@@ -751,7 +762,7 @@ pub async fn feed_tapped(
                         };
                         let Some(permit) = permit else { break };
                         let Ok(permit) = permit else {
-                            return Err(RunError::Shadow("the streaming pipeline stopped".into()));
+                            return Err(RunError::PipelineStopped);
                         };
                         permit.send(event);
                     }

@@ -275,14 +275,22 @@ impl Streamer {
         if let Some(problem) = walshadow_types::destination_problem(dest) {
             return Some(format!("{key}: {problem}"));
         }
-        let other = self.pinned.iter().find(|k| {
-            k.as_str() != key
-                && self
-                    .progress
-                    .tables
-                    .get(k.as_str())
-                    .is_some_and(|t| t.destination == dest)
-        })?;
+        // Opted-out tables keep their ClickHouse tables, and a resyncing
+        // one streams elsewhere until it swaps back into its own.
+        let other = self
+            .progress
+            .tables
+            .iter()
+            .find(|(k, t)| {
+                // A table owns its destination while in scope, or once a
+                // ClickHouse table was made for it (a refused one never).
+                let owns = self.pinned.contains(k.as_str()) || t.schema.is_some();
+                k.as_str() != key
+                    && owns
+                    && (t.destination == dest
+                        || t.resync.as_ref().is_some_and(|r| r.destination == dest))
+            })
+            .map(|(k, _)| k)?;
         Some(format!(
             "source tables {other} and {key} would both stream into ClickHouse table {dest:?}"
         ))
@@ -460,6 +468,16 @@ impl Streamer {
                 .or_insert_with(|| TableProgress::new(String::new(), progress_applied));
             // A resync under way streams into its own table until the swap.
             if entry.resync.is_none() {
+                if entry.schema.is_some()
+                    && !entry.destination.is_empty()
+                    && entry.destination != dest
+                {
+                    return Err(StreamError::State(format!(
+                        "[table.{key:?}]: its destination is {dest:?} in the config file but it streams into \
+                         {:?}; set destination = {:?} again (renaming a destination is not supported)",
+                        entry.destination, entry.destination
+                    )));
+                }
                 entry.destination = dest;
             }
             s.tables.insert(
@@ -479,6 +497,19 @@ impl Streamer {
             // after it, the stream covers what follows). Later changes come
             // from the WAL; duplicates collapse.
             s.scope_changes = config_rows_now(config).await;
+            // Their resync counters are where a resync starts from, not a
+            // request (a pinned table's row may be there from before).
+            for change in &s.scope_changes {
+                if let ScopeChange::Set {
+                    key,
+                    resync: Some(n),
+                    ..
+                } = change
+                    && let Some(t) = s.progress.tables.get_mut(key)
+                {
+                    t.resync_seen = *n;
+                }
+            }
         }
         s.retry_clickhouse("creating the destination database", |ch| async move {
             ch.ensure_database().await

@@ -84,8 +84,14 @@ impl Streamer {
             },
         );
         self.pinned.insert(key.to_owned());
+        // A fresh load: marks of an earlier one (say, this same resync
+        // before a crash) name blocks of a table dropped above.
+        self.backfills.withdraw(key)?;
         self.backfills.request(key, mode, s)?;
-        self.progress_dirty = true;
+        // Durable with the ledger entry: a replay of the request after a
+        // crash must find the resync recorded, not start it again over a
+        // load's marks.
+        self.write_progress()?;
         Ok(())
     }
 

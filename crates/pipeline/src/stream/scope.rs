@@ -129,6 +129,12 @@ impl Streamer {
             if opt_in {
                 let load = match walshadow_config::InitialLoad::parse(load_text.as_deref()) {
                     Ok(l) => l,
+                    Err(text) if self.pinned.contains(&key) => {
+                        // Streaming already: it goes on (stopping it would
+                        // leave a gap); only the new value is ignored.
+                        tracing::error!(table = %key, lsn = %s, "initial_load {text:?} in the config table {} is not a mode: ignored, the table keeps streaming (use none, copy or base_backup)", self.config_key);
+                        continue;
+                    }
                     Err(text) => {
                         // A config table made without the CHECK (older
                         // `init`, or by hand) let it through: the table
@@ -222,6 +228,11 @@ impl Streamer {
                     .tables
                     .entry(key.clone())
                     .or_insert_with(|| TableProgress::new(dest.clone(), s));
+                if entry.destination != dest {
+                    // Another ClickHouse table: made afresh (the rows the
+                    // old one holds stay there).
+                    entry.schema = None;
+                }
                 entry.destination = dest;
                 entry.opted_in = true;
                 entry.opted_out = None;
