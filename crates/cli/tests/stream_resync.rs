@@ -207,6 +207,15 @@ fn load_progress(major: PgMajor) -> Result<()> {
         text.contains("public.big -> big: 0 rows streamed, 400000 loaded"),
         "{text}"
     );
+    // Done: no progress series left behind.
+    wait_until(
+        Duration::from_secs(30),
+        "the load's progress series to go",
+        || {
+            Ok(!common::loads::scrape(port)?
+                .contains("walshadow_backfill_eta_seconds{table=\"public.big\"}"))
+        },
+    )?;
     let n = h.assert_equal("big", "big", &[same("id"), same("v")])?;
     ensure!(n == 400_000);
     h.stop_run()?;

@@ -393,6 +393,13 @@ impl Metrics {
         }
     }
 
+    /// A load ended: its progress and ETA series go.
+    pub fn forget_load_progress(&self, table: &str) {
+        let l = table_labels(table);
+        self.inner.load_ratio.remove(&l);
+        self.inner.load_eta.remove(&l);
+    }
+
     /// A ClickHouse request of the stream failed.
     pub fn add_destination_error(&self, code: &str, class: &str) {
         self.inner

@@ -247,7 +247,15 @@ impl Streamer {
                 });
             }
         }
-        self.load_seen.retain(|k, _| open.contains(k));
+        let metrics = &self.metrics;
+        self.load_seen.retain(|k, _| {
+            let keep = open.contains(k);
+            if !keep {
+                // Done (or withdrawn): no progress or ETA left to show.
+                metrics.forget_load_progress(k);
+            }
+            keep
+        });
         for key in &self.missing {
             if let Some(t) = all.get_mut(key)
                 && self.pinned.contains(key)
