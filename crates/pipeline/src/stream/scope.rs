@@ -17,6 +17,35 @@ impl Streamer {
             .start_due(self.decoded, |key| ready.get(key).cloned());
     }
 
+    /// An opt-in at `s` that cannot take effect: recorded as opted in and
+    /// out at once, stopped with `kind`, so `status`, `table list` and the
+    /// metrics show why until its row is corrected.
+    fn refuse_opt_in(
+        &mut self,
+        key: &str,
+        dest: String,
+        s: Lsn,
+        kind: crate::stop::StopKind,
+        reason: String,
+    ) {
+        tracing::error!(table = %key, lsn = %s, code = kind.code(), "table not opted in: {reason}");
+        let entry = self
+            .progress
+            .tables
+            .entry(key.to_owned())
+            .or_insert_with(|| TableProgress::new(dest, s));
+        entry.opted_in = true;
+        entry.opted_out = Some(s);
+        entry.stopped = Some(crate::progress::Stopped {
+            lsn: s,
+            code: kind.code().into(),
+            reason,
+            remedy: kind.remedy(key),
+        });
+        self.metrics.set_table_stopped(key, true);
+        self.progress_dirty = true;
+    }
+
     /// A change of the config table: remembered, applied after the commit.
     pub(super) fn config_change(&mut self, seq: Lsn, desc: &Arc<RelationDesc>, change: &Change) {
         if !self
@@ -143,29 +172,14 @@ impl Streamer {
                             "initial_load {text:?} in the config table {} is not a mode",
                             self.config_key
                         );
-                        tracing::error!(table = %key, lsn = %s, "table not opted in: {reason}");
                         let dest = self.dest_of(&key);
-                        if self.pinned.remove(&key) {
-                            self.flush_table(&key).await?;
-                            self.tables.remove(&key);
-                            self.backfills.withdraw(&key)?;
-                            self.toast.clear_waits(&key);
-                        }
-                        let entry = self
-                            .progress
-                            .tables
-                            .entry(key.clone())
-                            .or_insert_with(|| TableProgress::new(dest, s));
-                        entry.opted_in = true;
-                        entry.opted_out = Some(s);
-                        let kind = crate::stop::StopKind::UnknownInitialLoad;
-                        entry.stopped = Some(crate::progress::Stopped {
-                            lsn: s,
-                            code: kind.code().into(),
+                        self.refuse_opt_in(
+                            &key,
+                            dest,
+                            s,
+                            crate::stop::StopKind::UnknownInitialLoad,
                             reason,
-                            remedy: kind.remedy(&key),
-                        });
-                        self.metrics.set_table_stopped(&key, true);
+                        );
                         changed = true;
                         continue;
                     }
@@ -202,22 +216,9 @@ impl Streamer {
                     })
                     .unwrap_or_else(|| table_name(&key));
                 if let Some(reason) = self.destination_refused(&key, &dest) {
-                    tracing::error!(table = %key, lsn = %s, "table not opted in: {reason}");
-                    let entry = self
-                        .progress
-                        .tables
-                        .entry(key.clone())
-                        .or_insert_with(|| TableProgress::new(dest.clone(), s));
-                    entry.opted_in = true;
-                    entry.opted_out = Some(s);
                     let kind = crate::stop::StopKind::DestinationTaken;
-                    entry.stopped = Some(crate::progress::Stopped {
-                        lsn: s,
-                        code: kind.code().into(),
-                        reason,
-                        remedy: kind.remedy(&key),
-                    });
-                    self.progress_dirty = true;
+                    self.refuse_opt_in(&key, dest, s, kind, reason);
+                    changed = true;
                     continue;
                 }
                 tracing::info!(table = %key, s = %s, initial_load = load.as_str(), destination = %dest, "table opted in");
