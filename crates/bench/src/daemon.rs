@@ -64,14 +64,28 @@ impl Daemon {
         shadow_dir: &Path,
         cluster: &Cluster,
     ) -> Result<Daemon> {
+        Self::start_with_env(bin, config, work, shadow_dir, cluster, &[])
+    }
+
+    /// [`Daemon::start`] with extra environment (test hooks); the log is
+    /// appended to.
+    pub fn start_with_env(
+        bin: &Path,
+        config: &Path,
+        work: &Path,
+        shadow_dir: &Path,
+        cluster: &Cluster,
+        env: &[(&str, &str)],
+    ) -> Result<Daemon> {
         let log = work.join("run.log");
         let child = Command::new(bin)
             .args(["run", "--config"])
             .arg(config)
             .env("WALSHADOW_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(File::create(&log)?)
+            .stderr(File::options().create(true).append(true).open(&log)?)
             .spawn()
             .context("starting walshadow run")?;
         Ok(Daemon {

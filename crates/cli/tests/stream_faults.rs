@@ -11,7 +11,11 @@
 //! - ClickHouse erring or lying (401/403/404/502 from a proxy, a rotated
 //!   password, a proxy answering `200 Ok.`, the table renamed away) pauses
 //!   the stream with the error in `status` and the metrics, and never moves
-//!   progress past the rows it holds.
+//!   progress past the rows it holds;
+//! - catalog churn: hundreds of temporary-table commits and unrelated DDL
+//!   refresh nothing, while each change that does concern a table in scope
+//!   (a new enum label, a new partition, a column, a table created under
+//!   an awaited name, or moved there) still takes effect at its commit.
 
 mod common;
 
@@ -457,4 +461,129 @@ fn pg15_clickhouse_errors_pause_and_never_lose_rows() -> Result<()> {
 #[test]
 fn pg18_clickhouse_errors_pause_and_never_lose_rows() -> Result<()> {
     errors_pause(PgMajor::V18)
+}
+
+/// `walshadow_catalog_commits_total{outcome="…"}` now.
+fn catalog_commits(port: u16, outcome: &str) -> Result<u64> {
+    let metrics = common::loads::scrape(port)?;
+    let prefix = format!("walshadow_catalog_commits_total{{outcome=\"{outcome}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .with_context(|| format!("no {prefix}in:\n{metrics}"))
+}
+
+/// One psql call of `n` short transactions, each built by `txn(i)`.
+fn storm(h: &StreamHarness, n: usize, txn: impl Fn(usize) -> String) -> Result<()> {
+    let sql: String = (0..n).map(txn).collect::<Vec<_>>().join("\n");
+    h.source.psql(&sql)?;
+    Ok(())
+}
+
+fn catalog_churn(major: PgMajor) -> Result<()> {
+    let metrics_port = free_port()?;
+    let mut h = StreamHarness::new(
+        major,
+        "churn",
+        &[
+            "public.t",
+            "public.p",
+            "public.e",
+            "public.later",
+            "public.moved",
+        ],
+        &format!("\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n"),
+    )?;
+    h.source.psql(
+        "create type mood as enum ('a', 'b');
+         create table t (id int primary key, v text);
+         create table p (id int primary key, v text) partition by range (id);
+         create table p1 partition of p for values from (0) to (1000);
+         create table e (id int primary key, m mood);
+         create schema side;
+         create table side.moved (id int primary key, v text);",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    h.source.psql(
+        "insert into t values (2, 'streamed'); insert into p values (1, 'streamed');
+         insert into e values (1, 'a');",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+
+    // The storm: temporary tables (with a serial key, an index, ON COMMIT
+    // DROP, rows), regular tables created and dropped, and one commit
+    // that changes a pinned table's rows beside a temporary table.
+    let refreshed = catalog_commits(metrics_port, "refreshed")?;
+    let skipped = catalog_commits(metrics_port, "skipped")?;
+    storm(&h, 300, |i| {
+        format!(
+            "begin; create temp table tt{i} (id serial primary key, v text) on commit drop;
+             create index on tt{i} (v); insert into tt{i} (v) values ('x'); commit;"
+        )
+    })?;
+    storm(&h, 50, |i| {
+        format!("create table unrelated{i} (id int primary key, v text); drop table unrelated{i};")
+    })?;
+    h.source.psql(
+        "begin; create temp table z (id int) on commit drop; insert into t values (3, 'beside a temp table'); commit;",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    let refreshed_now = catalog_commits(metrics_port, "refreshed")?;
+    let skipped_now = catalog_commits(metrics_port, "skipped")?;
+    ensure!(
+        refreshed_now == refreshed,
+        "the storm refreshed {} times; run log:\n{}",
+        refreshed_now - refreshed,
+        common::tail(&h.run_log(), 30)
+    );
+    ensure!(
+        // 300 temporary tables, 50 × (create, drop), one beside a row.
+        skipped_now - skipped > 300 + 100,
+        "only {} catalog commits skipped",
+        skipped_now - skipped
+    );
+
+    // What does concern a pinned table still takes effect at its commit.
+    h.source.psql(
+        "alter type mood add value 'c';
+         insert into e values (2, 'c');
+         begin; create temp table z (id int) on commit drop; alter type mood add value 'd'; commit;
+         insert into e values (3, 'd');
+         create table p2 partition of p for values from (1000) to (2000);
+         insert into p values (1500, 'new partition');
+         alter table t add column w int;
+         insert into t values (4, 'new column', 7);
+         create table later (id int primary key, v text);
+         insert into later values (1, 'created after the start');
+         alter table side.moved set schema public;
+         insert into moved values (1, 'moved under an awaited name');",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("t", "t", &[same("id"), same("v"), same("w")])?;
+    ensure!(n == 3, "t: {n} rows");
+    h.assert_equal("e", "e", &[same("id"), common::col("m::text", "m")])?;
+    h.assert_equal("p", "p", &cols())?;
+    h.assert_equal("later", "later", &cols())?;
+    h.assert_equal("moved", "moved", &cols())?;
+    ensure!(
+        catalog_commits(metrics_port, "refreshed")? >= refreshed + 6,
+        "changes that concern pinned tables were not refreshed"
+    );
+    h.stop_run()?;
+    if h.run_log().contains("table stopped") {
+        bail!("a table stopped:\n{}", h.run_log());
+    }
+    Ok(())
+}
+
+#[test]
+fn pg15_catalog_churn_refreshes_only_what_concerns_a_table() -> Result<()> {
+    catalog_churn(PgMajor::V15)
+}
+
+#[test]
+fn pg18_catalog_churn_refreshes_only_what_concerns_a_table() -> Result<()> {
+    catalog_churn(PgMajor::V18)
 }

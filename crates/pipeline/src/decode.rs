@@ -76,6 +76,8 @@ pub struct CommitEvent {
     pub commit_time: i64,
     /// Its invalidation messages concern this database's catalog.
     pub catalog_changed: bool,
+    /// Those messages, when `catalog_changed` (see [`crate::catalog_reach`]).
+    pub invals: Vec<Inval>,
 }
 
 /// A record that does not parse.
@@ -166,6 +168,11 @@ pub fn record_events(
                     end: aligned_end(rec.end),
                     commit_time: c.commit_time,
                     catalog_changed,
+                    invals: if catalog_changed {
+                        c.invals
+                    } else {
+                        Vec::new()
+                    },
                 }));
             }
             Some(XactRecord::Abort(a)) => out.push(Event::Abort {

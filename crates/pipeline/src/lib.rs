@@ -12,6 +12,7 @@
 //! ```
 
 pub mod backfills;
+pub mod catalog_reach;
 pub mod change;
 pub mod daemon;
 pub mod decode;

@@ -23,6 +23,7 @@
 //! | `walshadow_destination_errors_total{code,class}` | counter | failed ClickHouse requests of the stream, by exception code (`http_NNN` without one, `connection`, `timeout`, `bad_response`) and class (transient, environment, definite) |
 //! | `walshadow_destination_up` | gauge | 0 while the stream waits on a ClickHouse request it retries, else 1 |
 //! | `walshadow_destination_last_success_seconds` | gauge | Unix time of the last request ClickHouse took |
+//! | `walshadow_catalog_commits_total{outcome}` | counter | catalog-changing commits: `refreshed` (they could concern a table in scope, whose descriptors were read again) or `skipped` (temporary tables, unrelated DDL) |
 //! | `walshadow_open_transactions`, `walshadow_assembler_memory_bytes`, `walshadow_assembler_spilled_bytes` | gauge | transaction assembler |
 //! | `walshadow_toast_*` | gauge, counter | the TOAST chunk mirror (size, hits, source reads) |
 //! | `config_backfills_pending{mode}` | gauge | backfills waiting, per `initial_load` mode |
@@ -119,6 +120,11 @@ struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ModeLabels {
     mode: String,
 }
@@ -150,6 +156,7 @@ struct Inner {
     backfill_bytes: Family<BackfillLabels, Counter>,
     backfills_running: U64Gauge,
     destination_errors: Family<ErrorLabels, Counter>,
+    catalog_commits: Family<OutcomeLabels, Counter>,
     destination_up: U64Gauge,
     destination_last_success: Gauge<f64, AtomicU64>,
     ready_max_lag: AtomicU64,
@@ -345,6 +352,17 @@ impl Metrics {
             "Failed ClickHouse requests of the stream, by exception code (http_NNN without one) and class (transient, environment, definite)",
             destination_errors.clone(),
         );
+        let catalog_commits = Family::<OutcomeLabels, Counter>::default();
+        for outcome in ["refreshed", "skipped"] {
+            drop(catalog_commits.get_or_create(&OutcomeLabels {
+                outcome: outcome.into(),
+            }));
+        }
+        r.register(
+            "walshadow_catalog_commits",
+            "Catalog-changing commits of the source database: refreshed (they could concern a table in scope) or skipped (temporary tables, unrelated DDL)",
+            catalog_commits.clone(),
+        );
         let destination_up = U64Gauge::default();
         destination_up.set(1);
         r.register(
@@ -373,6 +391,7 @@ impl Metrics {
                 backfill_bytes,
                 backfills_running,
                 destination_errors,
+                catalog_commits,
                 destination_up,
                 destination_last_success,
                 ready_max_lag: AtomicU64::new(300),
@@ -398,6 +417,16 @@ impl Metrics {
         let l = table_labels(table);
         self.inner.load_ratio.remove(&l);
         self.inner.load_eta.remove(&l);
+    }
+
+    /// A catalog-changing commit was judged: `refreshed` or `skipped`.
+    pub fn add_catalog_commit(&self, outcome: &str) {
+        self.inner
+            .catalog_commits
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.into(),
+            })
+            .inc();
     }
 
     /// A ClickHouse request of the stream failed.

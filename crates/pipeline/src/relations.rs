@@ -24,6 +24,8 @@ use walshadow_shadow::feeder::{Feeder, ReplayWaitError};
 use walshadow_types::catalog::RelationDesc;
 use walshadow_types::{Lsn, Oid, RelFileLocator};
 
+use crate::catalog_reach::TableInterest;
+
 /// How long a lookup waits for the shadow to replay the catalog it needs.
 const REPLAY_WAIT: Duration = Duration::from_secs(120);
 
@@ -270,6 +272,29 @@ impl Relations {
                 },
             );
         }
+    }
+
+    /// What table `key` (`schema.name`) depends on at the current catalog,
+    /// for judging which later catalog changes concern it.
+    pub async fn interest(
+        &mut self,
+        feeder: &Feeder,
+        key: &str,
+    ) -> Result<TableInterest, ResolveError> {
+        self.ready(feeder).await?;
+        let Some((schema, name)) = walshadow_types::split_table_key(key) else {
+            return Ok(TableInterest::default());
+        };
+        let deps = self.catalog.table_dependencies(&schema, &name).await?;
+        Ok(if deps.relations.is_empty() {
+            TableInterest::awaited(&schema, &name, deps.namespace)
+        } else {
+            TableInterest {
+                relations: deps.relations,
+                objects: deps.objects,
+                awaited: Vec::new(),
+            }
+        })
     }
 
     /// The pinned table `key` (`schema.name`) as the catalog has it now, or

@@ -30,6 +30,21 @@ pub enum CatalogError {
     Unexpected(String),
 }
 
+/// What a table's descriptor depends on in the catalog: the objects whose
+/// invalidation messages can concern it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableDependencies {
+    /// The OID of the table's schema, if the schema exists.
+    pub namespace: Option<Oid>,
+    /// The table, its partitions, their TOAST relations and indexes, the
+    /// relations of composite column types; empty if the table does not
+    /// exist.
+    pub relations: Vec<Oid>,
+    /// The column types, what they are built from (elements, domain bases,
+    /// range subtypes), and the namespaces of the relations and types.
+    pub objects: Vec<Oid>,
+}
+
 /// A SQL session on the shadow.
 #[derive(Debug)]
 pub struct ShadowCatalog {
@@ -264,6 +279,56 @@ impl ShadowCatalog {
         Ok((0..r.rows.len())
             .filter_map(|i| r.text(i, 0)?.parse().ok())
             .collect())
+    }
+
+    /// What the descriptor of table `schema.name` depends on in the
+    /// catalog (see [`TableDependencies`]).
+    pub async fn table_dependencies(
+        &mut self,
+        schema: &str,
+        name: &str,
+    ) -> Result<TableDependencies, CatalogError> {
+        let (s, n) = (quote_literal(schema), quote_literal(name));
+        let r = self
+            .query(&format!(
+                "with recursive
+                   root as (select c.oid from pg_class c join pg_namespace n on n.oid = c.relnamespace
+                             where n.nspname = {s} and c.relname = {n}),
+                   rels(oid) as (select oid from root
+                                 union select i.inhrelid from pg_inherits i join rels r on i.inhparent = r.oid),
+                   types(oid) as (select a.atttypid from pg_attribute a join rels r on r.oid = a.attrelid
+                                   where a.attnum > 0
+                                  union
+                                  select v.x from types t join pg_type y on y.oid = t.oid
+                                    left join pg_range g on g.rngtypid = y.oid
+                                   cross join lateral (values (y.typelem), (y.typbasetype), (g.rngsubtype)) v(x)
+                                   where v.x <> 0)
+                 select 'n', oid from pg_namespace where nspname = {s}
+                 union all select 'r', oid from rels
+                 union all select 'r', reltoastrelid from pg_class join rels using (oid) where reltoastrelid <> 0
+                 union all select 'r', indexrelid from pg_index join rels on indrelid = rels.oid
+                 union all select 'r', typrelid from pg_type join types using (oid) where typrelid <> 0
+                 union all select 'o', relnamespace from pg_class join rels using (oid)
+                 union all select 'o', oid from types
+                 union all select 'o', typnamespace from pg_type join types using (oid)"
+            ))
+            .await?;
+        let mut deps = TableDependencies::default();
+        for i in 0..r.rows.len() {
+            let Some(oid) = r.text(i, 1).and_then(|t| t.parse::<Oid>().ok()) else {
+                return Err(CatalogError::Unexpected("a dependency's OID".into()));
+            };
+            match r.text(i, 0) {
+                Some("n") => deps.namespace = Some(oid),
+                Some("r") => deps.relations.push(oid),
+                _ => deps.objects.push(oid),
+            }
+        }
+        deps.relations.sort_unstable();
+        deps.relations.dedup();
+        deps.objects.sort_unstable();
+        deps.objects.dedup();
+        Ok(deps)
     }
 
     /// The relation `schema.name`, if it exists.

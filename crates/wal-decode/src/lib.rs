@@ -52,6 +52,7 @@ pub mod sinval;
 pub mod standby;
 mod stream;
 mod summary;
+pub mod syscache;
 #[cfg(test)]
 mod test_record;
 pub mod xact;

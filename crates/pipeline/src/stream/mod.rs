@@ -48,6 +48,7 @@ use walshadow_types::{Lsn, Oid};
 use walshadow_wal_decode::WalStreamDecoder;
 
 use crate::backfills::Backfills;
+use crate::catalog_reach::Reach;
 use crate::change::{Change, ChangeKind, OwnedTuple};
 use crate::decode::{CommitEvent, Event, record_events};
 use crate::progress::{Progress, Stopped, TableProgress};
@@ -64,6 +65,11 @@ mod tables;
 /// Walked TOAST chunks of a `base_backup` load copied into the mirror per
 /// timer tick (about 2 KB each).
 const TOAST_IMPORT_STEP: usize = 20_000;
+
+/// The catalog-storm benchmark's hook: set, every catalog-changing commit
+/// refreshes every table (the behaviour before commits were judged by
+/// what they invalidate), so both figures come from one run.
+pub const REFRESH_EVERY_ENV: &str = "WALSHADOW_TEST_REFRESH_EVERY_CATALOG_COMMIT";
 
 /// Why streaming stopped (definite errors of one table stop only that
 /// table and are not here).
@@ -213,6 +219,13 @@ pub struct Streamer {
     destination: crate::status::DestinationStatus,
     /// Tables in scope the catalog does not have (yet).
     missing: BTreeSet<String>,
+    /// What each table in scope (and the config table) depends on in the
+    /// catalog: which catalog-changing commits refresh which tables.
+    interest: crate::catalog_reach::CatalogInterest,
+    /// [`REFRESH_EVERY_ENV`] is set: every catalog-changing commit
+    /// refreshes every table, as before commits were judged (for the
+    /// benchmark's side-by-side figure).
+    refresh_every: bool,
     /// Per load under way: when the daemon first saw it, and its blocks
     /// read then (the ETA's rate).
     load_seen: HashMap<String, (Instant, u64)>,
@@ -452,6 +465,8 @@ impl Streamer {
             source_end,
             destination: Default::default(),
             missing: BTreeSet::new(),
+            interest: crate::catalog_reach::CatalogInterest::default(),
+            refresh_every: std::env::var_os(REFRESH_EVERY_ENV).is_some(),
             load_seen: HashMap::new(),
         };
         let progress_applied = s.progress.applied;
@@ -811,13 +826,31 @@ impl Streamer {
             self.connect_relations().await?;
             self.toast.begin_commit();
         }
-        if c.catalog_changed && !skip {
+        let reach = if c.catalog_changed && !skip {
+            self.catalog_reach(&c).await?
+        } else {
+            Reach::Nothing
+        };
+        let refresh = reach != Reach::Nothing;
+        if refresh {
             // Everything before this commit becomes durable first: the
             // shadow moves past no commit whose rows might be re-decoded.
             self.flush_all().await?;
             self.write_progress()?;
             self.connect_relations().await?.catalog_changed(c.end);
-            self.refresh_tables(c.lsn).await?;
+            let only = match reach {
+                Reach::Tables(keys) => {
+                    for key in &keys {
+                        self.interest.forget(key);
+                    }
+                    Some(keys)
+                }
+                _ => {
+                    self.interest.forget_all();
+                    None
+                }
+            };
+            self.refresh_tables(c.lsn, only.as_ref()).await?;
         }
         if let Some(txn) = txn {
             if skip {
@@ -833,7 +866,7 @@ impl Streamer {
         if !self.scope_changes.is_empty() && !skip {
             self.apply_scope_changes(&c).await?;
         }
-        if c.catalog_changed && !skip {
+        if refresh {
             // TOAST relations rewritten, truncated or gone with this commit.
             let feeder = &self.shadow.feeder;
             if let Some(r) = self.relations.as_mut() {
@@ -852,6 +885,42 @@ impl Streamer {
             self.safe = (c.end, restart, c.commit_time);
         }
         Ok(())
+    }
+
+    /// Which tables in scope commit `c`'s catalog changes can concern
+    /// (see [`crate::catalog_reach`]), learning first what any table not
+    /// judged before depends on.
+    async fn catalog_reach(&mut self, c: &CommitEvent) -> Result<Reach, StreamError> {
+        if self.refresh_every {
+            self.metrics.add_catalog_commit("refreshed");
+            return Ok(Reach::Everything);
+        }
+        let keys: Vec<String> = self
+            .pinned
+            .iter()
+            .chain(std::iter::once(&self.config_key))
+            .filter(|k| !self.interest.knows(k))
+            .cloned()
+            .collect();
+        self.connect_relations().await?;
+        let feeder = &self.shadow.feeder;
+        let Some(relations) = self.relations.as_mut() else {
+            return Ok(Reach::Everything);
+        };
+        for key in keys {
+            let interest = relations.interest(feeder, &key).await?;
+            self.interest.set(&key, interest);
+        }
+        let reach = self.interest.reach(&c.invals, self.major, relations.db_oid);
+        let outcome = if reach == Reach::Nothing {
+            tracing::trace!(lsn = %c.lsn, "catalog change concerns no table in scope");
+            "skipped"
+        } else {
+            tracing::debug!(lsn = %c.lsn, ?reach, "catalog change: refreshing");
+            "refreshed"
+        };
+        self.metrics.add_catalog_commit(outcome);
+        Ok(reach)
     }
 
     /// VACUUM or pruning removed tuples: the mirror forgets the TOAST
@@ -920,7 +989,7 @@ impl Streamer {
             )
             .await?;
             self.relations = Some(relations);
-            self.refresh_tables(self.progress.applied).await?;
+            self.refresh_tables(self.progress.applied, None).await?;
             if !self.toast.knows_catalog() {
                 let feeder = &self.shadow.feeder;
                 if let Some(r) = self.relations.as_mut() {

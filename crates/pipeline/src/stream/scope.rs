@@ -116,6 +116,16 @@ impl Streamer {
     /// Applies the opt-ins and opt-outs of the commit `c` (its `end` is `S`).
     pub(super) async fn apply_scope_changes(&mut self, c: &CommitEvent) -> Result<(), StreamError> {
         let s = c.end;
+        // Tables coming into scope are read as the catalog has them at
+        // their opt-in, not at the last commit that concerned the tables
+        // in scope before: the catalog commits skipped since concerned
+        // none of those, so the shadow may replay them now, and a restart
+        // re-decoding them sees the same answers for those tables.
+        if let Some(r) = self.relations.as_mut()
+            && r.catalog_lsn() < s
+        {
+            r.catalog_changed(s);
+        }
         let mut changed = false;
         let mut added = false;
         for change in std::mem::take(&mut self.scope_changes) {
@@ -301,8 +311,10 @@ impl Streamer {
         if let Some(r) = self.relations.as_mut() {
             r.set_pinned(self.pinned.clone());
         }
+        let (pinned, config) = (&self.pinned, &self.config_key);
+        self.interest.retain(|k| pinned.contains(k) || k == config);
         if added {
-            self.refresh_tables(s).await?;
+            self.refresh_tables(s, None).await?;
         }
         let feeder = &self.shadow.feeder;
         if let Some(r) = self.relations.as_mut() {

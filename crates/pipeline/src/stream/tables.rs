@@ -7,8 +7,17 @@ impl Streamer {
     /// Brings each pinned table's ClickHouse table in line with the catalog
     /// now: creates it, applies added/dropped/renamed columns, or stops the
     /// table on a change ClickHouse cannot follow.
-    pub(super) async fn refresh_tables(&mut self, lsn: Lsn) -> Result<(), StreamError> {
-        let keys: Vec<String> = self.pinned.iter().cloned().collect();
+    pub(super) async fn refresh_tables(
+        &mut self,
+        lsn: Lsn,
+        only: Option<&BTreeSet<String>>,
+    ) -> Result<(), StreamError> {
+        let keys: Vec<String> = self
+            .pinned
+            .iter()
+            .filter(|k| only.is_none_or(|o| o.contains(*k)))
+            .cloned()
+            .collect();
         for key in keys {
             if self.is_stopped(&key) {
                 continue;
