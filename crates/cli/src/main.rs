@@ -132,6 +132,12 @@ impl std::io::Write for LogWriter {
 }
 
 fn main() -> std::process::ExitCode {
+    // Everything walshadow writes — state, spill files, the filtered WAL,
+    // the TOAST mirror, scratch files of loads, sockets — holds source data
+    // or secrets: files 0600, directories 0700, whatever the caller's umask.
+    // (What the shadow's server user must reach is handed to it by
+    // ownership; PostgreSQL sets its own umask.)
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(

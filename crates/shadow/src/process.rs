@@ -88,6 +88,65 @@ impl ServerUser {
     }
 }
 
+/// Creates `dir` (and parents) with `mode`, and sets `mode` on it if it
+/// existed: a directory planted or loosened by someone else is tightened
+/// before anything goes in. A symlink in its place is refused.
+pub fn private_dir(dir: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(dir)?;
+    if std::fs::symlink_metadata(dir)?.file_type().is_symlink() {
+        return Err(std::io::Error::other(format!(
+            "{} is a symbolic link; walshadow keeps its files in a real directory",
+            dir.display()
+        )));
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+}
+
+/// Takes group and other permissions off everything under `dir` (not
+/// `dir` itself, not through links) that has them: state an older
+/// walshadow wrote under a looser umask. Returns how many entries changed.
+pub fn close_to_others(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let mut changed = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let meta = std::fs::symlink_metadata(&path)?;
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let mode = meta.permissions().mode();
+        // Sockets keep their mode: their owners set it.
+        if mode & 0o077 != 0 && !meta.file_type().is_socket() {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode & 0o700))?;
+            changed += 1;
+        }
+        if meta.is_dir() {
+            changed += close_to_others(&path)?;
+        }
+    }
+    Ok(changed)
+}
+
+/// The name of the OS user this process runs as (its uid as text when
+/// `/etc/passwd` has no entry): what peer authentication sees.
+pub fn os_user_name() -> String {
+    let uid = effective_uid();
+    std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|passwd| {
+            passwd.lines().find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f.len() >= 4 && f.get(2)?.parse::<u32>().ok()? == uid)
+                    .then(|| f.first().map(|n| (*n).to_owned()))?
+            })
+        })
+        .unwrap_or_else(|| uid.to_string())
+}
+
 /// The effective uid: the owner of `/proc/self` (no libc call, no unsafe).
 fn effective_uid() -> u32 {
     use std::os::unix::fs::MetadataExt;

@@ -293,20 +293,38 @@ impl Shadow {
             )?
         };
         let store = std::sync::Arc::new(store);
+        match crate::process::close_to_others(&paths.dir) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                dir = %paths.dir.display(),
+                entries = n,
+                "closed state files an earlier version left readable to other users"
+            ),
+            Err(e) => {
+                return Err(RunError::Shadow(format!(
+                    "closing {} to other users: {e}",
+                    paths.dir.display()
+                )));
+            }
+        }
         let socket_dir = paths.feeder_socket_dir();
-        std::fs::create_dir_all(&socket_dir)
+        crate::process::private_dir(&socket_dir, 0o700)
             .map_err(|e| RunError::Shadow(format!("{}: {e}", socket_dir.display())))?;
         user.own_recursive(&socket_dir)?;
-        let feeder = Feeder::start(
-            FeederConfig::new(
-                socket_dir,
-                state.feeder_port,
-                state.system_id,
-                state.server_version.clone(),
-            ),
-            store.clone(),
-        )
-        .await?;
+        // Only the shadow's server user may connect to the feeder, and
+        // only with this start's password, which the shadow reads from its
+        // own (private) configuration.
+        let password = crate::feeder::new_password()
+            .map_err(|e| RunError::Shadow(format!("a feeder password from /dev/urandom: {e}")))?;
+        let mut feeder_config = FeederConfig::new(
+            &socket_dir,
+            state.feeder_port,
+            state.system_id,
+            state.server_version.clone(),
+        );
+        feeder_config.peer_uid = Some(user.uid);
+        feeder_config.password = Some(password.clone());
+        let feeder = Feeder::start(feeder_config, store.clone()).await?;
         feeder.set_ceiling(ceiling);
         let shadow = Shadow {
             feeder,
@@ -320,8 +338,29 @@ impl Shadow {
             restarts: Default::default(),
             absent_at_last_check: Default::default(),
         };
-        std::fs::create_dir_all(&shadow.socket_dir).map_err(|e| RunError::Shadow(e.to_string()))?;
+        crate::process::private_dir(&shadow.socket_dir, 0o700)
+            .map_err(|e| RunError::Shadow(format!("{}: {e}", shadow.socket_dir.display())))?;
         shadow.user.own_recursive(&shadow.socket_dir)?;
+        let role = walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url)
+            .map(|c| c.user)
+            .unwrap_or_default();
+        let written = crate::bootstrap::shadow_conf::ShadowAccess {
+            os_user: &crate::process::os_user_name(),
+            role: &role,
+            feeder_dir: &socket_dir,
+            feeder_port: shadow.state.feeder_port,
+            feeder_password: Some(&password),
+        }
+        .write(&shadow.data_dir)
+        .map_err(|e| {
+            RunError::Shadow(format!(
+                "writing the shadow's access files in {}: {e}",
+                shadow.data_dir.display()
+            ))
+        })?;
+        for path in written {
+            shadow.user.own_recursive(&path)?;
+        }
         // The log lives in the data directory: the server user owns it.
         let log = shadow.data_dir.join("shadow.log");
         // A shadow left up by a `run` that died (SIGKILL) would make the

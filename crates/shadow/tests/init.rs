@@ -281,16 +281,26 @@ fn run_init(major: PgMajor) -> Result<()> {
         "archive_mode = off",
         "max_connections = '40'",
         &format!("port = {}", report.state.shadow_port),
-        &format!("port={}", report.state.feeder_port),
     ] {
         ensure!(
             conf.contains(want),
             "postgresql.conf lacks {want:?}:\n{conf}"
         );
     }
+    let auto = std::fs::read_to_string(shadow.join("postgresql.auto.conf"))?;
+    ensure!(
+        auto.contains(&format!("port={}", report.state.feeder_port))
+            && auto.contains("unix_socket_permissions = 0700"),
+        "postgresql.auto.conf:\n{auto}"
+    );
     ensure!(shadow.join("standby.signal").exists());
     ensure!(shadow.join("postgresql.conf.source").exists());
-    ensure!(std::fs::read_to_string(shadow.join("pg_hba.conf"))?.contains("local all all trust"));
+    // No local connection is trusted: peer authentication, mapped.
+    let hba = std::fs::read_to_string(shadow.join("pg_hba.conf"))?;
+    ensure!(
+        hba.contains("local all all peer map=walshadow") && !hba.contains("trust"),
+        "{hba}"
+    );
     {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let m = std::fs::metadata(&shadow)?;
@@ -497,8 +507,10 @@ fn replay_smoke(c: &Cluster, cfg: &Config, state: &InitState, work: &Path) -> Re
             // The standby accepts connections once consistent; retry briefly.
             let mut last = String::new();
             for _ in 0..100 {
-                let out = user
-                    .command(&c.install().bin("psql"), work)
+                // As walshadow's own OS user: the one the shadow's peer
+                // map lets in as the source's role.
+                let out = std::process::Command::new(c.install().bin("psql"))
+                    .current_dir(work)
                     .arg("-h")
                     .arg(&sock)
                     .args([

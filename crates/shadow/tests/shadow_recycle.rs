@@ -84,13 +84,12 @@ async fn run(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-/// Runs `sql` on the shadow over its socket, as the server user.
+/// Runs `sql` on the shadow over its socket, as walshadow's own OS user
+/// (the one peer authentication lets in as the source's role).
 fn shadow_psql(shadow: &Shadow, config: &Config, sql: &str) -> Result<String> {
-    let out = walshadow_testkit::ServerUser::get()?
-        .command(
-            &config.shadow.pg_bin.join("psql"),
-            std::path::Path::new("/"),
-        )
+    let out = std::process::Command::new(config.shadow.pg_bin.join("psql"))
+        .current_dir("/")
+        .env_remove("PGPASSWORD")
         .args(["-X", "-q", "-A", "-t", "-h"])
         .arg(&shadow.socket_dir)
         .args([

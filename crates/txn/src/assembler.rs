@@ -4,6 +4,7 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -187,6 +188,32 @@ fn spill_buffer(
     Ok(())
 }
 
+/// Creates the spill directory (0700) if needed and makes sure it is
+/// walshadow's alone: spill files hold rows of open transactions. A
+/// directory another user owns (planted in `/tmp`, say) is refused; one of
+/// ours that others can enter is closed to them.
+fn private_spill_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let meta = fs::metadata(dir)?;
+    let me = fs::metadata("/proc/self")?.uid();
+    if meta.uid() != me {
+        return Err(io::Error::other(format!(
+            "it belongs to uid {}, not to walshadow's uid {me}, who could then read or replace \
+             spill files; give walshadow a directory of its own",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+        tracing::info!(dir = %dir.display(), "spill directory closed to other users (0700)");
+    }
+    Ok(())
+}
+
 impl Assembler {
     /// Creates the spill directory if needed and removes the spill files a
     /// crashed earlier run left there (logging each one).
@@ -196,7 +223,7 @@ impl Assembler {
             path: dir.clone(),
             source,
         };
-        fs::create_dir_all(&dir).map_err(dir_err)?;
+        private_spill_dir(&dir).map_err(dir_err)?;
         let (mut files, mut bytes) = (0u64, 0u64);
         for entry in fs::read_dir(&dir).map_err(dir_err)? {
             let entry = entry.map_err(dir_err)?;

@@ -82,16 +82,27 @@ pub(crate) struct SpillFile {
 }
 
 impl SpillFile {
-    /// Creates the file with its header. An existing file of that name is
-    /// replaced (names carry a per-run sequence number, so only a leftover
-    /// could be there).
+    /// Creates the file (0600) with its header. An existing file of that
+    /// name is replaced (names carry a per-run sequence number, so only a
+    /// leftover could be there); the file itself is always new, never a
+    /// link planted under its name.
     pub fn create(dir: &Path, xid: Xid, seq: u64) -> Result<SpillFile, TxnError> {
+        use std::os::unix::fs::OpenOptionsExt;
         let path = dir.join(file_name(xid, seq));
         let write_err = |source| TxnError::SpillWrite {
             path: path.clone(),
             source,
         };
-        let mut f = File::create(&path).map_err(write_err)?;
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(write_err(e)),
+            _ => {}
+        }
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(write_err)?;
         if let Err(e) = f.write_all(&file_header(xid)) {
             drop(f);
             let _ = fs::remove_file(&path);

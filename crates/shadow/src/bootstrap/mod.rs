@@ -269,14 +269,7 @@ fn free_port(avoid: u16) -> Result<u16, InitError> {
 
 /// Creates `dir` (and parents) as a private directory.
 fn private_dir(dir: &Path, mode: u32) -> Result<(), InitError> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(mode)
-        .create(dir)
-        .map_err(io_err("creating", dir))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
-        .map_err(io_err("setting permissions of", dir))
+    crate::process::private_dir(dir, mode).map_err(io_err("creating", dir))
 }
 
 /// Runs `walshadow init` (see the module doc).
@@ -453,12 +446,22 @@ pub async fn init(config: &Config, force: bool) -> Result<InitReport, InitError>
     shadow_conf::ShadowConf {
         socket_dir: &shadow_socket,
         port: shadow_port,
-        feeder_dir: &feeder_dir,
-        feeder_port,
         standby_minimums: &facts.standby_minimums,
         segment_size,
     }
     .write(data_dir)?;
+    let role = walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url)
+        .map(|c| c.user)
+        .unwrap_or_default();
+    shadow_conf::ShadowAccess {
+        os_user: &crate::process::os_user_name(),
+        role: &role,
+        feeder_dir: &feeder_dir,
+        feeder_port,
+        feeder_password: None,
+    }
+    .write(data_dir)
+    .map_err(io_err("writing the access files of", data_dir))?;
     private_dir(&shadow_socket, 0o700)?;
     user.own_recursive(&shadow_socket)?;
     private_dir(data_dir, 0o700)?;

@@ -259,6 +259,19 @@ fn put_cstr(out: &mut BytesMut, s: &str) {
     out.put_u8(0);
 }
 
+/// `AuthenticationCleartextPassword`.
+pub fn authentication_cleartext_password(out: &mut BytesMut) {
+    message(out, b'R', |b| b.put_u32(3));
+}
+
+/// A `PasswordMessage` body: the password, NUL-terminated.
+pub fn parse_password(body: &[u8]) -> Result<String, ProtocolError> {
+    let mut c = Cursor::new("PasswordMessage", body);
+    let p = c.cstr()?.to_owned();
+    c.finish()?;
+    Ok(p)
+}
+
 pub fn authentication_ok(out: &mut BytesMut) {
     message(out, b'R', |b| b.put_u32(0));
 }

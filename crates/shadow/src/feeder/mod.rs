@@ -40,6 +40,13 @@
 //! streaming pipeline raises it commit by commit, so a catalog query on the shadow
 //! answers exactly as of the commit being decoded, never as of a later one. One standby is served at a time; a second
 //! connection gets a FATAL `too_many_connections`.
+//!
+//! Who is served: with [`FeederConfig::peer_uid`] only the shadow's server
+//! user (by `SO_PEERCRED`, in a `0700` directory), and with
+//! [`FeederConfig::password`] only after the password of this start, asked
+//! before the one standby slot is taken, so no other local process can
+//! take the shadow's place, read the catalog WAL, or report a forged
+//! replay position.
 
 mod command;
 mod messages;
@@ -79,6 +86,14 @@ pub struct FeederConfig {
     pub status_interval: Duration,
     /// Drop a standby that said nothing for this long (`wal_sender_timeout`).
     pub standby_timeout: Duration,
+    /// The only uid that may connect (`SO_PEERCRED`): the shadow's server
+    /// user. The socket is then `0600` and that user's. `None` admits
+    /// anyone who can reach the socket (tests of the feeder alone).
+    pub peer_uid: Option<u32>,
+    /// The password a standby must give (cleartext, on this private
+    /// socket) before it is served: a per-start secret in the shadow's
+    /// `primary_conninfo`. `None`: none is asked.
+    pub password: Option<String>,
 }
 
 impl FeederConfig {
@@ -95,6 +110,8 @@ impl FeederConfig {
             server_version: server_version.into(),
             status_interval: Duration::from_secs(1),
             standby_timeout: Duration::from_secs(60),
+            peer_uid: None,
+            password: None,
         }
     }
 
@@ -201,8 +218,15 @@ impl Feeder {
             source,
         };
         let listener = UnixListener::bind(&path).map_err(bind_err)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777))
-            .map_err(bind_err)?;
+        match config.peer_uid {
+            Some(uid) => {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(bind_err)?;
+                std::os::unix::fs::lchown(&path, Some(uid), None).map_err(bind_err)?;
+            }
+            None => std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777))
+                .map_err(bind_err)?,
+        }
 
         let (positions_tx, positions) = watch::channel(StandbyPositions::default());
         let (status_tx, status) = watch::channel(FeederStatus::default());
@@ -310,7 +334,15 @@ async fn accept_loop(listener: UnixListener, shared: Arc<Shared>, path: PathBuf)
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let shared = Arc::clone(&shared);
-                    sessions.spawn(session::run(stream, shared));
+                    match admitted(&stream, shared.config.peer_uid) {
+                        Ok(()) => {
+                            sessions.spawn(session::run(stream, shared));
+                        }
+                        Err(refusal) => {
+                            tracing::warn!("feeder: refused a connection: {refusal}");
+                            sessions.spawn(session::refuse(stream, refusal));
+                        }
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "feeder: accept failed");
@@ -323,6 +355,31 @@ async fn accept_loop(listener: UnixListener, shared: Arc<Shared>, path: PathBuf)
     }
     sessions.shutdown().await;
     let _ = std::fs::remove_file(&path);
+}
+
+/// Whether the peer of `stream` may be served: its uid (`SO_PEERCRED`) is
+/// `peer_uid`, when one is required.
+fn admitted(stream: &tokio::net::UnixStream, peer_uid: Option<u32>) -> Result<(), String> {
+    let Some(want) = peer_uid else {
+        return Ok(());
+    };
+    match stream.peer_cred() {
+        Ok(cred) if cred.uid() == want => Ok(()),
+        Ok(cred) => Err(format!(
+            "uid {} (pid {}) is not the shadow's server user (uid {want})",
+            cred.uid(),
+            cred.pid().map_or_else(|| "?".to_owned(), |p| p.to_string())
+        )),
+        Err(e) => Err(format!("its credentials cannot be read: {e}")),
+    }
+}
+
+/// A fresh per-start password: 128 bits from the kernel, as hex.
+pub fn new_password() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Resolves once shutdown is requested (or the feeder is gone).

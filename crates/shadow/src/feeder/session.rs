@@ -100,6 +100,12 @@ impl FrameReader {
     }
 }
 
+/// Compares without an early exit, so the time taken says nothing about
+/// how much of a guess was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// Body length from a length field that counts itself (`header` bytes).
 fn body_len(what: &'static str, len: i64, header: i64) -> Result<usize, ProtocolError> {
     if len < header || len - header > MAX_FRONTEND_MESSAGE as i64 {
@@ -130,6 +136,28 @@ struct Session {
     identified: bool,
 }
 
+/// Startup, and the password when one is asked, must be done within this
+/// long: a peer that stalls there holds a connection, never the slot.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Tells a peer that is not the shadow why it is refused, then closes.
+/// Its startup packet is read (and dropped) first, as a server would, so
+/// a client like libpq that writes before it reads sees the error rather
+/// than a reset.
+pub(super) async fn refuse(mut stream: UnixStream, why: String) {
+    let mut first = [0u8; 1024];
+    let _ = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut first)).await;
+    let mut out = BytesMut::new();
+    msg::error_response(
+        &mut out,
+        Severity::Fatal,
+        "28000",
+        &format!("walshadow's feeder serves only the shadow it started: {why}"),
+        None,
+    );
+    let _ = tokio::time::timeout(STARTUP_TIMEOUT, stream.write_all(&out)).await;
+}
+
 pub(super) async fn run(stream: UnixStream, shared: Arc<Shared>) {
     let (r, w) = stream.into_split();
     let mut reader = FrameReader {
@@ -144,7 +172,13 @@ pub(super) async fn run(stream: UnixStream, shared: Arc<Shared>) {
     };
     let mut holds_slot = false;
     let result = async {
-        let Some(app) = session.startup(&mut reader, &mut holds_slot).await? else {
+        let started = tokio::time::timeout(
+            STARTUP_TIMEOUT,
+            session.startup(&mut reader, &mut holds_slot),
+        )
+        .await
+        .map_err(|_| SessionError::Timeout(STARTUP_TIMEOUT))?;
+        let Some(app) = started? else {
             return Ok(());
         };
         shared.status.send_modify(|s| {
@@ -242,6 +276,25 @@ impl Session {
             .collect();
         if minor > 0 || !unsupported.is_empty() {
             msg::negotiate_protocol_version(&mut self.out, 0, &unsupported);
+        }
+        // The password comes before the slot: a peer without it cannot
+        // keep the shadow out.
+        if let Some(want) = self.shared.config.password.clone() {
+            msg::authentication_cleartext_password(&mut self.out);
+            self.send().await?;
+            let given = match reader.message().await? {
+                Some((b'p', body)) => msg::parse_password(&body)?,
+                Some(_) | None => String::new(),
+            };
+            if !constant_time_eq(given.as_bytes(), want.as_bytes()) {
+                tracing::warn!("feeder: refused a standby that did not give this start's password");
+                self.fatal(
+                    "28P01",
+                    "password authentication failed: walshadow's feeder serves only the shadow it started",
+                )
+                .await?;
+                return Ok(None);
+            }
         }
         if self
             .shared

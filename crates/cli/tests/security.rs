@@ -1,0 +1,223 @@
+//! Security drills, on PostgreSQL 15 and 18, with walshadow as root and
+//! `[shadow] run_as` the server user, as the README lays it out, and the
+//! state under a directory others can traverse (as `/var/lib` is):
+//!
+//! - another local user (`nobody`) reads no file walshadow wrote (state,
+//!   progress, filtered WAL, TOAST mirror, shadow data) and reaches
+//!   neither socket;
+//! - the feeder serves no process but the shadow it started: root (not the
+//!   shadow's uid) is refused by `SO_PEERCRED`, the shadow's own OS user
+//!   without this start's password is refused before it can take the one
+//!   standby slot;
+//! - the shadow trusts no local connection: the server user itself cannot
+//!   log in as the source's role (peer authentication maps only
+//!   walshadow's OS user);
+//! - the shadow's socket directory removed before `run` comes back 0700;
+//!
+//! and after each attempt the stream goes on: the oracle holds.
+
+mod common;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use common::{OracleColumn, StreamHarness, same};
+use walshadow_testkit::{PgMajor, ServerUser};
+
+const CATCH_UP: Duration = Duration::from_secs(180);
+/// `nobody` on Debian.
+const ATTACKER_UID: u32 = 65534;
+
+fn cols() -> Vec<OracleColumn> {
+    vec![same("id"), same("v")]
+}
+
+/// Every path under `dir` (itself included), not following links.
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    out.push(dir.to_owned());
+    let meta = std::fs::symlink_metadata(dir)?;
+    if meta.is_dir() {
+        for e in std::fs::read_dir(dir)? {
+            walk(&e?.path(), out)?;
+        }
+    }
+    Ok(())
+}
+
+/// A command run as the attacker.
+fn as_attacker(program: &Path) -> Command {
+    let mut c = Command::new(program);
+    c.uid(ATTACKER_UID)
+        .gid(ATTACKER_UID)
+        .current_dir("/")
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::null());
+    c
+}
+
+fn init_state(h: &StreamHarness) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(h.state_dir.join("init.json"))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+fn drill(major: PgMajor) -> Result<()> {
+    let user = ServerUser::get()?;
+    if !user.switches_user {
+        eprintln!("security drill skipped: it needs root (to be walshadow and a second OS user)");
+        return Ok(());
+    }
+    let mut h = StreamHarness::new(major, "security", &["public.t"], "")?;
+    // Traversable, as /var/lib is: only walshadow's own modes guard it.
+    std::fs::set_permissions(h.work.path(), std::fs::Permissions::from_mode(0o755))?;
+    h.source
+        .psql("create table t (id int primary key, v text)")?;
+    h.init()?;
+    // A socket directory gone before `run` is made again, private.
+    std::fs::remove_dir_all(h.state_dir.join("shadow-socket"))?;
+    h.start_run()?;
+    h.source.psql(
+        "insert into t select g, repeat('secret ', 400) || g from generate_series(1, 200) g",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+
+    // Nothing walshadow wrote is readable, or enterable, by others.
+    let mut paths = Vec::new();
+    walk(&h.state_dir, &mut paths)?;
+    walk(&h.data_dir, &mut paths)?;
+    let mut open = Vec::new();
+    for p in &paths {
+        let meta = std::fs::symlink_metadata(p)?;
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let mode = meta.mode() & 0o777;
+        // The state directory itself is 0711: the server user must pass
+        // through to its socket directories.
+        let allowed = if *p == h.state_dir { 0o711 } else { 0o700 };
+        if mode & !allowed != 0 {
+            open.push(format!("{:o} {}", mode, p.display()));
+        }
+    }
+    ensure!(open.is_empty(), "readable by others:\n{}", open.join("\n"));
+    for file in [
+        "progress.json",
+        "init.json",
+        "toast-mirror.redb",
+        "status.json",
+    ] {
+        let path = h.state_dir.join(file);
+        if !path.exists() {
+            continue;
+        }
+        let out = as_attacker(Path::new("/bin/cat")).arg(&path).output()?;
+        ensure!(
+            !out.status.success() && out.stdout.is_empty(),
+            "nobody read {}",
+            path.display()
+        );
+    }
+
+    let state = init_state(&h)?;
+    let feeder_port = state["feeder_port"].as_u64().context("feeder_port")?;
+    let shadow_port = state["shadow_port"].as_u64().context("shadow_port")?;
+    let feeder_dir = h.state_dir.join("feeder");
+    let shadow_dir = h.state_dir.join("shadow-socket");
+    for dir in [&feeder_dir, &shadow_dir] {
+        let meta = std::fs::metadata(dir)?;
+        ensure!(
+            meta.mode() & 0o777 == 0o700 && meta.uid() == user.uid,
+            "{}: mode {:o}, uid {}",
+            dir.display(),
+            meta.mode() & 0o777,
+            meta.uid()
+        );
+    }
+    let psql = h.source.install().bin("psql");
+    let role = h.source.superuser().to_owned();
+    let attempt = |cmd: &mut Command, what: &str, needle: &str| -> Result<()> {
+        let out = cmd.stdin(Stdio::null()).output()?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        ensure!(!out.status.success(), "{what} succeeded:\n{err}");
+        ensure!(err.contains(needle), "{what}: no {needle:?} in:\n{err}");
+        Ok(())
+    };
+    let feeder_conn = format!(
+        "host={} port={feeder_port} user=walshadow replication=true connect_timeout=10",
+        feeder_dir.display()
+    );
+    let shadow_conn = |db: &str| {
+        format!(
+            "host={} port={shadow_port} user={role} dbname={db} connect_timeout=10",
+            shadow_dir.display()
+        )
+    };
+    // Another user reaches neither socket.
+    attempt(
+        as_attacker(&psql).args(["-Atc", "IDENTIFY_SYSTEM", &feeder_conn]),
+        "nobody on the feeder",
+        "Permission denied",
+    )?;
+    attempt(
+        as_attacker(&psql).args(["-Atc", "select 1", &shadow_conn("postgres")]),
+        "nobody on the shadow",
+        "Permission denied",
+    )?;
+    // Root passes the directory, not the feeder's peer check.
+    attempt(
+        Command::new(&psql).args(["-Atc", "IDENTIFY_SYSTEM", &feeder_conn]),
+        "root on the feeder",
+        "serves only the shadow it started",
+    )?;
+    // The shadow's own OS user without this start's password.
+    attempt(
+        user.command(&psql, h.work.path())
+            .args(["-w", "-Atc", "IDENTIFY_SYSTEM", &feeder_conn]),
+        "the server user on the feeder",
+        "password",
+    )?;
+    // The server user cannot be the source's role on the shadow.
+    attempt(
+        user.command(&psql, h.work.path()).args([
+            "-w",
+            "-Atc",
+            "select 1",
+            &shadow_conn("postgres"),
+        ]),
+        "the server user on the shadow",
+        "authentication failed",
+    )?;
+    // walshadow's own sessions on the shadow still work (peer map).
+    h.cli_ok(&["catalog", "show", "public.t", "--config", h.config()])?;
+
+    // The stream went on through every attempt.
+    h.source
+        .psql("insert into t values (1000, 'after the attempts'); alter table t add column w int; insert into t values (1001, 'after DDL', 1)")?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("t", "t", &cols())?;
+    ensure!(n == 202, "t: {n} rows");
+    h.stop_run()?;
+    if h.run_log().contains("table stopped") {
+        bail!("a table stopped:\n{}", h.run_log());
+    }
+    ensure!(
+        h.run_log().contains("feeder: refused a connection"),
+        "the refused connections are not in the log:\n{}",
+        common::tail(&h.run_log(), 30)
+    );
+    Ok(())
+}
+
+#[test]
+fn pg15_other_users_and_processes_get_nothing() -> Result<()> {
+    drill(PgMajor::V15)
+}
+
+#[test]
+fn pg18_other_users_and_processes_get_nothing() -> Result<()> {
+    drill(PgMajor::V18)
+}
