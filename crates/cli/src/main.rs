@@ -114,14 +114,31 @@ fn print_quietly(text: &str) -> anyhow::Result<()> {
 }
 
 /// Log lines to stderr, printed around the load progress bars when they
-/// are drawn.
-struct LogWriter;
+/// are drawn. Without a terminal (a file, journald) each event is one
+/// line: control characters in it (a table name with a newline or an
+/// escape, a multi-line statement) are written escaped, so no value can
+/// forge a line. On a terminal the colours are the log's own.
+struct LogWriter {
+    plain: bool,
+}
 
 impl std::io::Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let escaped;
+        let out = match (self.plain, std::str::from_utf8(buf)) {
+            (true, Ok(text)) => {
+                let (body, end) = match text.strip_suffix('\n') {
+                    Some(b) => (b, "\n"),
+                    None => (text, ""),
+                };
+                escaped = format!("{}{end}", walshadow_types::printable(body));
+                escaped.as_bytes()
+            }
+            _ => buf,
+        };
         match walshadow_pipeline::load_bars::multi() {
-            Some(m) => m.suspend(|| std::io::stderr().write_all(buf))?,
-            None => std::io::stderr().write_all(buf)?,
+            Some(m) => m.suspend(|| std::io::stderr().write_all(out))?,
+            None => std::io::stderr().write_all(out)?,
         }
         Ok(buf.len())
     }
@@ -144,7 +161,7 @@ fn main() -> std::process::ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("WALSHADOW_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(|| LogWriter)
+        .with_writer(move || LogWriter { plain: !terminal })
         .with_ansi(terminal)
         .init();
     let cli = Cli::parse();

@@ -13,6 +13,12 @@
 //!   log in as the source's role (peer authentication maps only
 //!   walshadow's OS user);
 //! - the shadow's socket directory removed before `run` comes back 0700;
+//! - a database owner's functions in `public` named like the catalog's
+//!   (`pg_relation_filenode(oid)`, `format(text, text, text)`) are never
+//!   called by walshadow — not on the source during `init`, a `copy` load
+//!   or TOAST reads, not on the shadow, where they replicate — and its
+//!   `ALTER DATABASE … SET standard_conforming_strings = off` changes no
+//!   quoting: a table named `it\'s` loads;
 //!
 //! and after each attempt the stream goes on: the oracle holds.
 
@@ -210,6 +216,87 @@ fn drill(major: PgMajor) -> Result<()> {
         common::tail(&h.run_log(), 30)
     );
     Ok(())
+}
+
+fn hostile_owner(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(major, "hostile", &[], "")?;
+    // The database belongs to a role that is not walshadow's; it plants
+    // look-alikes of catalog functions that record each call.
+    h.source.psql(
+        "create role owner_role login;
+         alter database postgres owner to owner_role;
+         create table public.pwned (who text, what text);
+         grant insert on public.pwned to public;
+         set role owner_role;
+         create function public.pg_relation_filenode(oid) returns oid language sql
+           as $$ insert into public.pwned values (current_user, 'pg_relation_filenode') returning 0::oid $$;
+         create function public.format(text, text, text) returns text language sql
+           as $$ insert into public.pwned values (current_user, 'format') returning pg_catalog.format($1, $2, $3) $$;
+         reset role;
+         create table t (id int primary key, v text);
+         insert into t select g, (select string_agg(md5(i::text || g), '') from generate_series(1, 400) i)
+           from generate_series(1, 30) g;
+         create table \"it\\'s\" (id int primary key, v text);
+         insert into \"it\\'s\" select g, 'quoted ' || g from generate_series(1, 20) g;",
+    )?;
+    // Every session opened from here on gets it, unless it says otherwise.
+    h.source
+        .psql("alter database postgres set standard_conforming_strings = off")?;
+    h.init()?;
+    h.source.psql(
+        "insert into walshadow.tables (schema_name, table_name, replicate, initial_load, destination)
+           values ('public', 't', true, 'copy', null),
+                  ('public', $n$it\\'s$n$, true, 'copy', 'hostile');",
+    )?;
+    h.start_run()?;
+    common::loads::wait_loaded(&mut h, "public.t")?;
+    common::loads::wait_loaded(&mut h, "public.it\\'s")?;
+    // TOAST values read back from the source: an update of the other
+    // column of rows whose values predate walshadow's start.
+    h.source.psql("update t set id = id + 1000 where id <= 5")?;
+    h.wait_caught_up(CATCH_UP)?;
+    // A name that would forge a line of `status` (and of the log).
+    h.source.psql(
+        "insert into walshadow.tables values
+           ('public', E'x\\n  public.t -> t: 0 rows, all good\\u001b[32m', true, 'none')",
+    )?;
+    walshadow_testkit::wait_until(Duration::from_secs(60), "the forged name in status", || {
+        let text = h.cli_ok(&["status", "--config", h.config()])?;
+        Ok(text.contains("x\\n  public.t -> t: 0 rows, all good\\u{1b}[32m"))
+    })?;
+    let text = h.cli_ok(&["status", "--config", h.config()])?;
+    ensure!(
+        !text.contains('\u{1b}')
+            && !text
+                .lines()
+                .any(|l| l.starts_with("  public.t -> t: 0 rows, all good")),
+        "status printed the name raw:\n{text}"
+    );
+    ensure!(!h.run_log().contains('\u{1b}'), "the log has a raw escape");
+    let calls = h.source.query_one("select count(*) from public.pwned")?;
+    ensure!(
+        calls.trim() == "0",
+        "walshadow called the owner's functions {calls} times: {}",
+        h.source
+            .psql("select who, what, count(*) from public.pwned group by 1, 2")?
+    );
+    h.assert_equal("t", "t", &cols())?;
+    h.assert_equal("\"it\\'s\"", "hostile", &cols())?;
+    h.stop_run()?;
+    if h.run_log().contains("table stopped") {
+        bail!("a table stopped:\n{}", h.run_log());
+    }
+    Ok(())
+}
+
+#[test]
+fn pg15_a_database_owner_cannot_steer_walshadows_sessions() -> Result<()> {
+    hostile_owner(PgMajor::V15)
+}
+
+#[test]
+fn pg18_a_database_owner_cannot_steer_walshadows_sessions() -> Result<()> {
+    hostile_owner(PgMajor::V18)
 }
 
 #[test]

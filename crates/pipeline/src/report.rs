@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::time::Duration;
+use walshadow_types::printable;
 
 use serde::Serialize;
 use walshadow_config::Config;
@@ -224,8 +225,12 @@ impl fmt::Display for StatusReport {
                 };
                 write!(
                     f,
-                    "  {key}: {} at {}, {phase}, {} rows, {} attempts",
-                    p.mode, p.s, p.rows, p.attempts
+                    "  {}: {} at {}, {phase}, {} rows, {} attempts",
+                    printable(key),
+                    p.mode,
+                    p.s,
+                    p.rows,
+                    p.attempts
                 )?;
                 if p.resumes > 0 {
                     write!(f, ", {} resumes", p.resumes)?;
@@ -242,7 +247,7 @@ impl fmt::Display for StatusReport {
                 }
                 writeln!(f)?;
                 if let Some(e) = &p.error {
-                    writeln!(f, "    last error: {e}")?;
+                    writeln!(f, "    last error: {}", printable(e))?;
                 }
             }
         }
@@ -255,18 +260,22 @@ impl fmt::Display for StatusReport {
             } else {
                 format!("{} rows", t.rows)
             };
+            // Names and reasons come from the source: a newline or an
+            // escape in them must not forge a line.
+            let (key, dest) = (printable(key), printable(&t.destination));
             match &t.stopped {
                 None if t.waiting.is_some() => writeln!(
                     f,
-                    "  {key} -> {}: {rows}, waiting: {}",
-                    t.destination,
-                    t.waiting.as_deref().unwrap_or_default()
+                    "  {key} -> {dest}: {rows}, waiting: {}",
+                    printable(t.waiting.as_deref().unwrap_or_default())
                 )?,
-                None => writeln!(f, "  {key} -> {}: {rows}", t.destination)?,
+                None => writeln!(f, "  {key} -> {dest}: {rows}")?,
                 Some(s) => writeln!(
                     f,
-                    "  {key} -> {}: {rows}, STOPPED at {}: {}\n      remedy: {}",
-                    t.destination, s.lsn, s.reason, s.remedy
+                    "  {key} -> {dest}: {rows}, STOPPED at {}: {}\n      remedy: {}",
+                    s.lsn,
+                    printable(&s.reason),
+                    printable(&s.remedy)
                 )?,
             }
             if let Some(l) = &t.load {

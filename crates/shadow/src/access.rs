@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use walshadow_config::Config;
 use walshadow_types::Lsn;
-use walshadow_wal_reader::replication::{ConnConfig, Host, ReplicationClient, SslMode};
+use walshadow_wal_reader::replication::{ConnConfig, ReplicationClient};
 
 use crate::catalog::{CatalogError, ShadowCatalog};
 use crate::run::{RunError, StatePaths, load_init_state};
@@ -124,13 +124,7 @@ impl ShadowAddress {
 
     /// A plain SQL session on `db` (`ShadowCatalog` keeps its own).
     async fn sql_session(&self) -> Result<ReplicationClient, AccessError> {
-        let mut cfg =
-            ConnConfig::from_url(&format!("postgres://{}@localhost/{}", self.user, self.db))
-                .map_err(AccessError::Url)?;
-        cfg.host = Host::UnixDir(self.socket_dir.clone());
-        cfg.port = self.port;
-        cfg.sslmode = SslMode::Disable;
-        cfg.physical = false;
+        let mut cfg = ConnConfig::unix_socket(&self.socket_dir, self.port, &self.user, &self.db);
         cfg.application_name = Some("walshadow-export".into());
         Ok(ReplicationClient::connect(&cfg).await?)
     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 pub use walshadow_types::catalog::{AttributeDesc, RelationDesc, TypeDesc};
 use walshadow_types::{Lsn, Oid};
 use walshadow_wal_reader::replication::{
-    ConnConfig, Host, QueryResult, ReplicationClient, ReplicationError, SslMode,
+    ConnConfig, QueryResult, ReplicationClient, ReplicationError,
 };
 
 /// Why a lookup failed.
@@ -83,11 +83,7 @@ impl ShadowCatalog {
         user: &str,
         db: &str,
     ) -> Result<Self, CatalogError> {
-        let mut cfg = ConnConfig::from_url(&format!("postgres://{user}@localhost/{db}"))?;
-        cfg.host = Host::UnixDir(socket_dir.to_owned());
-        cfg.port = port;
-        cfg.sslmode = SslMode::Disable;
-        cfg.physical = false;
+        let mut cfg = ConnConfig::unix_socket(socket_dir, port, user, db);
         cfg.application_name = Some("walshadow-catalog".into());
         Ok(ShadowCatalog {
             client: ReplicationClient::connect(&cfg).await?,

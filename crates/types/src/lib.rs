@@ -7,11 +7,13 @@
 pub mod catalog;
 mod lsn;
 mod major;
+mod printable;
 mod rel;
 pub mod table_key;
 
 pub use lsn::{Lsn, ParseLsnError};
 pub use major::{PgMajor, UnsupportedMajor};
+pub use printable::printable;
 pub use rel::{BlockNumber, ForkNumber, Oid, RelFileLocator, TimeLineId, Xid};
 pub use table_key::{
     RESYNC_SUFFIX, STAGING_SUFFIX, default_destination, destination_problem, split_table_key,

@@ -117,6 +117,27 @@ impl ConnConfig {
     pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
     pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(10);
 
+    /// An SQL session on the unix socket in `dir`, as `user` on `db`: the
+    /// fields set as given (no URL in between, so a role named `a:b` or a
+    /// database named `x?y` stays what it is), no TLS, no password (not
+    /// even `PGPASSWORD`).
+    pub fn unix_socket(dir: &std::path::Path, port: u16, user: &str, db: &str) -> ConnConfig {
+        ConnConfig {
+            host: Host::UnixDir(dir.to_owned()),
+            port,
+            user: user.to_owned(),
+            password: None,
+            dbname: Some(db.to_owned()),
+            application_name: None,
+            sslmode: SslMode::Disable,
+            sslrootcert: None,
+            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+            command_timeout: Self::DEFAULT_COMMAND_TIMEOUT,
+            status_interval: Self::DEFAULT_STATUS_INTERVAL,
+            physical: false,
+        }
+    }
+
     /// Parses a `postgres://` or `postgresql://` URL. The password falls back
     /// to `PGPASSWORD` when the URL has none.
     pub fn from_url(url: &str) -> Result<Self, ReplicationError> {
@@ -284,6 +305,16 @@ fn percent_decode(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unix_socket_sessions_keep_names_as_given() {
+        let c = ConnConfig::unix_socket(std::path::Path::new("/st/s"), 5999, "a:b@c", "x?y%z/w");
+        assert_eq!(c.user, "a:b@c");
+        assert_eq!(c.dbname.as_deref(), Some("x?y%z/w"));
+        assert_eq!(c.host, Host::UnixDir("/st/s".into()));
+        assert_eq!((c.port, c.password, c.physical), (5999, None, false));
+        assert_eq!(c.sslmode, SslMode::Disable);
+    }
 
     #[test]
     fn full_url() {

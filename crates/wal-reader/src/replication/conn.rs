@@ -116,6 +116,10 @@ impl std::fmt::Debug for Connection {
     }
 }
 
+/// The startup `options` of every SQL (non-replication) session: see
+/// `Connection::startup`.
+pub const SESSION_OPTIONS: &str = "-c search_path=pg_catalog -c standard_conforming_strings=on";
+
 impl Connection {
     /// Opens the transport, negotiates TLS per `sslmode`, and runs startup
     /// and authentication, all within `connect_timeout`.
@@ -159,13 +163,25 @@ impl Connection {
         if let Some(app) = &cfg.application_name {
             params.push(("application_name", app));
         }
+        if !cfg.physical {
+            // An SQL session cannot be steered by the database's users:
+            // only pg_catalog is searched (a `public.pg_relation_filenode`
+            // planted by a database owner is never called; the temporary
+            // schema is never searched for functions or operators), and
+            // literals are quoted for standard_conforming_strings = on
+            // whatever `ALTER DATABASE/ROLE … SET` says. Startup options
+            // outrank per-database and per-role settings.
+            params.push(("options", SESSION_OPTIONS));
+        }
         frontend::startup_message(params.iter().copied(), &mut self.write_buf)?;
         self.flush().await?;
         self.authenticate(cfg).await?;
         // After AuthenticationOk: ParameterStatus*, BackendKeyData, ReadyForQuery.
         loop {
             match self.read_message().await? {
-                BackendMessage::Other(backend::Message::ReadyForQuery(_)) => return Ok(()),
+                BackendMessage::Other(backend::Message::ReadyForQuery(_)) => {
+                    return self.check_session(cfg);
+                }
                 BackendMessage::Other(backend::Message::ParameterStatus(p)) => {
                     self.params
                         .insert(p.name()?.to_owned(), p.value()?.to_owned());
@@ -186,6 +202,27 @@ impl Connection {
                     ));
                 }
             }
+        }
+    }
+
+    /// An SQL session runs only with the settings [`SESSION_OPTIONS`] asked
+    /// for: every literal walshadow sends is quoted for them.
+    fn check_session(&self, cfg: &ConnConfig) -> Result<()> {
+        if cfg.physical {
+            return Ok(());
+        }
+        match self
+            .params
+            .get("standard_conforming_strings")
+            .map(String::as_str)
+        {
+            Some("on") => Ok(()),
+            other => Err(ReplicationError::Config(format!(
+                "the server reports standard_conforming_strings = {} for walshadow's session; \
+                 walshadow quotes literals for on and will not go on (a server or pooler that \
+                 drops startup options is in the way)",
+                other.unwrap_or("(not reported)")
+            ))),
         }
     }
 
