@@ -13,6 +13,8 @@
 //!   log in as the source's role (peer authentication maps only
 //!   walshadow's OS user);
 //! - the shadow's socket directory removed before `run` comes back 0700;
+//! - `PGPASSWORD` in walshadow's environment is not in the shadow
+//!   postmaster's (`/proc/<pid>/environ`);
 //! - a database owner's functions in `public` named like the catalog's
 //!   (`pg_relation_filenode(oid)`, `format(text, text, text)`) are never
 //!   called by walshadow — not on the source during `init`, a `copy` load
@@ -85,11 +87,26 @@ fn drill(major: PgMajor) -> Result<()> {
     h.init()?;
     // A socket directory gone before `run` is made again, private.
     std::fs::remove_dir_all(h.state_dir.join("shadow-socket"))?;
+    // A secret in walshadow's environment stays out of its children's.
+    h.run_env
+        .push(("PGPASSWORD".into(), "walshadow-env-secret".into()));
     h.start_run()?;
     h.source.psql(
         "insert into t select g, repeat('secret ', 400) || g from generate_series(1, 200) g",
     )?;
     h.wait_caught_up(CATCH_UP)?;
+
+    let pid = std::fs::read_to_string(h.data_dir.join("postmaster.pid"))?;
+    let pid = pid
+        .lines()
+        .next()
+        .context("postmaster.pid is empty")?
+        .trim();
+    let environ = std::fs::read(format!("/proc/{pid}/environ"))?;
+    ensure!(
+        !String::from_utf8_lossy(&environ).contains("walshadow-env-secret"),
+        "the shadow's postmaster inherited PGPASSWORD"
+    );
 
     // Nothing walshadow wrote is readable, or enterable, by others.
     let mut paths = Vec::new();

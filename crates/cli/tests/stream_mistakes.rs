@@ -335,12 +335,21 @@ fn readme_setup(major: PgMajor) -> Result<()> {
          create table o (id int primary key, v text);
          insert into o select g, 'o' from generate_series(1, 30) g;",
     )?;
-    // walshadow connects as the README's role, not as the superuser.
+    // walshadow connects as the README's role, not as the superuser, its
+    // password in a password file as the README says (not in the URL).
     let superuser = h.source.url("postgres");
     let role = format!(
-        "postgres://walshadow:change-me@127.0.0.1:{}/postgres?sslmode=disable",
+        "postgres://walshadow@127.0.0.1:{}/postgres?sslmode=disable",
         h.source.port()
     );
+    let pgpass = h.work.path().join("pgpass");
+    std::fs::write(&pgpass, "# walshadow\n127.0.0.1:*:*:walshadow:change-me\n")?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o600))?;
+    }
+    h.run_env
+        .push(("PGPASSFILE".into(), pgpass.display().to_string()));
     let text = std::fs::read_to_string(&h.config)?.replace(&superuser, &role);
     ensure!(text.contains(&role), "{text}");
     std::fs::write(&h.config, text)?;

@@ -21,7 +21,8 @@
 //! url = "http://127.0.0.1:8123"             # ClickHouse's HTTP interface
 //! database = "app"                          # destination database (created if missing)
 //! # user = "default"
-//! # password = ""
+//! # password_file = "/etc/walshadow/clickhouse.pass"  # 0600; or WALSHADOW_CLICKHOUSE_PASSWORD
+//! # password = ""                          # clear text here: prefer the two above
 //! # batch_rows = 100000                     # flush a table's batch at N rows,
 //! # batch_mb = 16                           # ... or N MB,
 //! # batch_ms = 1000                         # ... or after N ms, whichever first
@@ -78,6 +79,9 @@ pub enum ConfigError {
     },
 }
 
+/// The environment variable the ClickHouse password may come from.
+pub const CLICKHOUSE_PASSWORD_ENV: &str = "WALSHADOW_CLICKHOUSE_PASSWORD";
+
 /// The whole file.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -109,8 +113,14 @@ pub struct ClickHouseConfig {
     pub database: String,
     #[serde(default = "default_ch_user")]
     pub user: String,
+    /// Clear text in the file; prefer `password_file` or the
+    /// `WALSHADOW_CLICKHOUSE_PASSWORD` environment variable.
     #[serde(default)]
     pub password: String,
+    /// A file holding the password (its first line), readable by its owner
+    /// only; read when the config is loaded, into `password`.
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
     #[serde(default = "default_batch_rows")]
     pub batch_rows: usize,
     #[serde(default = "default_batch_mb")]
@@ -473,7 +483,54 @@ impl Config {
             message: e.to_string(),
         })?;
         config.check(path)?;
+        let mut config = config;
+        config.load_secrets(path)?;
         Ok(config)
+    }
+
+    /// The ClickHouse password from `password_file` or
+    /// [`CLICKHOUSE_PASSWORD_ENV`], into `clickhouse.password`; only one
+    /// of the three may be given.
+    fn load_secrets(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let Some(ch) = self.clickhouse.as_mut() else {
+            return Ok(());
+        };
+        let invalid = |problem: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            key: "clickhouse.password_file",
+            problem,
+        };
+        let env = std::env::var(CLICKHOUSE_PASSWORD_ENV)
+            .ok()
+            .filter(|v| !v.is_empty());
+        let given = [
+            !ch.password.is_empty(),
+            ch.password_file.is_some(),
+            env.is_some(),
+        ];
+        if given.iter().filter(|g| **g).count() > 1 {
+            return Err(invalid(format!(
+                "give the ClickHouse password one way: password, password_file or {CLICKHOUSE_PASSWORD_ENV}"
+            )));
+        }
+        if let Some(file) = &ch.password_file {
+            use std::os::unix::fs::MetadataExt;
+            let meta =
+                std::fs::metadata(file).map_err(|e| invalid(format!("{}: {e}", file.display())))?;
+            if meta.mode() & 0o077 != 0 {
+                return Err(invalid(format!(
+                    "{} is readable by others (mode {:o}): chmod 600 it",
+                    file.display(),
+                    meta.mode() & 0o777
+                )));
+            }
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| invalid(format!("{}: {e}", file.display())))?;
+            ch.password = text.lines().next().unwrap_or_default().to_owned();
+        } else if let Some(p) = env {
+            ch.password = p;
+        }
+        Ok(())
     }
 
     fn check(&self, path: &Path) -> Result<(), ConfigError> {
@@ -710,6 +767,33 @@ mod tests {
         [state]
         dir = "/tmp/state"
     "#;
+
+    #[test]
+    fn clickhouse_password_from_a_private_file_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("walshadow-config-pw-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("ch.pass");
+        std::fs::write(&file, "s3cret\nignored\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let ch = format!(
+            "\n[clickhouse]\nurl = \"http://127.0.0.1:8123\"\ndatabase = \"app\"\npassword_file = \"{}\"\n",
+            file.display()
+        );
+        let c = parse(&format!("{GOOD}{ch}")).unwrap();
+        assert_eq!(c.clickhouse.unwrap().password, "s3cret");
+        // Readable by others: refused, and the password is not echoed.
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = parse(&format!("{GOOD}{ch}")).unwrap_err().to_string();
+        assert!(e.contains("chmod 600") && !e.contains("s3cret"), "{e}");
+        // Two ways at once: refused.
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = parse(&format!("{GOOD}{ch}password = \"x\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("one way"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn minimal_file_with_defaults() {

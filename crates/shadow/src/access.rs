@@ -174,7 +174,7 @@ pub async fn export_schema(
             tail.push('\n');
         }
     }
-    let mut cmd = std::process::Command::new(pg_bin.join("pg_dump"));
+    let mut cmd = crate::process::child_command(&pg_bin.join("pg_dump"));
     cmd.args(["--schema-only", "--no-owner", "--no-privileges"])
         .arg(format!("--snapshot={snapshot}"))
         .arg("-h")

@@ -57,9 +57,10 @@ impl ServerUser {
         }
     }
 
-    /// A command for `program` that runs as this user.
+    /// A command for `program` that runs as this user, with a clean
+    /// environment ([`child_command`]).
     pub fn command(&self, program: &Path) -> Command {
-        let mut cmd = Command::new(program);
+        let mut cmd = child_command(program);
         if self.switch {
             use std::os::unix::process::CommandExt;
             cmd.uid(self.uid).gid(self.gid);
@@ -86,6 +87,28 @@ impl ServerUser {
         }
         Ok(())
     }
+}
+
+/// What of walshadow's environment its children (`pg_ctl`, `postgres`,
+/// `pg_dump`) get: the search path, the time zone and the locale. Nothing
+/// else — not `PGPASSWORD`, not a ClickHouse password, nothing another
+/// user could read in `/proc/<pid>/environ` of a server process.
+const CHILD_ENV: &[&str] = &["PATH", "TZ", "LANG", "LANGUAGE"];
+
+/// A command for `program` with only [`CHILD_ENV`] and `LC_*` of this
+/// process's environment.
+pub fn child_command(program: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env_clear();
+    for (key, value) in std::env::vars_os() {
+        let keep = key
+            .to_str()
+            .is_some_and(|k| CHILD_ENV.contains(&k) || k.starts_with("LC_"));
+        if keep {
+            cmd.env(key, value);
+        }
+    }
+    cmd
 }
 
 /// Creates `dir` (and parents) with `mode`, and sets `mode` on it if it

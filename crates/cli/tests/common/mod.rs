@@ -50,7 +50,8 @@ pub struct StreamHarness {
     pub state_dir: PathBuf,
     pub run_log: PathBuf,
     pub run: Option<Child>,
-    /// Extra environment of `walshadow run` (test hooks).
+    /// Extra environment of `walshadow run` and the other commands (test
+    /// hooks, `PGPASSFILE`).
     pub run_env: Vec<(String, String)>,
     // Last: dropped after the shadow is stopped.
     pub work: WorkDir,
@@ -113,6 +114,7 @@ impl StreamHarness {
     pub fn cli(&self, args: &[&str]) -> Result<Output> {
         Command::new(BIN)
             .args(args)
+            .envs(self.run_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .output()
             .with_context(|| format!("running walshadow {}", args.join(" ")))

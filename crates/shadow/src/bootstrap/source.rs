@@ -172,7 +172,7 @@ pub fn pg_bin_major(pg_bin: &Path) -> Result<u32, InitError> {
             .into(),
     }
     };
-    let out = std::process::Command::new(&postgres)
+    let out = crate::process::child_command(&postgres)
         .arg("--version")
         .output()
         .map_err(|e| bad(format!("running {} --version: {e}", postgres.display())))?;

@@ -175,7 +175,7 @@ impl ConnConfig {
                 user = Some(percent_decode(u).map_err(|e| bad(&e))?);
             }
             if let Some(p) = p {
-                password = Some(percent_decode(p).map_err(|e| bad(&e))?);
+                password = Some(percent_decode(p).map_err(|_| bad(PASSWORD_ESCAPE))?);
             }
         }
         let (host_s, port_s) = if let Some(h) = hostport.strip_prefix('[') {
@@ -202,7 +202,14 @@ impl ConnConfig {
         let mut connect_timeout = Self::DEFAULT_CONNECT_TIMEOUT;
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let v = percent_decode(v).map_err(|e| bad(&e))?;
+            let v = percent_decode(v).map_err(|e| {
+                // A password never appears in a message.
+                if k == "password" {
+                    bad(PASSWORD_ESCAPE)
+                } else {
+                    bad(&e)
+                }
+            })?;
             match k {
                 "sslmode" => cfg_sslmode = SslMode::parse(&v)?,
                 "sslrootcert" => sslrootcert = Some(PathBuf::from(v)),
@@ -281,6 +288,10 @@ fn parse_port(p: &str) -> Result<u16, ReplicationError> {
     })
 }
 
+/// The error for a password that does not decode (never quoting it).
+const PASSWORD_ESCAPE: &str =
+    "the password has a bad percent-escape or is not UTF-8 once decoded (write % as %25)";
+
 fn percent_decode(s: &str) -> Result<String, String> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
@@ -305,6 +316,20 @@ fn percent_decode(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_password_that_does_not_decode_is_not_echoed() {
+        for url in [
+            "postgres://u:S3cr%t-pass@h/db",
+            "postgres://u@h/db?password=S3cr%t-pass",
+        ] {
+            let e = ConnConfig::from_url_with_env(url, None)
+                .unwrap_err()
+                .to_string();
+            assert!(!e.contains("S3cr"), "{e}");
+            assert!(e.contains("%25"), "{e}");
+        }
+    }
 
     #[test]
     fn unix_socket_sessions_keep_names_as_given() {

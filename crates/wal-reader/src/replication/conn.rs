@@ -231,13 +231,24 @@ impl Connection {
             user: cfg.user.clone(),
             reason,
         };
+        // The URL's (or PGPASSWORD), else the password file's, looked up
+        // only when the server asks.
+        let from_file = std::sync::OnceLock::new();
         let password = || {
-            cfg.password.as_deref().ok_or_else(|| {
-                auth_err(
-                    "the server asks for a password and none is configured (URL or PGPASSWORD)"
-                        .into(),
-                )
-            })
+            cfg.password
+                .as_deref()
+                .or_else(|| {
+                    from_file
+                        .get_or_init(|| super::pgpass::lookup(cfg))
+                        .as_deref()
+                })
+                .ok_or_else(|| {
+                    auth_err(
+                        "the server asks for a password and none is configured (the URL, \
+                         PGPASSWORD, or a line of ~/.pgpass / PGPASSFILE)"
+                            .into(),
+                    )
+                })
         };
         let mut scram: Option<sasl::ScramSha256> = None;
         loop {

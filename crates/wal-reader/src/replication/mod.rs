@@ -32,6 +32,7 @@ mod copy_out;
 mod error;
 mod follower;
 mod messages;
+mod pgpass;
 mod stream;
 mod timeline;
 mod tls;
