@@ -21,6 +21,10 @@
 //!   or TOAST reads, not on the shadow, where they replicate — and its
 //!   `ALTER DATABASE … SET standard_conforming_strings = off` changes no
 //!   quoting: a table named `it\'s` loads;
+//! - `init` refuses a config table (or its schema) another role made
+//!   first, makes its own with nothing granted to PUBLIC, and with
+//!   `[source] config_table_allow` a row opting in a table outside it is
+//!   refused, in `status`, and nothing of that table reaches ClickHouse;
 //!
 //! and after each attempt the stream goes on: the oracle holds.
 
@@ -304,6 +308,89 @@ fn hostile_owner(major: PgMajor) -> Result<()> {
         bail!("a table stopped:\n{}", h.run_log());
     }
     Ok(())
+}
+
+fn config_table_trust(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(major, "cfgtrust", &[], "")?;
+    {
+        let text = std::fs::read_to_string(&h.config)?.replacen(
+            "[shadow]",
+            "config_table_allow = [\"public.*\"]\n\n[shadow]",
+            1,
+        );
+        std::fs::write(&h.config, text)?;
+    }
+    // Another role got there first.
+    h.source.psql(
+        "create role intruder login;
+         grant create on database postgres to intruder;
+         set role intruder;
+         create schema walshadow;
+         create table walshadow.tables (schema_name text, table_name text, replicate boolean,
+                                        initial_load text, primary key (schema_name, table_name));
+         reset role;",
+    )?;
+    let out = h.cli(&["init", "--config", h.config()])?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success() && err.contains("\"intruder\"") && err.contains("OWNER TO"),
+        "init adopted the intruder's config table:\n{err}"
+    );
+    h.source.psql("drop schema walshadow cascade")?;
+    h.init()?;
+    let grants = h.source.query_one(
+        "select coalesce(array_to_string(relacl, ','), '') from pg_class where oid = 'walshadow.tables'::regclass",
+    )?;
+    // An ACL entry for PUBLIC has no grantee: "=r/owner".
+    ensure!(
+        !grants.split(',').any(|e| e.starts_with('=')),
+        "PUBLIC has rights: {grants}"
+    );
+    ensure!(
+        h.source
+            .query_one("select has_table_privilege('intruder', 'walshadow.tables', 'INSERT')")?
+            == "f",
+        "the intruder may insert into the config table"
+    );
+
+    // Outside the allowlist: refused, visibly; inside it: streamed.
+    h.source.psql(
+        "create schema secret;
+         create table secret.payroll (id int primary key, v text);
+         insert into secret.payroll values (1, 'salary');
+         create table public.ok (id int primary key, v text);
+         insert into public.ok values (1, 'fine');",
+    )?;
+    h.start_run()?;
+    h.source.psql(
+        "insert into walshadow.tables values ('secret', 'payroll', true, 'copy'), ('public', 'ok', true, 'copy')",
+    )?;
+    common::loads::wait_loaded(&mut h, "public.ok")?;
+    walshadow_testkit::wait_until(
+        Duration::from_secs(60),
+        "secret.payroll refused in status",
+        || {
+            let text = h.cli_ok(&["status", "--config", h.config()])?;
+            Ok(text.contains("secret.payroll") && text.contains("config_table_allow"))
+        },
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal("public.ok", "ok", &cols())?;
+    let tables =
+        h.ch.query("SELECT name FROM system.tables WHERE database = 'app' FORMAT TSVRaw")?;
+    ensure!(!tables.contains("payroll"), "ClickHouse has {tables}");
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_the_config_table_is_walshadows_and_bounded() -> Result<()> {
+    config_table_trust(PgMajor::V15)
+}
+
+#[test]
+fn pg18_the_config_table_is_walshadows_and_bounded() -> Result<()> {
+    config_table_trust(PgMajor::V18)
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! url  = "postgres://walshadow@db:5432/postgres?sslmode=verify-full&sslrootcert=/etc/walshadow/ca.pem"
 //! slot = "walshadow"                       # physical slot, created by `walshadow init`
 //! # config_table = "walshadow.tables"       # runtime opt-in/out rows (created by init)
+//! # config_table_allow = ["public.*"]        # what its rows may opt in (default: any table)
 //!
 //! [shadow]
 //! data_dir = "/var/lib/walshadow/shadow"    # the catalog-only standby's PGDATA
@@ -372,6 +373,50 @@ pub struct SourceConfig {
     /// table opted in or out at runtime. `walshadow init` creates it.
     #[serde(default = "default_config_table")]
     pub config_table: String,
+    /// Which tables the config table may opt in (`schema.name` patterns,
+    /// `*` matching any run of characters within a part: `public.*`,
+    /// `sales.order*`). Empty: any table walshadow's role can read —
+    /// whoever may insert into the config table may then stream it into
+    /// ClickHouse. Tables pinned in this file are not limited by it.
+    #[serde(default)]
+    pub config_table_allow: Vec<String>,
+}
+
+impl SourceConfig {
+    /// Whether the config table may opt in table `key`.
+    pub fn allows(&self, key: &str) -> bool {
+        if self.config_table_allow.is_empty() {
+            return true;
+        }
+        let Some((schema, name)) = split_table_name(key) else {
+            return false;
+        };
+        self.config_table_allow.iter().any(|p| {
+            split_table_name(p)
+                .is_some_and(|(ps, pn)| wildcard_match(&ps, &schema) && wildcard_match(&pn, &name))
+        })
+    }
+}
+
+/// `pattern` (with `*` for any run of characters) matches all of `text`.
+fn wildcard_match(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let [first, middle @ .., last] = parts.as_slice() else {
+        return pattern == text;
+    };
+    if parts.len() == 1 {
+        return pattern == text;
+    }
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    for m in middle {
+        match rest.find(m) {
+            Some(i) => rest = &rest[i + m.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 fn default_config_table() -> String {
@@ -633,6 +678,16 @@ impl Config {
                 ),
             ));
         }
+        for p in &self.source.config_table_allow {
+            if split_table_name(p).is_none() {
+                return Err(invalid(
+                    "source.config_table_allow",
+                    format!(
+                        "{p:?}: write each pattern as \"schema.name\" (\"public.*\", \"sales.order*\")"
+                    ),
+                ));
+            }
+        }
         if self.backfill.workers == 0 || self.backfill.workers > 64 {
             return Err(invalid("backfill.workers", "must be 1 to 64".into()));
         }
@@ -767,6 +822,28 @@ mod tests {
         [state]
         dir = "/tmp/state"
     "#;
+
+    #[test]
+    fn config_table_allowlist() {
+        let c = parse(&GOOD.replace(
+            "[shadow]",
+            "config_table_allow = [\"public.*\", \"sales.order*\", \"x.\\\"a.b\\\"\"]\n[shadow]",
+        ))
+        .unwrap();
+        let s = &c.source;
+        assert!(s.allows("public.t") && s.allows("public.anything"));
+        assert!(s.allows("sales.orders") && s.allows("sales.order"));
+        assert!(!s.allows("sales.customers") && !s.allows("secret.t"));
+        assert!(s.allows("x.\"a.b\"") && !s.allows("x.a"));
+        assert!(wildcard_match("a*b*c", "axxbyyc") && !wildcard_match("a*b*c", "axxc"));
+        assert!(wildcard_match("*", "") && !wildcard_match("ab*ba", "aba"));
+        let e = parse(&GOOD.replace("[shadow]", "config_table_allow = [\"nodot\"]\n[shadow]"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("config_table_allow"), "{e}");
+        // Empty: anything.
+        assert!(parse(GOOD).unwrap().source.allows("secret.t"));
+    }
 
     #[test]
     fn clickhouse_password_from_a_private_file_only() {

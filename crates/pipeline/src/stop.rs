@@ -40,10 +40,13 @@ pub enum StopKind {
     UnknownInitialLoad,
     /// A resync's table vanished before it was swapped in.
     ResyncTableGone,
+    /// The config table asked for a table outside
+    /// `[source] config_table_allow`.
+    NotAllowed,
 }
 
 impl StopKind {
-    pub const ALL: [StopKind; 13] = [
+    pub const ALL: [StopKind; 14] = [
         StopKind::UnsupportedType,
         StopKind::NoKey,
         StopKind::SchemaChange,
@@ -57,6 +60,7 @@ impl StopKind {
         StopKind::DestinationTaken,
         StopKind::UnknownInitialLoad,
         StopKind::ResyncTableGone,
+        StopKind::NotAllowed,
     ];
 
     pub fn code(self) -> &'static str {
@@ -74,6 +78,7 @@ impl StopKind {
             StopKind::DestinationTaken => "destination_taken",
             StopKind::UnknownInitialLoad => "unknown_initial_load",
             StopKind::ResyncTableGone => "resync_table_gone",
+            StopKind::NotAllowed => "not_allowed",
         }
     }
 
@@ -115,6 +120,9 @@ impl StopKind {
                 "set the config table's initial_load for it to none, copy or base_backup"
             }
             StopKind::ResyncTableGone => "run `walshadow table resync SCHEMA.TABLE` again",
+            StopKind::NotAllowed => {
+                "if it should stream, add a pattern for it to [source] config_table_allow (or pin it in the config file) and restart; otherwise delete its config table row"
+            }
         }
     }
 

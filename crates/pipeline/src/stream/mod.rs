@@ -219,6 +219,8 @@ pub struct Streamer {
     destination: crate::status::DestinationStatus,
     /// Tables in scope the catalog does not have (yet).
     missing: BTreeSet<String>,
+    /// `[source]`, for `config_table_allow`.
+    config_allow: walshadow_config::SourceConfig,
     /// What each table in scope (and the config table) depends on in the
     /// catalog: which catalog-changing commits refresh which tables.
     interest: crate::catalog_reach::CatalogInterest,
@@ -438,6 +440,7 @@ impl Streamer {
             pinned: pinned.clone(),
             toml_tables,
             config_key: config.source.config_table.clone(),
+            config_allow: config.source.clone(),
             scope_changes: Vec::new(),
             config_decoder: None,
             backfills,

@@ -165,6 +165,18 @@ impl Streamer {
                 tracing::warn!(table = %key, lsn = %s, "the table is pinned in the config file; its config table row changes nothing (remove it from the file to manage it by the table)");
                 continue;
             }
+            if opt_in && !self.pinned.contains(&key) && !self.config_allow.allows(&key) {
+                // Whoever may insert into the config table may not stream
+                // what the operator did not allow.
+                let reason = format!(
+                    "the config table {} asks for it, and [source] config_table_allow does not allow it",
+                    self.config_key
+                );
+                let dest = self.dest_of(&key);
+                self.refuse_opt_in(&key, dest, s, crate::stop::StopKind::NotAllowed, reason);
+                changed = true;
+                continue;
+            }
             if opt_in {
                 let load = match walshadow_config::InitialLoad::parse(load_text.as_deref()) {
                     Ok(l) => l,

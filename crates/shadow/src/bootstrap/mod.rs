@@ -377,10 +377,19 @@ pub async fn init(config: &Config, force: bool) -> Result<InitReport, InitError>
         Ok(()) => {
             tracing::info!(table = %config.source.config_table, "config table ready (rows there opt tables in and out)")
         }
-        Err(e) => warnings.push(format!(
+        Err(source::ConfigTableProblem::NotCreated(e)) => warnings.push(format!(
             "the config table {} could not be created: {e}",
             config.source.config_table
         )),
+        Err(source::ConfigTableProblem::NotOurs(problem)) => {
+            return Err(InitError::Requirement {
+                setting: "[source] config_table",
+                problem,
+                fix: "give the config table and its schema to walshadow's role, or name another \
+                      config table"
+                    .into(),
+            });
+        }
     }
     let opts = BaseBackupOptions {
         label: "walshadow init".into(),

@@ -142,22 +142,104 @@ async fn query(
         .map_err(|e| InitError::source(what, e))
 }
 
-/// Creates the config table (`[source] config_table`) if it is missing.
-/// `Err` carries why it could not (privileges), for a warning: walshadow
-/// streams pinned tables without it.
-pub async fn ensure_config_table(url: &str, table: &str) -> Result<(), String> {
+/// Why the config table could not be made ready.
+#[derive(Debug)]
+pub enum ConfigTableProblem {
+    /// It could not be created (privileges): a warning, walshadow streams
+    /// pinned tables without it.
+    NotCreated(String),
+    /// It, or its schema, belongs to a role that is neither walshadow's nor
+    /// a superuser: whoever owns them decides what walshadow reads (the
+    /// owner of a schema may drop and re-create any table in it), so
+    /// `init` refuses.
+    NotOurs(String),
+}
+
+/// Makes the config table (`[source] config_table`) ready: created if it
+/// is missing, owned by walshadow's role, with nothing granted to PUBLIC.
+/// One that exists already is adopted only if it and its schema belong to
+/// walshadow's role (or a superuser).
+pub async fn ensure_config_table(url: &str, table: &str) -> Result<(), ConfigTableProblem> {
+    use ConfigTableProblem::{NotCreated, NotOurs};
     let Some((schema, name)) = walshadow_config::split_table_name(table) else {
-        return Err(format!("{table:?} is not schema.name"));
+        return Err(NotCreated(format!("{table:?} is not schema.name")));
     };
     let sql = walshadow_config::config_table_sql(&schema, &name);
-    let cfg = sql_config(url, None).map_err(|e| e.to_string())?;
+    let cfg = sql_config(url, None).map_err(|e| NotCreated(e.to_string()))?;
     let mut client = ReplicationClient::connect(&cfg)
         .await
-        .map_err(|e| e.to_string())?;
-    let r = client.simple_query(&sql).await;
+        .map_err(|e| NotCreated(e.to_string()))?;
+    let lit = |v: &str| format!("'{}'", v.replace('\'', "''"));
+    let owners = client
+        .simple_query(&format!(
+            "select current_user, pg_get_userbyid(n.nspowner),
+                    (select rolsuper from pg_roles where oid = n.nspowner),
+                    pg_get_userbyid(c.relowner),
+                    (select rolsuper from pg_roles where oid = c.relowner)
+               from (select 1) one
+               left join pg_namespace n on n.nspname = {s}
+               left join pg_class c on c.relnamespace = n.oid and c.relname = {t}",
+            s = lit(&schema),
+            t = lit(&name)
+        ))
+        .await;
+    let owners = match owners {
+        Ok(r) => r,
+        Err(e) => {
+            client.close().await;
+            return Err(NotCreated(e.to_string()));
+        }
+    };
+    let me = owners.text(0, 0).unwrap_or_default().to_owned();
+    let foreign = |owner: Option<&str>, superuser: Option<&str>| -> Option<String> {
+        owner
+            .filter(|o| *o != me && superuser != Some("t"))
+            .map(str::to_owned)
+    };
+    let problem = if let Some(o) = foreign(owners.text(0, 1), owners.text(0, 2)) {
+        Some(format!(
+            "schema {schema:?} belongs to role {o:?}, not to walshadow's role {me:?}: its owner may drop \
+             and re-create the config table and so choose what walshadow reads; as a superuser run \
+             ALTER SCHEMA {} OWNER TO {}, or set [source] config_table to a schema of walshadow's",
+            quote_ident(&schema),
+            quote_ident(&me)
+        ))
+    } else {
+        foreign(owners.text(0, 3), owners.text(0, 4)).map(|o| {
+            format!(
+                "table {table} belongs to role {o:?}, not to walshadow's role {me:?}: its owner \
+                 decides what walshadow reads; as a superuser run ALTER TABLE {}.{} OWNER TO {}, \
+                 or drop it for init to create it",
+                quote_ident(&schema),
+                quote_ident(&name),
+                quote_ident(&me)
+            )
+        })
+    };
+    if let Some(p) = problem {
+        client.close().await;
+        return Err(NotOurs(p));
+    }
+    let revoke = format!(
+        "REVOKE ALL ON TABLE {}.{} FROM PUBLIC",
+        quote_ident(&schema),
+        quote_ident(&name)
+    );
+    let r = match client.simple_query(&sql).await {
+        Ok(_) => client.simple_query(&revoke).await,
+        Err(e) => Err(e),
+    };
     client.close().await;
-    r.map(drop)
-        .map_err(|e| format!("{e}; create it as a role that may, with:\n{sql}"))
+    r.map(drop).map_err(|e| {
+        NotCreated(format!(
+            "{e}; create it as a role that may, with:\n{sql}\n{revoke};"
+        ))
+    })
+}
+
+/// An SQL identifier, double-quoted.
+fn quote_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
 }
 
 /// The major of the binaries in `pg_bin`, from `postgres --version`
