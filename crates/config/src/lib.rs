@@ -80,6 +80,21 @@ pub enum ConfigError {
     },
 }
 
+/// The first line of secret file `file`, which only its owner may read.
+fn read_secret(file: &Path) -> Result<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} is readable by others (mode {:o}): chmod 600 it",
+            file.display(),
+            meta.mode() & 0o777
+        ));
+    }
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(text.lines().next().unwrap_or_default().to_owned())
+}
+
 /// The environment variable the ClickHouse password may come from.
 pub const CLICKHOUSE_PASSWORD_ENV: &str = "WALSHADOW_CLICKHOUSE_PASSWORD";
 
@@ -183,6 +198,12 @@ pub struct MetricsConfig {
     /// behind the source or less (and ClickHouse takes its requests).
     #[serde(default = "default_ready_max_lag_secs")]
     pub ready_max_lag_secs: u64,
+    /// A file (0600; its first line) with the bearer token `GET /metrics`
+    /// then asks for; read when the config is loaded, into `token`.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    #[serde(skip)]
+    pub token: Option<String>,
 }
 
 fn default_ready_max_lag_secs() -> u64 {
@@ -537,6 +558,23 @@ impl Config {
     /// [`CLICKHOUSE_PASSWORD_ENV`], into `clickhouse.password`; only one
     /// of the three may be given.
     fn load_secrets(&mut self, path: &Path) -> Result<(), ConfigError> {
+        if let Some(m) = self.metrics.as_mut()
+            && let Some(file) = &m.token_file
+        {
+            let invalid = |problem| ConfigError::Invalid {
+                path: path.to_owned(),
+                key: "metrics.token_file",
+                problem,
+            };
+            let token = read_secret(file).map_err(invalid)?;
+            if token.is_empty() {
+                return Err(invalid(format!(
+                    "{}: the first line is empty",
+                    file.display()
+                )));
+            }
+            m.token = Some(token);
+        }
         let Some(ch) = self.clickhouse.as_mut() else {
             return Ok(());
         };
@@ -559,19 +597,7 @@ impl Config {
             )));
         }
         if let Some(file) = &ch.password_file {
-            use std::os::unix::fs::MetadataExt;
-            let meta =
-                std::fs::metadata(file).map_err(|e| invalid(format!("{}: {e}", file.display())))?;
-            if meta.mode() & 0o077 != 0 {
-                return Err(invalid(format!(
-                    "{} is readable by others (mode {:o}): chmod 600 it",
-                    file.display(),
-                    meta.mode() & 0o777
-                )));
-            }
-            let text = std::fs::read_to_string(file)
-                .map_err(|e| invalid(format!("{}: {e}", file.display())))?;
-            ch.password = text.lines().next().unwrap_or_default().to_owned();
+            ch.password = read_secret(file).map_err(invalid)?;
         } else if let Some(p) = env {
             ch.password = p;
         }
@@ -869,6 +895,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("one way"), "{e}");
+        // The metrics token, the same way.
+        let m = format!(
+            "\n[metrics]\nlisten = \"127.0.0.1:9187\"\ntoken_file = \"{}\"\n",
+            file.display()
+        );
+        let c = parse(&format!("{GOOD}{m}")).unwrap();
+        assert_eq!(c.metrics.unwrap().token.as_deref(), Some("s3cret"));
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let e = parse(&format!("{GOOD}{m}")).unwrap_err().to_string();
+        assert!(
+            e.contains("metrics.token_file") && e.contains("chmod 600"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

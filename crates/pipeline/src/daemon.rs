@@ -113,6 +113,9 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
     let metrics = crate::metrics::Metrics::new();
     if let Some(m) = &config.metrics {
         metrics.set_ready_max_lag(m.ready_max_lag_secs);
+        if let Some(token) = &m.token {
+            metrics.set_token(token.clone());
+        }
     }
     // Kept for the whole run: dropping it stops the endpoint.
     let _metrics_server = match &config.metrics {

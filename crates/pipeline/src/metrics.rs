@@ -48,8 +48,13 @@
 //! The endpoint runs on hyper's HTTP/1 server, the HTTP stack the emitter
 //! already links: one route does not warrant a framework (axum, tower) or
 //! a second HTTP implementation in a 2-core build. Connections are capped
-//! and their headers must arrive within a timeout, so a stuck or hostile
-//! client cannot hold the daemon's memory or sockets.
+//! (32 in all, 4 per peer address) and their headers must arrive within a
+//! timeout, so a stuck or hostile client cannot hold the daemon's memory
+//! or sockets, nor keep the scraper out. With `[metrics] token_file`,
+//! `/metrics` asks for `Authorization: Bearer <token>`; `/healthz` and
+//! `/readyz` stay open. What `/metrics` shows: WAL positions and lags,
+//! table names with their row counts and stop state, load progress,
+//! destination error codes — no row data, no credentials.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -82,6 +87,10 @@ pub const READY_PATH: &str = "/readyz";
 /// Connections served at once; more are closed at accept. A scraper needs
 /// one, a few people with curl a few more.
 const MAX_CONNECTIONS: usize = 32;
+
+/// Connections one peer address may hold at once, so one client cannot
+/// take every slot and keep the scraper out.
+const MAX_PER_PEER: usize = 4;
 
 /// A client must send its request headers within this long.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -160,6 +169,8 @@ struct Inner {
     destination_up: U64Gauge,
     destination_last_success: Gauge<f64, AtomicU64>,
     ready_max_lag: AtomicU64,
+    /// `Authorization: Bearer …` that `/metrics` asks for, when set.
+    token: std::sync::OnceLock<String>,
     load_ratio: Family<TableLabels, Gauge<f64, AtomicU64>>,
     load_eta: Family<TableLabels, Gauge<f64, AtomicU64>>,
 }
@@ -395,6 +406,7 @@ impl Metrics {
                 destination_up,
                 destination_last_success,
                 ready_max_lag: AtomicU64::new(300),
+                token: std::sync::OnceLock::new(),
                 load_ratio,
                 load_eta,
             }),
@@ -583,6 +595,13 @@ impl Metrics {
         Ok(MetricsServer { local_addr, task })
     }
 
+    /// The bearer token `GET /metrics` must carry (`[metrics] token_file`);
+    /// `/healthz` and `/readyz` stay open (they say no more than up or
+    /// not). Set once, before serving.
+    pub fn set_token(&self, token: String) {
+        let _ = self.inner.token.set(token);
+    }
+
     /// The lag `/readyz` allows (seconds).
     pub fn set_ready_max_lag(&self, secs: u64) {
         self.inner.ready_max_lag.store(secs, Ordering::Relaxed);
@@ -613,7 +632,12 @@ impl Metrics {
         }
     }
 
-    fn respond(&self, method: &Method, path: &str) -> Response<Full<Bytes>> {
+    fn respond(
+        &self,
+        method: &Method,
+        path: &str,
+        authorization: Option<&[u8]>,
+    ) -> Response<Full<Bytes>> {
         if method == Method::GET && path == HEALTH_PATH {
             // The process serves: alive.
             return plain(StatusCode::OK, "ok\n".into());
@@ -638,6 +662,18 @@ impl Metrics {
                 .insert(ALLOW, HeaderValue::from_static("GET"));
             return r;
         }
+        if let Some(token) = self.inner.token.get() {
+            let given = authorization.and_then(|a| a.strip_prefix(b"Bearer "));
+            if !given.is_some_and(|g| same_bytes(g, token.as_bytes())) {
+                let mut r = plain(
+                    StatusCode::UNAUTHORIZED,
+                    "the metrics need the bearer token of [metrics] token_file\n".into(),
+                );
+                r.headers_mut()
+                    .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+                return r;
+            }
+        }
         match self.render() {
             Ok(text) => {
                 let mut r = Response::new(Full::new(Bytes::from(text)));
@@ -655,6 +691,12 @@ impl Metrics {
             ),
         }
     }
+}
+
+/// Equal, compared without an early exit (a token's bytes are not told
+/// apart by timing).
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn table_labels(table: &str) -> TableLabels {
@@ -703,15 +745,22 @@ impl Drop for MetricsServer {
 
 async fn accept_loop(listener: TcpListener, metrics: Metrics) {
     let mut connections = JoinSet::new();
+    let mut per_peer: std::collections::HashMap<std::net::IpAddr, usize> = Default::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    if connections.len() >= MAX_CONNECTIONS {
+                    let held = per_peer.get(&peer.ip()).copied().unwrap_or(0);
+                    if connections.len() >= MAX_CONNECTIONS || held >= MAX_PER_PEER {
                         tracing::debug!(%peer, "metrics endpoint: too many connections, closing");
                         continue;
                     }
-                    connections.spawn(serve_connection(stream, metrics.clone()));
+                    per_peer.insert(peer.ip(), held + 1);
+                    let metrics = metrics.clone();
+                    connections.spawn(async move {
+                        serve_connection(stream, metrics).await;
+                        peer.ip()
+                    });
                 }
                 Err(e) if is_connection_error(&e) => {}
                 Err(e) => {
@@ -719,7 +768,16 @@ async fn accept_loop(listener: TcpListener, metrics: Metrics) {
                     tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                 }
             },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            Some(ended) = connections.join_next(), if !connections.is_empty() => {
+                if let Ok(ip) = ended
+                    && let Some(n) = per_peer.get_mut(&ip)
+                {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        per_peer.remove(&ip);
+                    }
+                }
+            }
         }
     }
 }
@@ -736,7 +794,11 @@ fn is_connection_error(e: &std::io::Error) -> bool {
 
 async fn serve_connection(stream: TcpStream, metrics: Metrics) {
     let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-        let response = metrics.respond(req.method(), req.uri().path());
+        let auth = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes);
+        let response = metrics.respond(req.method(), req.uri().path(), auth);
         std::future::ready(Ok::<_, Infallible>(response))
     });
     let served = hyper::server::conn::http1::Builder::new()
@@ -1145,6 +1207,78 @@ mod tests {
         assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
     }
 
+    /// A connection from loopback address `127.0.0.<n>`.
+    async fn connect_from(n: u8, addr: SocketAddr) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::from(([127, 0, 0, n], 0))).unwrap();
+        socket.connect(addr).await.unwrap()
+    }
+
+    /// Whether a GET /metrics on `s` gets any answer.
+    async fn answered(mut s: TcpStream, authorization: &str) -> Vec<u8> {
+        let req = format!(
+            "GET /metrics HTTP/1.1\r\nHost: test\r\n{authorization}Connection: close\r\n\r\n"
+        );
+        let _ = s.write_all(req.as_bytes()).await;
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf).await;
+        buf
+    }
+
+    #[tokio::test]
+    async fn one_peer_cannot_take_every_connection() {
+        let server = Metrics::new()
+            .serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let addr = server.local_addr();
+        let mut idle = Vec::new();
+        for _ in 0..MAX_PER_PEER {
+            idle.push(connect_from(1, addr).await);
+        }
+        let refused = answered(connect_from(1, addr).await, "").await;
+        assert!(refused.is_empty(), "{}", String::from_utf8_lossy(&refused));
+        let other = answered(connect_from(2, addr).await, "").await;
+        assert!(
+            other.starts_with(b"HTTP/1.1 200 "),
+            "{}",
+            String::from_utf8_lossy(&other)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_token_guards_the_metrics_only() {
+        let m = Metrics::new();
+        m.set_token("s3cret-token".into());
+        let server = m.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = server.local_addr();
+        let none = answered(TcpStream::connect(addr).await.unwrap(), "").await;
+        let text = String::from_utf8_lossy(&none).to_ascii_lowercase();
+        assert!(text.starts_with("http/1.1 401 "), "{text}");
+        assert!(
+            text.contains("www-authenticate: bearer") && !text.contains("s3cret"),
+            "{text}"
+        );
+        let wrong = answered(
+            TcpStream::connect(addr).await.unwrap(),
+            "Authorization: Bearer s3cret-tokeN\r\n",
+        )
+        .await;
+        assert!(wrong.starts_with(b"HTTP/1.1 401 "));
+        let right = answered(
+            TcpStream::connect(addr).await.unwrap(),
+            "Authorization: Bearer s3cret-token\r\n",
+        )
+        .await;
+        assert!(
+            right.starts_with(b"HTTP/1.1 200 "),
+            "{}",
+            String::from_utf8_lossy(&right)
+        );
+        let (head, _) = request(addr, "GET", "/healthz").await;
+        assert!(head.starts_with("http/1.1 200 "), "{head}");
+    }
+
     #[tokio::test]
     async fn connections_are_capped() {
         let server = Metrics::new()
@@ -1153,11 +1287,13 @@ mod tests {
             .unwrap();
         let addr = server.local_addr();
         let mut idle = Vec::new();
-        for _ in 0..MAX_CONNECTIONS {
-            idle.push(TcpStream::connect(addr).await.unwrap());
+        for i in 0..MAX_CONNECTIONS {
+            // From enough addresses that no one peer's cap is reached.
+            let from = u8::try_from(1 + i / MAX_PER_PEER).unwrap();
+            idle.push(connect_from(from, addr).await);
         }
         // Accepted in order after the idle ones, and closed unanswered.
-        let mut extra = TcpStream::connect(addr).await.unwrap();
+        let mut extra = connect_from(200, addr).await;
         let _ = extra
             .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
             .await;
@@ -1168,7 +1304,7 @@ mod tests {
         idle.pop();
         let served = async {
             loop {
-                let mut s = TcpStream::connect(addr).await.unwrap();
+                let mut s = connect_from(201, addr).await;
                 let req = b"GET /metrics HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n";
                 let mut buf = Vec::new();
                 if s.write_all(req).await.is_ok()
