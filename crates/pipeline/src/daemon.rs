@@ -50,6 +50,7 @@ pub enum DaemonError {
 
 /// Runs until `stop` turns true.
 pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), DaemonError> {
+    walshadow_shadow::run::warn_about_transport(config);
     // Before the shadow, its sockets, the metrics port or the mirror.
     let _lock = walshadow_shadow::state_lock::StateLock::acquire(&config.state.dir, "run")?;
     // Without a destination only the shadow runs; with one, tables come

@@ -231,6 +231,16 @@ impl StatePaths {
     }
 }
 
+/// Logs a warning when the source connection crosses a network below
+/// `sslmode=verify-full` (see `ConnConfig::transport_warning`).
+pub fn warn_about_transport(config: &Config) {
+    if let Ok(c) = walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url)
+        && let Some(w) = c.transport_warning()
+    {
+        tracing::warn!("{w}");
+    }
+}
+
 /// Reads `init.json` (format version and checksum checked).
 pub fn load_init_state(paths: &StatePaths) -> Result<InitState, RunError> {
     if !paths.init_file().exists() {

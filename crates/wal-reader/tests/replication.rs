@@ -100,6 +100,23 @@ async fn tls_require_verify_ca_and_verify_full() {
                 matches!(e, ReplicationError::Tls(_)) && !e.is_transient(),
                 "{major}: {e}"
             );
+            // Binding to a channel that is not TLS: refused.
+            let e = ReplicationClient::connect(
+                &ConnConfig::from_url(
+                    &url.replace("sslmode=disable", "sslmode=prefer&channel_binding=require"),
+                )
+                .unwrap(),
+            )
+            .await
+            .unwrap_err();
+            assert!(e.to_string().contains("not TLS"), "{major}: {e}");
+            // A method require_auth does not list: refused before a password is sent.
+            let e = ReplicationClient::connect(
+                &ConnConfig::from_url(&format!("{url}&require_auth=md5")).unwrap(),
+            )
+            .await
+            .unwrap_err();
+            assert!(e.to_string().contains("require_auth"), "{major}: {e}");
             eprintln!(
                 "PostgreSQL {major} has no TLS support here; TLS handshakes are covered on the others"
             );
@@ -148,6 +165,28 @@ async fn tls_require_verify_ca_and_verify_full() {
             .await
             .unwrap_err();
         assert!(matches!(e, ReplicationError::Tls(_)), "{major}: {e}");
+        // As libpq: sslmode=require with a root certificate verifies the
+        // chain, so that root refuses this server too.
+        let url = format!(
+            "{base}&sslrootcert={}",
+            other.ssl_root_cert().unwrap().display()
+        );
+        let e = ReplicationClient::connect(&ConnConfig::from_url(&url).unwrap())
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ReplicationError::Tls(_)), "{major}: {e}");
+        // SCRAM bound to the TLS channel (SCRAM-SHA-256-PLUS).
+        let mut c = connect(&format!("{base}&channel_binding=require")).await;
+        c.identify_system().await.unwrap();
+        // Only what require_auth lists.
+        let e = ReplicationClient::connect(
+            &ConnConfig::from_url(&format!("{base}&require_auth=password")).unwrap(),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("require_auth"), "{major}: {e}");
+        let mut c = connect(&format!("{base}&require_auth=scram-sha-256")).await;
+        c.identify_system().await.unwrap();
     }
 }
 

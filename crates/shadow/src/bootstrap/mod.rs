@@ -278,6 +278,7 @@ pub async fn init(config: &Config, force: bool) -> Result<InitReport, InitError>
     let state_dir = &config.state.dir;
     let data_dir = &config.shadow.data_dir;
     let user = ServerUser::resolve(config.shadow.run_as.as_deref())?;
+    crate::run::warn_about_transport(config);
 
     if !force && state_dir.join(InitState::FILE).exists() {
         let state = InitState::read(state_dir)?;

@@ -29,6 +29,92 @@ pub enum SslMode {
     VerifyFull,
 }
 
+/// libpq's `channel_binding`: whether SCRAM binds to the TLS channel
+/// (`SCRAM-SHA-256-PLUS`, `tls-server-end-point`), which defeats a man in
+/// the middle that holds a certificate the client accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChannelBindingMode {
+    Disable,
+    /// When the server offers it over TLS.
+    #[default]
+    Prefer,
+    /// Or fail: the connection must be TLS and authenticate with
+    /// SCRAM-SHA-256-PLUS.
+    Require,
+}
+
+/// An authentication method, as `require_auth` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMethod {
+    /// No authentication asked (trust, peer).
+    None,
+    /// Cleartext password.
+    Password,
+    Md5,
+    ScramSha256,
+}
+
+impl AuthMethod {
+    pub fn name(self) -> &'static str {
+        match self {
+            AuthMethod::None => "none",
+            AuthMethod::Password => "password",
+            AuthMethod::Md5 => "md5",
+            AuthMethod::ScramSha256 => "scram-sha-256",
+        }
+    }
+
+    fn parse(s: &str) -> Option<AuthMethod> {
+        Some(match s {
+            "none" => AuthMethod::None,
+            "password" => AuthMethod::Password,
+            "md5" => AuthMethod::Md5,
+            "scram-sha-256" => AuthMethod::ScramSha256,
+            _ => return None,
+        })
+    }
+}
+
+/// libpq's `require_auth`: the methods the server may ask for (`a,b`), or
+/// those it may not (`!a,!b`); every method when unset.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RequireAuth {
+    listed: Vec<AuthMethod>,
+    negated: bool,
+}
+
+impl RequireAuth {
+    fn parse(v: &str) -> Result<RequireAuth, ReplicationError> {
+        let bad = |why: String| ReplicationError::Config(format!("require_auth {v:?}: {why}"));
+        let mut listed = Vec::new();
+        let mut negated = None;
+        for item in v.split(',').map(str::trim) {
+            let (neg, name) = match item.strip_prefix('!') {
+                Some(n) => (true, n),
+                None => (false, item),
+            };
+            if negated.is_some_and(|n| n != neg) {
+                return Err(bad("negated and plain methods cannot be mixed".into()));
+            }
+            negated = Some(neg);
+            listed.push(AuthMethod::parse(name).ok_or_else(|| {
+                bad(format!(
+                    "{name:?} is not one of none, password, md5, scram-sha-256"
+                ))
+            })?);
+        }
+        Ok(RequireAuth {
+            listed,
+            negated: negated.unwrap_or(false),
+        })
+    }
+
+    /// Whether the server may authenticate this way.
+    pub fn allows(&self, m: AuthMethod) -> bool {
+        self.listed.is_empty() || self.listed.contains(&m) != self.negated
+    }
+}
+
 impl SslMode {
     fn parse(s: &str) -> Result<Self, ReplicationError> {
         Ok(match s {
@@ -80,6 +166,8 @@ pub struct ConnConfig {
     pub application_name: Option<String>,
     pub sslmode: SslMode,
     pub sslrootcert: Option<PathBuf>,
+    pub channel_binding: ChannelBindingMode,
+    pub require_auth: RequireAuth,
     /// Bounds TCP connect, TLS handshake and authentication together.
     pub connect_timeout: Duration,
     /// Default bound for replication commands (slot creation and drop, ...).
@@ -104,6 +192,8 @@ impl fmt::Debug for ConnConfig {
             .field("application_name", &self.application_name)
             .field("sslmode", &self.sslmode)
             .field("sslrootcert", &self.sslrootcert)
+            .field("channel_binding", &self.channel_binding)
+            .field("require_auth", &self.require_auth)
             .field("connect_timeout", &self.connect_timeout)
             .field("command_timeout", &self.command_timeout)
             .field("status_interval", &self.status_interval)
@@ -131,6 +221,8 @@ impl ConnConfig {
             application_name: None,
             sslmode: SslMode::Disable,
             sslrootcert: None,
+            channel_binding: ChannelBindingMode::Disable,
+            require_auth: RequireAuth::default(),
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             command_timeout: Self::DEFAULT_COMMAND_TIMEOUT,
             status_interval: Self::DEFAULT_STATUS_INTERVAL,
@@ -199,6 +291,8 @@ impl ConnConfig {
         let mut cfg_sslmode = SslMode::default();
         let mut sslrootcert = None;
         let mut application_name = None;
+        let mut channel_binding = ChannelBindingMode::default();
+        let mut require_auth = RequireAuth::default();
         let mut connect_timeout = Self::DEFAULT_CONNECT_TIMEOUT;
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -232,11 +326,24 @@ impl ConnConfig {
                         Duration::from_secs(secs)
                     };
                 }
+                "channel_binding" => {
+                    channel_binding = match v.as_str() {
+                        "disable" => ChannelBindingMode::Disable,
+                        "prefer" => ChannelBindingMode::Prefer,
+                        "require" => ChannelBindingMode::Require,
+                        other => {
+                            return Err(ReplicationError::Config(format!(
+                                "channel_binding {other:?} is not one of disable, prefer, require"
+                            )));
+                        }
+                    }
+                }
+                "require_auth" => require_auth = RequireAuth::parse(&v)?,
                 // Harmless libpq options that do not apply to this client.
-                "replication" | "target_session_attrs" | "gssencmode" | "channel_binding" => {}
+                "replication" | "target_session_attrs" | "gssencmode" => {}
                 other => {
                     return Err(ReplicationError::Config(format!(
-                        "connection URL parameter {other:?} is not supported; supported: sslmode, sslrootcert, host, port, user, password, dbname, application_name, connect_timeout"
+                        "connection URL parameter {other:?} is not supported; supported: sslmode, sslrootcert, channel_binding, require_auth, host, port, user, password, dbname, application_name, connect_timeout"
                     )));
                 }
             }
@@ -266,10 +373,40 @@ impl ConnConfig {
             application_name,
             sslmode: cfg_sslmode,
             sslrootcert,
+            channel_binding,
+            require_auth,
             connect_timeout,
             command_timeout: Self::DEFAULT_COMMAND_TIMEOUT,
             status_interval: Self::DEFAULT_STATUS_INTERVAL,
             physical: true,
+        })
+    }
+
+    /// A warning worth logging at start when the connection crosses a
+    /// network without `verify-full` (TLS that checks the certificate and
+    /// the name): anyone on the path could read or stand in for the source.
+    /// `None` for unix sockets and loopback addresses.
+    pub fn transport_warning(&self) -> Option<String> {
+        let Host::Tcp(host) = &self.host else {
+            return None;
+        };
+        let loopback = host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        let (mode, _) = super::tls::effective_mode(self);
+        (!loopback && mode != SslMode::VerifyFull).then(|| {
+            format!(
+                "the source connection to {host} is sslmode={}: its traffic (WAL, rows) can be read \
+                 or its server impersonated on the way; use sslmode=verify-full with sslrootcert",
+                match mode {
+                    SslMode::Disable => "disable",
+                    SslMode::Prefer => "prefer",
+                    SslMode::Require => "require",
+                    SslMode::VerifyCa => "verify-ca",
+                    SslMode::VerifyFull => "verify-full",
+                }
+            )
         })
     }
 
@@ -316,6 +453,58 @@ fn percent_decode(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn require_auth_and_channel_binding() {
+        let c = ConnConfig::from_url(
+            "postgres://u@db.example/x?require_auth=scram-sha-256,md5&channel_binding=require",
+        )
+        .unwrap();
+        assert_eq!(c.channel_binding, ChannelBindingMode::Require);
+        assert!(
+            c.require_auth.allows(AuthMethod::ScramSha256)
+                && c.require_auth.allows(AuthMethod::Md5)
+        );
+        assert!(
+            !c.require_auth.allows(AuthMethod::Password)
+                && !c.require_auth.allows(AuthMethod::None)
+        );
+        let c = ConnConfig::from_url("postgres://u@h/x?require_auth=!password").unwrap();
+        assert!(
+            !c.require_auth.allows(AuthMethod::Password) && c.require_auth.allows(AuthMethod::None)
+        );
+        assert!(
+            ConnConfig::from_url("postgres://u@h/x")
+                .unwrap()
+                .require_auth
+                .allows(AuthMethod::Password)
+        );
+        for bad in [
+            "require_auth=password,!md5",
+            "require_auth=gss",
+            "channel_binding=yes",
+        ] {
+            assert!(
+                ConnConfig::from_url(&format!("postgres://u@h/x?{bad}")).is_err(),
+                "{bad}"
+            );
+        }
+        // Below verify-full across a network: a warning; loopback and sockets: none.
+        let w = ConnConfig::from_url("postgres://u@db.example/x?sslmode=require").unwrap();
+        assert!(w.transport_warning().unwrap().contains("verify-full"));
+        for quiet in [
+            "postgres://u@127.0.0.1/x?sslmode=disable",
+            "postgres://u@localhost/x",
+            "postgres://u@db.example/x?sslmode=verify-full&sslrootcert=/r.pem",
+            "postgres://u@/x?host=/run/postgresql",
+        ] {
+            assert_eq!(
+                ConnConfig::from_url(quiet).unwrap().transport_warning(),
+                None,
+                "{quiet}"
+            );
+        }
+    }
 
     #[test]
     fn a_password_that_does_not_decode_is_not_echoed() {

@@ -19,7 +19,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::client::TlsStream;
 
-use super::config::{ConnConfig, Host, SslMode};
+use super::config::{AuthMethod, ChannelBindingMode, ConnConfig, Host, SslMode};
 use super::error::{DbError, ReplicationError, Result};
 use super::tls;
 
@@ -102,6 +102,9 @@ pub(crate) struct Connection {
     pub params: HashMap<String, String>,
     pub cancel_key: Option<CancelKey>,
     pub tls: bool,
+    /// `tls-server-end-point` data of the server's certificate, for SCRAM
+    /// channel binding (TLS only).
+    end_point: Option<Vec<u8>>,
     /// The bound on one backend message: [`MAX_MESSAGE_LEN`], raised while
     /// a `COPY … TO STDOUT` runs (one row per CopyData, up to 1 GiB).
     pub max_message_len: usize,
@@ -135,7 +138,8 @@ impl Connection {
     }
 
     async fn connect_inner(cfg: &ConnConfig) -> Result<Connection> {
-        let (io, tls) = open_transport(cfg).await?;
+        let (io, end_point) = open_transport(cfg).await?;
+        let tls = matches!(io, Transport::Tls(_));
         let mut conn = Connection {
             io,
             read_buf: BytesMut::with_capacity(8192),
@@ -143,6 +147,7 @@ impl Connection {
             params: HashMap::new(),
             cancel_key: None,
             tls,
+            end_point,
             max_message_len: MAX_MESSAGE_LEN,
         };
         conn.startup(cfg).await?;
@@ -251,6 +256,19 @@ impl Connection {
                 })
         };
         let mut scram: Option<sasl::ScramSha256> = None;
+        // What the server asked for, against require_auth.
+        let allowed = |m: AuthMethod| -> Result<()> {
+            if cfg.require_auth.allows(m) {
+                Ok(())
+            } else {
+                Err(auth_err(format!(
+                    "the server asks for {} authentication, which require_auth does not allow",
+                    m.name()
+                )))
+            }
+        };
+        let mut asked = false;
+        let mut bound = false;
         loop {
             let msg = match self.read_message().await? {
                 BackendMessage::Other(m) => m,
@@ -265,41 +283,80 @@ impl Connection {
                     if scram.is_some() {
                         return Err(auth_err("server skipped the SCRAM final message".into()));
                     }
+                    if !asked {
+                        allowed(AuthMethod::None)?;
+                    }
+                    if cfg.channel_binding == ChannelBindingMode::Require && !bound {
+                        return Err(auth_err(
+                            "channel_binding=require, and the server authenticated without \
+                             SCRAM-SHA-256-PLUS over TLS"
+                                .into(),
+                        ));
+                    }
                     return Ok(());
                 }
                 backend::Message::AuthenticationCleartextPassword => {
+                    asked = true;
+                    allowed(AuthMethod::Password)?;
                     frontend::password_message(password()?.as_bytes(), &mut self.write_buf)?;
                     self.flush().await?;
                 }
                 backend::Message::AuthenticationMd5Password(body) => {
+                    asked = true;
+                    allowed(AuthMethod::Md5)?;
                     let hash = md5_hash(cfg.user.as_bytes(), password()?.as_bytes(), body.salt());
                     frontend::password_message(hash.as_bytes(), &mut self.write_buf)?;
                     self.flush().await?;
                 }
                 backend::Message::AuthenticationSasl(body) => {
+                    asked = true;
+                    allowed(AuthMethod::ScramSha256)?;
                     let mut mechanisms = body.mechanisms();
-                    let mut has_scram = false;
+                    let (mut has_scram, mut has_plus) = (false, false);
                     while let Some(m) = mechanisms.next()? {
-                        // SCRAM-SHA-256-PLUS may be offered too (over TLS); we
-                        // take plain SCRAM-SHA-256 and say we do not support
-                        // channel binding ("n" gs2 flag), which servers accept.
                         has_scram |= m == sasl::SCRAM_SHA_256;
+                        has_plus |= m == sasl::SCRAM_SHA_256_PLUS;
                     }
-                    if !has_scram {
+                    // Bound to the TLS channel when both sides can (libpq's
+                    // channel_binding=prefer), or as required.
+                    let plus = match (cfg.channel_binding, has_plus, &self.end_point) {
+                        (ChannelBindingMode::Disable, _, _) => None,
+                        (_, true, Some(end_point)) => Some(end_point.clone()),
+                        (ChannelBindingMode::Require, _, _) => {
+                            return Err(auth_err(format!(
+                                "channel_binding=require, and {}",
+                                if !self.tls {
+                                    "the connection is not TLS"
+                                } else if !has_plus {
+                                    "the server does not offer SCRAM-SHA-256-PLUS"
+                                } else {
+                                    "the server's certificate names no hash to bind to"
+                                }
+                            )));
+                        }
+                        (ChannelBindingMode::Prefer, _, _) => None,
+                    };
+                    if !has_scram && plus.is_none() {
                         return Err(auth_err(
                             "server offers no SASL mechanism this client supports (SCRAM-SHA-256)"
                                 .into(),
                         ));
                     }
-                    let s = sasl::ScramSha256::new(
-                        password()?.as_bytes(),
-                        sasl::ChannelBinding::unsupported(),
-                    );
-                    frontend::sasl_initial_response(
-                        sasl::SCRAM_SHA_256,
-                        s.message(),
-                        &mut self.write_buf,
-                    )?;
+                    let (mechanism, binding) = match plus {
+                        Some(data) => {
+                            bound = true;
+                            (
+                                sasl::SCRAM_SHA_256_PLUS,
+                                sasl::ChannelBinding::tls_server_end_point(data),
+                            )
+                        }
+                        // "n": this client does not bind. With TLS and a server
+                        // that could, "y" would tell it a downgrade happened;
+                        // PostgreSQL accepts both.
+                        None => (sasl::SCRAM_SHA_256, sasl::ChannelBinding::unsupported()),
+                    };
+                    let s = sasl::ScramSha256::new(password()?.as_bytes(), binding);
+                    frontend::sasl_initial_response(mechanism, s.message(), &mut self.write_buf)?;
                     self.flush().await?;
                     scram = Some(s);
                 }
@@ -427,7 +484,7 @@ impl Connection {
     }
 }
 
-async fn open_transport(cfg: &ConnConfig) -> Result<(Transport, bool)> {
+async fn open_transport(cfg: &ConnConfig) -> Result<(Transport, Option<Vec<u8>>)> {
     let target = cfg.target();
     match &cfg.host {
         Host::UnixDir(dir) => {
@@ -437,7 +494,7 @@ async fn open_transport(cfg: &ConnConfig) -> Result<(Transport, bool)> {
             let s = UnixStream::connect(&path)
                 .await
                 .map_err(|source| ReplicationError::Connect { target, source })?;
-            Ok((Transport::Unix(s), false))
+            Ok((Transport::Unix(s), None))
         }
         Host::Tcp(host) => {
             let mut s = TcpStream::connect((host.as_str(), cfg.port))
@@ -448,7 +505,7 @@ async fn open_transport(cfg: &ConnConfig) -> Result<(Transport, bool)> {
                 })?;
             s.set_nodelay(true)?;
             if cfg.sslmode == SslMode::Disable {
-                return Ok((Transport::Tcp(s), false));
+                return Ok((Transport::Tcp(s), None));
             }
             let mut req = BytesMut::new();
             frontend::ssl_request(&mut req);
@@ -456,10 +513,10 @@ async fn open_transport(cfg: &ConnConfig) -> Result<(Transport, bool)> {
             let answer = s.read_u8().await?;
             match answer {
                 b'S' => {
-                    let tls = tls::handshake(cfg, host, s).await?;
-                    Ok((Transport::Tls(Box::new(tls)), true))
+                    let (tls, end_point) = tls::handshake(cfg, host, s).await?;
+                    Ok((Transport::Tls(Box::new(tls)), end_point))
                 }
-                b'N' if cfg.sslmode == SslMode::Prefer => Ok((Transport::Tcp(s), false)),
+                b'N' if cfg.sslmode == SslMode::Prefer => Ok((Transport::Tcp(s), None)),
                 b'N' => Err(ReplicationError::Tls(format!(
                     "server {target} does not support TLS (ssl = off) but sslmode={:?} requires it",
                     cfg.sslmode

@@ -43,7 +43,7 @@ pub use base_backup::{
     MAX_RATE_RANGE, SinkError, TablespaceInfo,
 };
 pub use client::{QueryResult, ReplicationClient, SlotInfo, SystemIdentity};
-pub use config::{ConnConfig, Host, SslMode};
+pub use config::{AuthMethod, ChannelBindingMode, ConnConfig, Host, RequireAuth, SslMode};
 pub use copy_out::CopyOut;
 pub use error::{DbError, ReplicationError, Result};
 pub use follower::{FollowEvent, WalFollower};

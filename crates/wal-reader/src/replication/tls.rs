@@ -34,16 +34,39 @@ use tokio_rustls::rustls::{
 use super::config::{ConnConfig, SslMode};
 use super::error::{ReplicationError, Result};
 
+/// libpq's default root certificate, `~/.postgresql/root.crt`, if present.
+fn default_root() -> Option<std::path::PathBuf> {
+    let home = std::env::var_os("HOME")?;
+    let path = std::path::Path::new(&home).join(".postgresql/root.crt");
+    path.is_file().then_some(path)
+}
+
+/// The `sslmode` in effect: as libpq, `require` verifies the chain
+/// (`verify-ca`) when a root certificate is given or present by default.
+pub(crate) fn effective_mode(cfg: &ConnConfig) -> (SslMode, Option<std::path::PathBuf>) {
+    let root = cfg.sslrootcert.clone().or_else(default_root);
+    match (cfg.sslmode, &root) {
+        (SslMode::Require, Some(_)) => (SslMode::VerifyCa, root),
+        (mode, _) => (mode, root),
+    }
+}
+
+/// The TLS session, and the `tls-server-end-point` channel-binding data
+/// of the server's certificate when its signature names a hash.
 pub(crate) async fn handshake(
     cfg: &ConnConfig,
     host: &str,
     tcp: TcpStream,
-) -> Result<TlsStream<TcpStream>> {
+) -> Result<(TlsStream<TcpStream>, Option<Vec<u8>>)> {
     let provider = Arc::new(ring::default_provider());
-    let verifier: Arc<dyn ServerCertVerifier> = match cfg.sslmode {
+    let (mode, root) = effective_mode(cfg);
+    let verifier: Arc<dyn ServerCertVerifier> = match mode {
         SslMode::VerifyCa | SslMode::VerifyFull => {
-            let path = cfg.sslrootcert.as_ref().ok_or_else(|| {
-                ReplicationError::Config("sslmode verify-ca/verify-full needs sslrootcert".into())
+            let path = root.as_ref().ok_or_else(|| {
+                ReplicationError::Config(
+                    "sslmode verify-ca/verify-full needs sslrootcert (or ~/.postgresql/root.crt)"
+                        .into(),
+                )
             })?;
             let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
                 .and_then(|it| it.collect::<std::result::Result<Vec<_>, _>>())
@@ -71,14 +94,14 @@ pub(crate) async fn handshake(
                 )
             };
             Arc::new(Verifier {
-                mode: cfg.sslmode,
+                mode,
                 webpki,
                 pinned: certs,
                 provider: provider.clone(),
             })
         }
         _ => Arc::new(Verifier {
-            mode: cfg.sslmode,
+            mode,
             webpki: None,
             pinned: Vec::new(),
             provider: provider.clone(),
@@ -93,7 +116,7 @@ pub(crate) async fn handshake(
     let name = ServerName::try_from(host.to_owned()).map_err(|e| {
         ReplicationError::Config(format!("host {host:?} is not a valid TLS server name: {e}"))
     })?;
-    TlsConnector::from(Arc::new(config))
+    let tls = TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
         .await
         .map_err(|e| {
@@ -104,7 +127,85 @@ pub(crate) async fn handshake(
                 Some(tls) => ReplicationError::Tls(format!("handshake with {host}: {tls}")),
                 None => ReplicationError::Io(e),
             }
+        })?;
+    let end_point = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .and_then(|c| server_end_point(c.as_ref()));
+    Ok((tls, end_point))
+}
+
+/// `tls-server-end-point` (RFC 5929): the hash of the server's
+/// certificate with the hash of its signature algorithm, SHA-256 for MD5
+/// and SHA-1 (what PostgreSQL's `be_tls_get_certificate_hash` computes).
+/// `None` for an algorithm that names no hash this client knows (RSA-PSS,
+/// Ed25519): channel binding is then not offered. Read by hand because
+/// only the signature algorithm's OID is needed, not an X.509 parser.
+pub(crate) fn server_end_point(cert: &[u8]) -> Option<Vec<u8>> {
+    use ::ring::digest::{SHA256, SHA384, SHA512, digest};
+    let oid = signature_algorithm_oid(cert)?;
+    const RSA: &[u8] = &[0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x01];
+    const ECDSA: &[u8] = &[0x2A, 0x86, 0x48, 0xCE, 0x3D, 0x04];
+    let alg = match oid.split_last() {
+        Some((&last, head)) if head == RSA => match last {
+            0x04 | 0x05 | 0x0B => &SHA256,
+            0x0C => &SHA384,
+            0x0D => &SHA512,
+            _ => return None,
+        },
+        _ if oid == [ECDSA, &[0x01]].concat() => &SHA256,
+        Some((&last, head)) if head == [ECDSA, &[0x03]].concat() => match last {
+            0x02 => &SHA256,
+            0x03 => &SHA384,
+            0x04 => &SHA512,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(digest(alg, cert).as_ref().to_vec())
+}
+
+/// The OID bytes of `Certificate.signatureAlgorithm` (the second element
+/// of the outer DER SEQUENCE).
+fn signature_algorithm_oid(der: &[u8]) -> Option<&[u8]> {
+    /// Tag and content of the DER element at the start of `b`, and what
+    /// follows it.
+    fn element(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+        let (&tag, rest) = b.split_first()?;
+        let (&first, rest) = rest.split_first()?;
+        let (len, rest) = if first < 0x80 {
+            (usize::from(first), rest)
+        } else {
+            let n = usize::from(first & 0x7F);
+            if n == 0 || n > 4 || rest.len() < n {
+                return None;
+            }
+            let (bytes, rest) = rest.split_at(n);
+            (
+                bytes.iter().fold(0usize, |l, &x| (l << 8) | usize::from(x)),
+                rest,
+            )
+        };
+        (rest.len() >= len).then(|| {
+            let (content, after) = rest.split_at(len);
+            (tag, content, after)
         })
+    }
+    let (0x30, cert, _) = element(der)? else {
+        return None;
+    };
+    let (0x30, _tbs, rest) = element(cert)? else {
+        return None;
+    };
+    let (0x30, alg, _) = element(rest)? else {
+        return None;
+    };
+    match element(alg)? {
+        (0x06, oid, _) => Some(oid),
+        _ => None,
+    }
 }
 
 #[derive(Debug)]
@@ -194,5 +295,52 @@ impl ServerCertVerifier for Verifier {
         self.provider
             .signature_verification_algorithms
             .supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A certificate's outer shape: an empty TBS, a signature algorithm,
+    /// an empty signature.
+    fn cert_with(oid: &[u8]) -> Vec<u8> {
+        let mut alg = vec![0x06, u8::try_from(oid.len()).unwrap()];
+        alg.extend_from_slice(oid);
+        let mut body = vec![0x30, 0x00, 0x30, u8::try_from(alg.len()).unwrap()];
+        body.extend(alg);
+        body.extend([0x03, 0x01, 0x00]);
+        let mut der = vec![0x30, u8::try_from(body.len()).unwrap()];
+        der.extend(body);
+        der
+    }
+
+    #[test]
+    fn end_point_hash_follows_the_signature_algorithm() {
+        use ::ring::digest::{SHA256, SHA384, digest};
+        let rsa_sha256 = cert_with(&[0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x01, 0x0B]);
+        assert_eq!(
+            server_end_point(&rsa_sha256).unwrap(),
+            digest(&SHA256, &rsa_sha256).as_ref()
+        );
+        let rsa_sha1 = cert_with(&[0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x01, 0x05]);
+        assert_eq!(server_end_point(&rsa_sha1).unwrap().len(), 32);
+        let ecdsa_sha384 = cert_with(&[0x2A, 0x86, 0x48, 0xCE, 0x3D, 0x04, 0x03, 0x03]);
+        assert_eq!(
+            server_end_point(&ecdsa_sha384).unwrap(),
+            digest(&SHA384, &ecdsa_sha384).as_ref()
+        );
+        // RSA-PSS names its hash in parameters; Ed25519 has none: no binding.
+        assert_eq!(
+            server_end_point(&cert_with(&[
+                0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x01, 0x0A
+            ])),
+            None
+        );
+        assert_eq!(server_end_point(&cert_with(&[0x2B, 0x65, 0x70])), None);
+        // Truncated or not DER: none, no panic.
+        assert_eq!(server_end_point(&rsa_sha256[..rsa_sha256.len() - 4]), None);
+        assert_eq!(server_end_point(&[0x30, 0x84, 0xFF]), None);
+        assert_eq!(server_end_point(&[]), None);
     }
 }
