@@ -610,12 +610,14 @@ impl Config {
             key,
             problem,
         };
-        if !(self.source.url.starts_with("postgres://")
-            || self.source.url.starts_with("postgresql://"))
+        let url = &self.source.url;
+        if !(url.starts_with("postgres://")
+            || url.starts_with("postgresql://")
+            || url.contains('='))
         {
             return Err(invalid(
                 "source.url",
-                "expected a URL such as postgres://user@host:5432/postgres".into(),
+                "expected a URL such as postgres://user@host:5432/postgres, or a libpq connection string such as \"host=db user=walshadow dbname=postgres\"".into(),
             ));
         }
         let slot = &self.source.slot;

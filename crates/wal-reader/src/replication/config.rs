@@ -230,16 +230,37 @@ impl ConnConfig {
         }
     }
 
-    /// Parses a `postgres://` or `postgresql://` URL. The password falls back
-    /// to `PGPASSWORD` when the URL has none.
+    /// Parses a `postgres://` or `postgresql://` URL, or a libpq
+    /// `keyword=value` connection string (`host=db port=5432 user=walshadow
+    /// sslmode=verify-full`). The password falls back to `PGPASSWORD` when
+    /// the string has none (and to the password file at connect time).
     pub fn from_url(url: &str) -> Result<Self, ReplicationError> {
         Self::from_url_with_env(url, std::env::var("PGPASSWORD").ok())
+    }
+
+    /// Whether `s` looks like a connection string this parser takes.
+    pub fn is_connection_string(s: &str) -> bool {
+        s.starts_with("postgres://") || s.starts_with("postgresql://") || s.contains('=')
     }
 
     fn from_url_with_env(
         url: &str,
         env_password: Option<String>,
     ) -> Result<Self, ReplicationError> {
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://"))
+            && url.contains('=')
+        {
+            // keyword=value: the same parameters as a URL's query.
+            let pairs = parse_conninfo(url)?;
+            let query: Vec<String> = pairs
+                .iter()
+                .map(|(k, v)| format!("{k}={}", percent_encode(v)))
+                .collect();
+            return Self::from_url_with_env(
+                &format!("postgres:///?{}", query.join("&")),
+                env_password,
+            );
+        }
         let bad = |why: &str| ReplicationError::Config(format!("connection URL: {why}"));
         let rest = url
             .strip_prefix("postgres://")
@@ -354,9 +375,9 @@ impl ConnConfig {
             None => Host::Tcp("localhost".to_owned()),
         };
         let user = user.ok_or_else(|| bad("no user name (postgres://USER@host/...)"))?;
-        if cfg_sslmode.verifies() && sslrootcert.is_none() {
+        if cfg_sslmode.verifies() && sslrootcert.is_none() && super::tls::default_root().is_none() {
             return Err(ReplicationError::Config(format!(
-                "sslmode={} needs sslrootcert=PATH (the CA certificate to verify the server against)",
+                "sslmode={} needs sslrootcert=PATH (the CA certificate to verify the server against), or ~/.postgresql/root.crt",
                 if cfg_sslmode == SslMode::VerifyCa {
                     "verify-ca"
                 } else {
@@ -425,6 +446,63 @@ fn parse_port(p: &str) -> Result<u16, ReplicationError> {
     })
 }
 
+/// A libpq `keyword=value` connection string as pairs: whitespace between
+/// pairs (and around `=`); a value single-quoted (with `\'` and `\\`) or
+/// up to the next whitespace (with `\` escaping the next character).
+fn parse_conninfo(s: &str) -> Result<Vec<(String, String)>, ReplicationError> {
+    let bad = |why: String| ReplicationError::Config(format!("connection string: {why}"));
+    let mut out = Vec::new();
+    let mut chars = s.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.peek().is_none() {
+            return Ok(out);
+        }
+        let mut key = String::new();
+        while let Some(c) = chars.next_if(|c| *c != '=' && !c.is_whitespace()) {
+            key.push(c);
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.next() != Some('=') {
+            return Err(bad(format!("{key:?} is not followed by =")));
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let mut value = String::new();
+        if chars.next_if_eq(&'\'').is_some() {
+            loop {
+                match chars.next() {
+                    Some('\\') => value.extend(chars.next()),
+                    Some('\'') => break,
+                    Some(c) => value.push(c),
+                    None => return Err(bad(format!("the value of {key:?} has no closing quote"))),
+                }
+            }
+        } else {
+            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                if c == '\\' {
+                    value.extend(chars.next());
+                } else {
+                    value.push(c);
+                }
+            }
+        }
+        out.push((key, value));
+    }
+}
+
+/// Every byte but unreserved ones, percent-encoded (for a URL query value).
+fn percent_encode(v: &str) -> String {
+    v.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
 /// The error for a password that does not decode (never quoting it).
 const PASSWORD_ESCAPE: &str =
     "the password has a bad percent-escape or is not UTF-8 once decoded (write % as %25)";
@@ -453,6 +531,27 @@ fn percent_decode(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keyword_value_connection_strings() {
+        let c = ConnConfig::from_url_with_env(
+            "host=db.example port = 6543 user=walshadow dbname='my db' password='it\\'s \\\\ x' sslmode=verify-full sslrootcert=/etc/ca.pem application_name=a\\ b",
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.host, Host::Tcp("db.example".into()));
+        assert_eq!(c.port, 6543);
+        assert_eq!(c.user, "walshadow");
+        assert_eq!(c.dbname.as_deref(), Some("my db"));
+        assert_eq!(c.password.as_deref(), Some("it's \\ x"));
+        assert_eq!(c.sslmode, SslMode::VerifyFull);
+        assert_eq!(c.application_name.as_deref(), Some("a b"));
+        let c = ConnConfig::from_url_with_env("host=/run/postgresql user=u", None).unwrap();
+        assert_eq!(c.host, Host::UnixDir("/run/postgresql".into()));
+        for bad in ["host=h user", "user='open", "host=h user=u nope=1"] {
+            assert!(ConnConfig::from_url_with_env(bad, None).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn require_auth_and_channel_binding() {

@@ -35,7 +35,7 @@ use super::config::{ConnConfig, SslMode};
 use super::error::{ReplicationError, Result};
 
 /// libpq's default root certificate, `~/.postgresql/root.crt`, if present.
-fn default_root() -> Option<std::path::PathBuf> {
+pub(crate) fn default_root() -> Option<std::path::PathBuf> {
     let home = std::env::var_os("HOME")?;
     let path = std::path::Path::new(&home).join(".postgresql/root.crt");
     path.is_file().then_some(path)
