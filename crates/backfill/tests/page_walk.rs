@@ -345,7 +345,7 @@ async fn walk(major: PgMajor) -> Result<()> {
     // Every live row is among the walked tuples, value for value.
     let mut s = sql_session(&pg).await?;
     let live = s
-        .simple_query("select id::text, n::text, note, ext, cmp from t order by id")
+        .simple_query("select id::text, n::text, note, ext, cmp from public.t order by id")
         .await?;
     let expected_live = (ROWS + BIG_ROWS) - (ROWS + BIG_ROWS) / 10;
     ensure!(

@@ -266,7 +266,7 @@ fn measure(
     let fence = |fig: &mut Figures, what: &str, daemon: &mut Daemon| -> Result<i64> {
         let id = next_id.fetch_add(1, Ordering::Relaxed);
         cluster.psql(&format!(
-            "insert into probe values ({id}, clock_timestamp())"
+            "insert into public.probe values ({id}, clock_timestamp())"
         ))?;
         fig.fences.insert(id);
         wait_until(STREAM_TIMEOUT, what, || {
@@ -578,7 +578,7 @@ fn probe_loop(
     while !stop.load(Ordering::Relaxed) {
         let id = next_id.fetch_add(1, Ordering::Relaxed);
         rt.block_on(sql.simple_query(&format!(
-            "insert into probe values ({id}, clock_timestamp())"
+            "insert into public.probe values ({id}, clock_timestamp())"
         )))
         .with_context(|| format!("inserting probe {id}"))?;
         ids.push(id);

@@ -380,6 +380,21 @@ fn config_table_trust(major: PgMajor) -> Result<()> {
         h.ch.query("SELECT name FROM system.tables WHERE database = 'app' FORMAT TSVRaw")?;
     ensure!(!tables.contains("payroll"), "ClickHouse has {tables}");
     h.stop_run()?;
+    // The allowlist narrowed: a table opted in before stops, visibly.
+    let text = std::fs::read_to_string(&h.config)?.replace("\"public.*\"", "\"other.*\"");
+    std::fs::write(&h.config, text)?;
+    h.start_run()?;
+    walshadow_testkit::wait_until(
+        Duration::from_secs(60),
+        "public.ok stopped as not allowed",
+        || {
+            let text = h.cli_ok(&["status", "--config", h.config()])?;
+            Ok(text.lines().any(|l| {
+                l.contains("public.ok") && l.contains("STOPPED") && l.contains("config_table_allow")
+            }))
+        },
+    )?;
+    h.stop_run()?;
     Ok(())
 }
 

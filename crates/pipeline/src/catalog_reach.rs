@@ -50,15 +50,17 @@ impl TableInterest {
     /// A table `schema.name` that does not exist; `namespace` is its
     /// schema's OID if the schema exists.
     pub fn awaited(schema: &str, name: &str, namespace: Option<Oid>) -> TableInterest {
-        let awaited = match namespace {
-            // RELNAMENSP: (relname, relnamespace).
-            Some(nsp) => vec![entry_hash(&[name_key_hash(name), oid_key_hash(nsp)])],
-            // NAMESPACENAME: (nspname); the table follows in a later
-            // commit, or in this one with its own RELNAMENSP entry.
-            None => vec![name_key_hash(schema)],
-        };
+        // NAMESPACENAME (nspname): the schema made, renamed to or from the
+        // name (a swap brings a table along), or dropped; the table may
+        // follow in a later commit, judged with the interest learned anew.
+        let mut awaited = vec![name_key_hash(schema)];
+        // RELNAMENSP (relname, relnamespace): the table made or renamed
+        // into the existing schema.
+        awaited.extend(namespace.map(|nsp| entry_hash(&[name_key_hash(name), oid_key_hash(nsp)])));
         TableInterest {
             awaited,
+            // NAMESPACEOID: the schema itself changed (renamed, dropped).
+            objects: namespace.into_iter().collect(),
             ..TableInterest::default()
         }
     }
@@ -277,9 +279,16 @@ mod tests {
             // ALTER TYPE … RENAME of a column's type.
             let ty = [cat(major, "TYPEOID", oid_key_hash(16385))];
             assert_eq!(i.reach(&ty, major, DB), one);
-            // ALTER SCHEMA … RENAME of its schema.
+            // ALTER SCHEMA … RENAME of its schema (also the schema an
+            // awaited table would appear in).
             let nsp = [cat(major, "NAMESPACEOID", oid_key_hash(2200))];
-            assert_eq!(i.reach(&nsp, major, DB), one);
+            assert_eq!(
+                i.reach(&nsp, major, DB),
+                Reach::Tables(BTreeSet::from([
+                    "public.later".to_owned(),
+                    "public.t".to_owned()
+                ]))
+            );
         }
     }
 
@@ -300,6 +309,16 @@ mod tests {
         assert_eq!(
             i.reach(&schema, major, DB),
             Reach::Tables(BTreeSet::from(["nowhere.x".to_owned()]))
+        );
+        // The awaited table's existing schema swapped for another of its
+        // name (ALTER SCHEMA … RENAME), or dropped and made again.
+        let swapped = [cat(major, "NAMESPACENAME", name_key_hash("public"))];
+        assert!(
+            matches!(i.reach(&swapped, major, DB), Reach::Tables(t) if t.contains("public.later"))
+        );
+        let renamed = [cat(major, "NAMESPACEOID", oid_key_hash(2200))];
+        assert!(
+            matches!(i.reach(&renamed, major, DB), Reach::Tables(t) if t.contains("public.later"))
         );
     }
 

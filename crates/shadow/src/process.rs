@@ -133,12 +133,16 @@ pub fn private_dir(dir: &Path, mode: u32) -> std::io::Result<()> {
 /// `dir` itself, not through links) that has them: state an older
 /// walshadow wrote under a looser umask. Returns how many entries changed.
 pub fn close_to_others(dir: &Path) -> std::io::Result<u64> {
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+    let me = effective_uid();
     let mut changed = 0;
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         let meta = std::fs::symlink_metadata(&path)?;
-        if meta.file_type().is_symlink() {
+        // Only what is ours: in a directory another user owns (the server
+        // user's socket directories) an entry could be swapped for a link
+        // between the look and the chmod, which would follow it.
+        if meta.file_type().is_symlink() || meta.uid() != me {
             continue;
         }
         let mode = meta.permissions().mode();

@@ -47,7 +47,7 @@ async fn copy_out_streams_rows_and_recovers_from_errors() {
         let mut c = sql_session(&pg).await;
 
         // Text: byte for byte what psql prints, one CopyData per row.
-        let mut copy = c.copy_out("COPY t TO STDOUT").await.unwrap();
+        let mut copy = c.copy_out("COPY public.t TO STDOUT").await.unwrap();
         assert!(!copy.is_binary());
         assert_eq!(copy.column_count(), 3);
         let parts = drain(&mut copy).await.unwrap();
@@ -60,7 +60,7 @@ async fn copy_out_streams_rows_and_recovers_from_errors() {
 
         // Binary: signature first, trailer last.
         let mut copy = c
-            .copy_out("COPY (select g, s from t order by g) TO STDOUT (FORMAT binary)")
+            .copy_out("COPY (select g, s from public.t order by g) TO STDOUT (FORMAT binary)")
             .await
             .unwrap();
         assert!(copy.is_binary());
@@ -103,7 +103,7 @@ async fn copy_out_streams_rows_and_recovers_from_errors() {
         let e = c.copy_out("select 1").await.unwrap_err();
         assert!(matches!(e, ReplicationError::Config(_)), "{e}");
         assert_usable(&mut c, "a SELECT").await;
-        let e = c.copy_out("COPY t FROM STDIN").await.unwrap_err();
+        let e = c.copy_out("COPY public.t FROM STDIN").await.unwrap_err();
         assert!(
             matches!(&e, ReplicationError::Config(m) if m.contains("COPY FROM STDIN")),
             "{e}"

@@ -372,6 +372,30 @@ impl Streamer {
         let source = walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url)
             .map_err(|e| StreamError::State(e.to_string()))?;
         let toml_tables: BTreeSet<String> = config.tables.keys().cloned().collect();
+        // A table the config table opted in before `config_table_allow`
+        // said otherwise stops streaming now, visibly.
+        let mut progress = progress;
+        let applied = progress.applied;
+        for (key, t) in progress.tables.iter_mut() {
+            if t.opted_in
+                && t.opted_out.is_none()
+                && !toml_tables.contains(key)
+                && !config.source.allows(key)
+            {
+                let kind = crate::stop::StopKind::NotAllowed;
+                let reason =
+                    "[source] config_table_allow does not allow it (it was opted in before)"
+                        .to_owned();
+                tracing::error!(table = %key, code = kind.code(), "table no longer streamed: {reason}");
+                t.opted_out = Some(applied);
+                t.stopped = Some(Stopped {
+                    lsn: applied,
+                    code: kind.code().into(),
+                    reason,
+                    remedy: kind.remedy(key),
+                });
+            }
+        }
         let mut pinned = toml_tables.clone();
         pinned.extend(
             progress

@@ -69,7 +69,7 @@ pub use command::{CommandSyntaxError, ReplCommand};
 pub use messages::ProtocolError;
 
 /// How the feeder presents itself and paces its keepalives.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct FeederConfig {
     /// Directory of the unix socket; the socket is `.s.PGSQL.<port>` inside. The
     /// directory's permissions guard access (the socket itself is mode 0777, as
@@ -94,6 +94,19 @@ pub struct FeederConfig {
     /// socket) before it is served: a per-start secret in the shadow's
     /// `primary_conninfo`. `None`: none is asked.
     pub password: Option<String>,
+}
+
+impl std::fmt::Debug for FeederConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FeederConfig")
+            .field("socket_dir", &self.socket_dir)
+            .field("port", &self.port)
+            .field("system_identifier", &self.system_identifier)
+            .field("server_version", &self.server_version)
+            .field("peer_uid", &self.peer_uid)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
 }
 
 impl FeederConfig {
@@ -219,11 +232,10 @@ impl Feeder {
         };
         let listener = UnixListener::bind(&path).map_err(bind_err)?;
         match config.peer_uid {
-            Some(uid) => {
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-                    .map_err(bind_err)?;
-                std::os::unix::fs::lchown(&path, Some(uid), None).map_err(bind_err)?;
-            }
+            // Bound under walshadow's umask (077): owner only already. No
+            // chmod by path, which would follow a link the server user
+            // (who owns the directory) swapped in; lchown does not.
+            Some(uid) => std::os::unix::fs::lchown(&path, Some(uid), None).map_err(bind_err)?,
             None => std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777))
                 .map_err(bind_err)?,
         }

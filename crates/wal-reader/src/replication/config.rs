@@ -249,6 +249,7 @@ impl ConnConfig {
     ) -> Result<Self, ReplicationError> {
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://"))
             && url.contains('=')
+            && !url.contains("://")
         {
             // keyword=value: the same parameters as a URL's query.
             let pairs = parse_conninfo(url)?;
@@ -464,7 +465,11 @@ fn parse_conninfo(s: &str) -> Result<Vec<(String, String)>, ReplicationError> {
         }
         while chars.next_if(|c| c.is_whitespace()).is_some() {}
         if chars.next() != Some('=') {
-            return Err(bad(format!("{key:?} is not followed by =")));
+            // Not quoted: a stray word may be part of a password.
+            return Err(bad(format!(
+                "word {} is not followed by =; quote values with spaces ('…')",
+                out.len() + 1
+            )));
         }
         while chars.next_if(|c| c.is_whitespace()).is_some() {}
         let mut value = String::new();
@@ -474,7 +479,12 @@ fn parse_conninfo(s: &str) -> Result<Vec<(String, String)>, ReplicationError> {
                     Some('\\') => value.extend(chars.next()),
                     Some('\'') => break,
                     Some(c) => value.push(c),
-                    None => return Err(bad(format!("the value of {key:?} has no closing quote"))),
+                    None => {
+                        return Err(bad(format!(
+                            "the value of keyword {} has no closing quote",
+                            out.len() + 1
+                        )));
+                    }
                 }
             }
         } else {
@@ -550,6 +560,17 @@ mod tests {
         assert_eq!(c.host, Host::UnixDir("/run/postgresql".into()));
         for bad in ["host=h user", "user='open", "host=h user=u nope=1"] {
             assert!(ConnConfig::from_url_with_env(bad, None).is_err(), "{bad}");
+        }
+        // Mistakes never echo a password.
+        for typo in [
+            "postgress://u:S3cret@h/db?sslmode=require",
+            "host=h user=u password=ab S3cret",
+            "host=h user=u password='S3cret",
+        ] {
+            let e = ConnConfig::from_url_with_env(typo, None)
+                .unwrap_err()
+                .to_string();
+            assert!(!e.contains("S3cret"), "{e}");
         }
     }
 

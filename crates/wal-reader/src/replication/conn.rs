@@ -267,6 +267,17 @@ impl Connection {
                 )))
             }
         };
+        // channel_binding=require: nothing but SCRAM-SHA-256-PLUS gets the
+        // password (a man in the middle asking for it in clear gets nothing).
+        let unbound = |what: &str| -> Result<()> {
+            if cfg.channel_binding == ChannelBindingMode::Require {
+                Err(auth_err(format!(
+                    "the server asks for {what}, and channel_binding=require allows only SCRAM-SHA-256-PLUS"
+                )))
+            } else {
+                Ok(())
+            }
+        };
         let mut asked = false;
         let mut bound = false;
         loop {
@@ -298,12 +309,14 @@ impl Connection {
                 backend::Message::AuthenticationCleartextPassword => {
                     asked = true;
                     allowed(AuthMethod::Password)?;
+                    unbound("a cleartext password")?;
                     frontend::password_message(password()?.as_bytes(), &mut self.write_buf)?;
                     self.flush().await?;
                 }
                 backend::Message::AuthenticationMd5Password(body) => {
                     asked = true;
                     allowed(AuthMethod::Md5)?;
+                    unbound("an MD5 password")?;
                     let hash = md5_hash(cfg.user.as_bytes(), password()?.as_bytes(), body.salt());
                     frontend::password_message(hash.as_bytes(), &mut self.write_buf)?;
                     self.flush().await?;
@@ -350,9 +363,12 @@ impl Connection {
                                 sasl::ChannelBinding::tls_server_end_point(data),
                             )
                         }
-                        // "n": this client does not bind. With TLS and a server
-                        // that could, "y" would tell it a downgrade happened;
-                        // PostgreSQL accepts both.
+                        // Over TLS with no PLUS offered, "y" (the client could
+                        // bind): a server that does support it refuses, so a
+                        // stripped mechanism list is caught. Otherwise "n".
+                        None if self.tls && !has_plus => {
+                            (sasl::SCRAM_SHA_256, sasl::ChannelBinding::unrequested())
+                        }
                         None => (sasl::SCRAM_SHA_256, sasl::ChannelBinding::unsupported()),
                     };
                     let s = sasl::ScramSha256::new(password()?.as_bytes(), binding);
