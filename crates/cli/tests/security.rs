@@ -25,6 +25,7 @@
 //!   first, makes its own with nothing granted to PUBLIC, and with
 //!   `[source] config_table_allow` a row opting in a table outside it is
 //!   refused, in `status`, and nothing of that table reaches ClickHouse;
+//!   a config table handed to another role later has its rows ignored;
 //!
 //! and after each attempt the stream goes on: the oracle holds.
 
@@ -379,6 +380,32 @@ fn config_table_trust(major: PgMajor) -> Result<()> {
     let tables =
         h.ch.query("SELECT name FROM system.tables WHERE database = 'app' FORMAT TSVRaw")?;
     ensure!(!tables.contains("payroll"), "ClickHouse has {tables}");
+    // The config table handed to another role: its rows stop counting.
+    h.source.psql(
+        "create table public.ok2 (id int primary key, v text);
+         insert into public.ok2 values (1, 'via a foreign config table');
+         alter table walshadow.tables owner to intruder;
+         grant usage on schema walshadow to intruder;
+         set role intruder;
+         insert into walshadow.tables values ('public', 'ok2', true, 'copy');
+         reset role;",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    walshadow_testkit::wait_until(
+        Duration::from_secs(60),
+        "the foreign config table refused in the log",
+        || {
+            Ok(h.run_log()
+                .contains("the config table belongs to role \"intruder\""))
+        },
+    )?;
+    let text = h.cli_ok(&["status", "--config", h.config()])?;
+    ensure!(
+        !text.contains("public.ok2"),
+        "a foreign config table's row took effect:\n{text}"
+    );
+    h.source
+        .psql("alter table walshadow.tables owner to current_user")?;
     h.stop_run()?;
     // The allowlist narrowed: a table opted in before stops, visibly.
     let text = std::fs::read_to_string(&h.config)?.replace("\"public.*\"", "\"other.*\"");

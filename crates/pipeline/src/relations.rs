@@ -194,6 +194,16 @@ impl Relations {
         let desc = Arc::new(desc);
         let (key, _) = self.root_of(Arc::clone(&desc)).await?;
         if key == self.config_key {
+            // Its rows decide what walshadow reads: only a table of
+            // walshadow's role (or a superuser's) is believed.
+            if let Some(owner) = self.catalog.foreign_owner(desc.oid).await? {
+                tracing::error!(
+                    table = %key,
+                    owner = %owner,
+                    "the config table belongs to role {owner:?}, neither walshadow's role nor a superuser: its rows are ignored; as a superuser run ALTER TABLE {key} OWNER TO <walshadow's role>, or drop it and run walshadow init"
+                );
+                return Ok(Resolved::Other);
+            }
             return Ok(Resolved::Config { desc });
         }
         if self.pinned.contains(&key) {

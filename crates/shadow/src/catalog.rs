@@ -327,6 +327,21 @@ impl ShadowCatalog {
         Ok(deps)
     }
 
+    /// The owner of relation `oid`, unless it is this session's role or a
+    /// superuser: `Some(owner)` names a role walshadow does not trust.
+    pub async fn foreign_owner(&mut self, oid: Oid) -> Result<Option<String>, CatalogError> {
+        let r = self
+            .query(&format!(
+                "select pg_get_userbyid(c.relowner), r.rolsuper, c.relowner = (select oid from pg_roles where rolname = current_user)
+                   from pg_class c join pg_roles r on r.oid = c.relowner where c.oid = {oid}"
+            ))
+            .await?;
+        Ok(match (r.text(0, 0), r.text(0, 1), r.text(0, 2)) {
+            (Some(owner), Some("f"), Some("f")) => Some(owner.to_owned()),
+            _ => None,
+        })
+    }
+
     /// The relation `schema.name`, if it exists.
     pub async fn relation_by_name(
         &mut self,

@@ -69,6 +69,13 @@ impl ServerUser {
     }
 
     /// Gives `path` (recursively) to this user, when it is another one.
+    ///
+    /// Never through a link, even one swapped in while it runs: once a
+    /// directory is this user's, the user could replace an entry in it with
+    /// a link to `/etc` between a look and a chown by path. So a directory
+    /// is opened without following links and walked through its open
+    /// descriptor (`/proc/self/fd/N/...`, which resolves to the directory
+    /// opened, not to whatever the path names now); entries are `lchown`ed.
     pub fn own_recursive(&self, path: &Path) -> Result<(), ProcessError> {
         if !self.switch {
             return Ok(());
@@ -78,15 +85,50 @@ impl ServerUser {
             path: path.to_owned(),
             source,
         };
-        std::os::unix::fs::lchown(path, Some(self.uid), Some(self.gid)).map_err(io)?;
-        let meta = std::fs::symlink_metadata(path).map_err(io)?;
-        if meta.is_dir() {
-            for entry in std::fs::read_dir(path).map_err(io)? {
-                self.own_recursive(&entry.map_err(io)?.path())?;
+        match open_dir_nofollow(path) {
+            Ok(dir) => self.own_dir(&dir).map_err(io),
+            // Not a directory (or a link): the entry itself, not its target.
+            Err(e) if not_a_directory(&e) => {
+                std::os::unix::fs::lchown(path, Some(self.uid), Some(self.gid)).map_err(io)
+            }
+            Err(e) => Err(io(e)),
+        }
+    }
+
+    fn own_dir(&self, dir: &std::fs::File) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        std::os::unix::fs::fchown(dir, Some(self.uid), Some(self.gid))?;
+        let base = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+        for entry in std::fs::read_dir(&base)? {
+            let entry = base.join(entry?.file_name());
+            match open_dir_nofollow(&entry) {
+                Ok(sub) => self.own_dir(&sub)?,
+                Err(e) if not_a_directory(&e) => {
+                    std::os::unix::fs::lchown(&entry, Some(self.uid), Some(self.gid))?;
+                }
+                Err(e) => return Err(e),
             }
         }
         Ok(())
     }
+}
+
+/// What opening a non-directory, or a link, with `O_DIRECTORY |
+/// O_NOFOLLOW` fails with (`ENOTDIR`, `ELOOP`).
+fn not_a_directory(e: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    let raw = e.raw_os_error();
+    raw == Some(Errno::NOTDIR.raw_os_error()) || raw == Some(Errno::LOOP.raw_os_error())
+}
+
+/// Opens directory `path` without following a link in its last component.
+fn open_dir_nofollow(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(i32::try_from(flags.bits()).unwrap_or(0))
+        .open(path)
 }
 
 /// What of walshadow's environment its children (`pg_ctl`, `postgres`,
@@ -205,4 +247,54 @@ fn lookup_user(name: &str) -> Result<(u32, u32), ProcessError> {
         })
         .next()
         .ok_or_else(|| ProcessError::NoSuchUser(name.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// As root: a tree is given away, a link in it is not followed.
+    #[test]
+    fn own_recursive_never_follows_a_link() {
+        if effective_uid() != 0 {
+            eprintln!("skipped: needs root to chown");
+            return;
+        }
+        use std::os::unix::fs::MetadataExt;
+        let base = std::env::temp_dir().join(format!("walshadow-own-{}", std::process::id()));
+        let tree = base.join("tree");
+        std::fs::create_dir_all(tree.join("sub")).unwrap();
+        std::fs::write(tree.join("sub/file"), "x").unwrap();
+        let outside = base.join("outside");
+        std::fs::write(&outside, "keep").unwrap();
+        std::os::unix::fs::symlink(&outside, tree.join("sub/link")).unwrap();
+        std::os::unix::fs::symlink(&base, tree.join("up")).unwrap();
+        let user = ServerUser {
+            name: "nobody".into(),
+            uid: 65534,
+            gid: 65534,
+            switch: true,
+        };
+        user.own_recursive(&tree).unwrap();
+        for p in ["", "sub", "sub/file"] {
+            assert_eq!(std::fs::metadata(tree.join(p)).unwrap().uid(), 65534, "{p}");
+        }
+        assert_eq!(
+            std::fs::symlink_metadata(tree.join("sub/link"))
+                .unwrap()
+                .uid(),
+            65534
+        );
+        assert_eq!(
+            std::fs::metadata(&outside).unwrap().uid(),
+            0,
+            "followed a link"
+        );
+        assert_eq!(
+            std::fs::metadata(&base).unwrap().uid(),
+            0,
+            "followed a link"
+        );
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 }
