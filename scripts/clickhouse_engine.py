@@ -6,6 +6,11 @@ real ClickHouse server. Run it through `scripts/clickhouse-engine`, which finds 
 the virtualenv that holds chdb:
 
     scripts/clickhouse-engine --port PORT --data DIR [--host 127.0.0.1] [--user U --password P]
+        [--tls-port PORT --tls-cert PEM --tls-key PEM [--tls-client-ca PEM]]
+
+With --tls-port the same interface is also served over TLS (ClickHouse's https_port), the
+handshake done in the connection's own thread; --tls-client-ca requires a client certificate
+signed by that CA, as a server with `verificationMode = strict` does.
 
 What it serves, following ClickHouse's HTTPHandler (src/Server/HTTPHandler.cpp):
 
@@ -46,6 +51,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -623,6 +629,28 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 128  # the daemon may open a burst of connections
 
 
+class TlsServer(Server):
+    """The HTTPS port: accepts plain TCP, then handshakes in the connection's thread, so a
+    client that stalls or fails its handshake holds up no one else."""
+
+    tls: ssl.SSLContext
+
+    def finish_request(self, request, client_address):
+        try:
+            request.settimeout(10)
+            request = self.tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as e:
+            log(f"TLS handshake with {client_address[0]}:{client_address[1]} failed: {e}")
+            return
+        super().finish_request(request, client_address)
+
+    def shutdown_request(self, request):
+        try:
+            request.close()
+        except OSError:
+            pass
+
+
 def summarize(sql: str) -> str:
     return " ".join(sql.split())[:200]
 
@@ -639,7 +667,13 @@ def main() -> int:
     ap.add_argument("--data", required=True, help="data directory (created if missing)")
     ap.add_argument("--user", default="default")
     ap.add_argument("--password", default="")
+    ap.add_argument("--tls-port", type=int, help="also serve HTTPS on this port")
+    ap.add_argument("--tls-cert", help="PEM certificate chain of the HTTPS port")
+    ap.add_argument("--tls-key", help="PEM private key of the HTTPS port")
+    ap.add_argument("--tls-client-ca", help="require client certificates signed by this CA")
     args = ap.parse_args()
+    if args.tls_port is not None and not (args.tls_cert and args.tls_key):
+        ap.error("--tls-port needs --tls-cert and --tls-key")
 
     data_dir = os.path.abspath(args.data)
     os.makedirs(data_dir, exist_ok=True)
@@ -653,18 +687,43 @@ def main() -> int:
         engine.close()
         return 2
 
+    tls_server = None
+    if args.tls_port is not None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(args.tls_cert, args.tls_key)
+        if args.tls_client_ca:
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.load_verify_locations(args.tls_client_ca)
+        try:
+            tls_server = TlsServer((args.host, args.tls_port), handler)
+        except OSError as e:
+            log(f"cannot listen on {args.host}:{args.tls_port}: {e}")
+            server.server_close()
+            engine.close()
+            return 2
+        tls_server.tls = ctx
+        threading.Thread(target=tls_server.serve_forever, kwargs={"poll_interval": 0.2},
+                         daemon=True).start()
+
     def stop(signum, _frame):
         log(f"received {signal.Signals(signum).name}, shutting down")
         threading.Thread(target=server.shutdown, daemon=True).start()
+        if tls_server is not None:
+            threading.Thread(target=tls_server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    if tls_server is not None:
+        log(f"serving https on {args.host}:{args.tls_port}"
+            + (" (client certificates required)" if args.tls_client_ca else ""))
     log(f"ready on http://{args.host}:{args.port} (ClickHouse {engine.version} via chdb "
         f"{chdb.__version__}, data {data_dir}, pid {os.getpid()})")
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
         server.server_close()
+        if tls_server is not None:
+            tls_server.server_close()
         engine.close()  # waits for a running query; chdb flushes on close
         log("stopped")
     return 0

@@ -34,6 +34,12 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 pub fn init(args: InitArgs) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
+    // What `run` would refuse of [clickhouse] (a URL, a CA file, a client
+    // certificate) is refused before anything is built.
+    if let Some(ch) = &config.clickhouse {
+        walshadow_pipeline::stream::clickhouse_client(ch)
+            .context("the [clickhouse] section cannot be used")?;
+    }
     let report = runtime()?.block_on(walshadow_shadow::bootstrap::init(&config, args.force))?;
     println!("{report}");
     Ok(())

@@ -26,6 +26,12 @@
 //!   `[source] config_table_allow` a row opting in a table outside it is
 //!   refused, in `status`, and nothing of that table reaches ClickHouse;
 //!   a config table handed to another role later has its rows ignored;
+//! - ClickHouse over https, client certificates required: `init` refuses
+//!   what `run` would (a CA file that is not there) before it makes
+//!   anything; the stream goes through the TLS port; a server presenting
+//!   another CA's certificate (an impostor) pauses the stream, shown in
+//!   `status` as a TLS error, and nothing is lost once the real one is
+//!   back;
 //!
 //! and after each attempt the stream goes on: the oracle holds.
 
@@ -39,7 +45,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use common::{OracleColumn, StreamHarness, same};
-use walshadow_testkit::{PgMajor, ServerUser};
+use walshadow_testkit::{ClickHouseOptions, EngineTls, PgMajor, ServerUser, TestCa, WorkDir};
 
 const CATCH_UP: Duration = Duration::from_secs(180);
 /// `nobody` on Debian.
@@ -423,6 +429,115 @@ fn config_table_trust(major: PgMajor) -> Result<()> {
     )?;
     h.stop_run()?;
     Ok(())
+}
+
+fn clickhouse_over_tls(major: PgMajor) -> Result<()> {
+    let certs = WorkDir::new(&format!("chtls-certs-pg{}", major.number()))?;
+    let ca = TestCa::new(certs.path(), "ch")?;
+    let rogue = TestCa::new(certs.path(), "rogue")?;
+    let real = EngineTls {
+        server: ca.issue("server", &["DNS:localhost"])?,
+        client_ca: Some(ca.cert().to_owned()),
+    };
+    let client = ca.issue("walshadow", &["DNS:walshadow"])?;
+    let extra = format!(
+        "ca_file = \"{}\"\nclient_cert = \"{}\"\nclient_key = \"{}\"\n",
+        ca.cert().display(),
+        client.cert.display(),
+        client.key.display()
+    );
+    let mut h = StreamHarness::with_engine(
+        major,
+        "chtls",
+        &["public.t"],
+        &extra,
+        common::source_options(),
+        ClickHouseOptions::default().tls(real.clone()),
+    )?;
+    ensure!(h.config.exists() && std::fs::read_to_string(&h.config)?.contains("https://"));
+    h.source
+        .psql("create table t (id int primary key, v text)")?;
+
+    // `init` refuses what `run` would, before it makes anything.
+    let good = std::fs::read_to_string(&h.config)?;
+    let missing = certs.path().join("missing-ca.pem");
+    std::fs::write(
+        &h.config,
+        good.replace(
+            &ca.cert().display().to_string(),
+            &missing.display().to_string(),
+        ),
+    )?;
+    let out = h.cli(&["init", "--config", h.config()])?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success() && err.contains("ca_file") && err.contains("missing-ca.pem"),
+        "init accepted a CA file that is not there:\n{err}"
+    );
+    ensure!(
+        !h.state_dir.exists() && !h.data_dir.exists(),
+        "init made state before refusing the config"
+    );
+    std::fs::write(&h.config, &good)?;
+    h.init()?;
+    h.start_run()?;
+    h.source.psql(
+        "insert into t select g, repeat('over tls ', 300) || g from generate_series(1, 300) g",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal("public.t", "t", &cols())?;
+
+    // An impostor on ClickHouse's address, with a certificate from another
+    // CA: the stream pauses and says why; no table stops.
+    h.ch.stop()?;
+    h.ch.set_tls(EngineTls {
+        server: rogue.issue("server", &["DNS:localhost"])?,
+        client_ca: None,
+    })?;
+    h.ch.start_again()?;
+    h.source.psql(
+        "insert into t select g, 'while the impostor answered' from generate_series(301, 400) g",
+    )?;
+    walshadow_testkit::wait_until(
+        Duration::from_secs(60),
+        "status to show the TLS failure",
+        || {
+            let json: serde_json::Value =
+                serde_json::from_str(&h.cli_ok(&["status", "--config", h.config(), "--json"])?)?;
+            let dest = &json["destination"];
+            Ok(dest["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("TLS failed") && e.contains("UnknownIssuer"))
+                && dest["last_class"] == "environment"
+                && dest["failing_since_unix_ms"].is_u64())
+        },
+    )?;
+    let text = h.cli_ok(&["status", "--config", h.config()])?;
+    ensure!(
+        !text.contains("STOPPED"),
+        "a TLS failure stopped a table:\n{text}"
+    );
+    let count = h.ch.query("SELECT count() FROM app.t FINAL")?;
+    ensure!(count.trim() == "300", "the impostor took rows: {count}");
+
+    // The real server back: the paused rows arrive.
+    h.ch.stop()?;
+    h.ch.set_tls(real)?;
+    h.ch.start_again()?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal("public.t", "t", &cols())?;
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_clickhouse_over_tls_verifies_both_ends() -> Result<()> {
+    clickhouse_over_tls(PgMajor::V15)
+}
+
+#[test]
+fn pg18_clickhouse_over_tls_verifies_both_ends() -> Result<()> {
+    clickhouse_over_tls(PgMajor::V18)
 }
 
 #[test]

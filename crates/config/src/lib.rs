@@ -24,6 +24,10 @@
 //! # user = "default"
 //! # password_file = "/etc/walshadow/clickhouse.pass"  # 0600; or WALSHADOW_CLICKHOUSE_PASSWORD
 //! # password = ""                          # clear text here: prefer the two above
+//! # ca_file = "/etc/walshadow/clickhouse-ca.pem"  # https: trust these CAs, not the system's
+//! # client_cert = "/etc/walshadow/client.pem"     # https: a client certificate ...
+//! # client_key = "/etc/walshadow/client.key"      # ... and its key (0600)
+//! # insecure_skip_tls_verify = false       # https without checking the certificate: never in production
 //! # batch_rows = 100000                     # flush a table's batch at N rows,
 //! # batch_mb = 16                           # ... or N MB,
 //! # batch_ms = 1000                         # ... or after N ms, whichever first
@@ -137,6 +141,20 @@ pub struct ClickHouseConfig {
     /// only; read when the config is loaded, into `password`.
     #[serde(default)]
     pub password_file: Option<PathBuf>,
+    /// For an `https://` url: PEM certificates of the CAs to trust instead
+    /// of the system's.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// For an `https://` url: a PEM certificate chain (with `client_key`,
+    /// 0600) presented when ClickHouse asks for a client certificate.
+    #[serde(default)]
+    pub client_cert: Option<PathBuf>,
+    #[serde(default)]
+    pub client_key: Option<PathBuf>,
+    /// Accept any certificate ClickHouse presents (encrypted, but not
+    /// authenticated); warned about at every start.
+    #[serde(default)]
+    pub insecure_skip_tls_verify: bool,
     #[serde(default = "default_batch_rows")]
     pub batch_rows: usize,
     #[serde(default = "default_batch_mb")]
@@ -804,6 +822,18 @@ impl Config {
             if ch.database.is_empty() {
                 return Err(invalid("clickhouse.database", "must not be empty".into()));
             }
+            if ch.client_cert.is_some() != ch.client_key.is_some() {
+                return Err(invalid(
+                    "clickhouse.client_cert",
+                    "client_cert and client_key go together: give both or neither".into(),
+                ));
+            }
+            if ch.insecure_skip_tls_verify && ch.ca_file.is_some() {
+                return Err(invalid(
+                    "clickhouse.insecure_skip_tls_verify",
+                    "contradicts ca_file (which verifies against that CA): remove one".into(),
+                ));
+            }
             let meta = [
                 &ch.lsn_column,
                 &ch.seq_column,
@@ -911,6 +941,25 @@ mod tests {
             "{e}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn clickhouse_tls_keys_that_contradict() {
+        let ch = "\n[clickhouse]\nurl = \"https://ch:8443\"\ndatabase = \"app\"\n";
+        let e = parse(&format!("{GOOD}{ch}client_cert = \"/c.pem\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("give both or neither"), "{e}");
+        let e = parse(&format!(
+            "{GOOD}{ch}ca_file = \"/ca.pem\"\ninsecure_skip_tls_verify = true\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("contradicts ca_file"), "{e}");
+        let e = parse(&format!("{GOOD}{ch}cafile = \"/ca.pem\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cafile"), "a typo is an unknown key: {e}");
     }
 
     #[test]

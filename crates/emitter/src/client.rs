@@ -8,6 +8,12 @@
 //! exception code in `X-ClickHouse-Exception-Code`. A body that still ends
 //! in an exception is reported as one (see [`crate::error`]).
 //!
+//! `https://` URLs use rustls (through `hyper-rustls`): the system's trust
+//! anchors or a CA file, host names verified, an optional client
+//! certificate; verification is off only with
+//! [`TlsOptions::insecure_skip_verify`], which warns each time a client is
+//! made.
+//!
 //! Credentials go in the `X-ClickHouse-User`/`X-ClickHouse-Key` headers,
 //! never in the URL. Connections are pooled (HTTP/1.1 keep-alive); idle ones
 //! are closed after `pool_idle_timeout`, which should stay below the
@@ -16,6 +22,7 @@
 //! (no `database` parameter), so `CREATE DATABASE` works like the rest.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,9 +30,11 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::Request;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use walshadow_tls::rustls;
 
 use crate::ddl::quote_ident;
 use crate::error::{ClickHouseError, trailing_exception};
@@ -45,6 +54,27 @@ pub struct ClientConfig {
     pub pool_idle_timeout: Duration,
     /// Larger responses are refused (the client reads small results only).
     pub max_response_bytes: usize,
+    /// For `https://` URLs only.
+    pub tls: TlsOptions,
+}
+
+/// How an `https://` client authenticates the server, and itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsOptions {
+    /// PEM trust anchors to use instead of the system's.
+    pub ca_file: Option<PathBuf>,
+    /// A PEM certificate chain and its private key (0600), presented
+    /// when the server asks for a client certificate.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// Accept any server certificate: encrypted, but anyone on the path
+    /// can pose as ClickHouse and read rows and password.
+    pub insecure_skip_verify: bool,
+}
+
+impl TlsOptions {
+    fn is_set(&self) -> bool {
+        *self != TlsOptions::default()
+    }
 }
 
 impl fmt::Debug for ClientConfig {
@@ -58,6 +88,7 @@ impl fmt::Debug for ClientConfig {
             .field("request_timeout", &self.request_timeout)
             .field("pool_idle_timeout", &self.pool_idle_timeout)
             .field("max_response_bytes", &self.max_response_bytes)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -73,6 +104,7 @@ impl ClientConfig {
             request_timeout: Duration::from_secs(120),
             pool_idle_timeout: Duration::from_secs(2),
             max_response_bytes: 64 << 20,
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -91,7 +123,7 @@ pub struct InsertSettings {
 /// A pooled client; cheap to clone.
 #[derive(Clone)]
 pub struct ClickHouseClient {
-    http: Client<HttpConnector, Full<Bytes>>,
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     /// `scheme://authority/path` with no trailing `?`.
     base: String,
     user: HeaderValue,
@@ -112,16 +144,19 @@ impl ClickHouseClient {
     /// used.
     pub fn new(config: ClientConfig) -> Result<ClickHouseClient, ClickHouseError> {
         let url = config.url.trim_end_matches('/');
-        if url.starts_with("https://") {
+        let https = url.starts_with("https://");
+        let scheme_len = if https { "https://" } else { "http://" }.len();
+        if !(https || url.starts_with("http://")) || url.len() <= scheme_len {
             return Err(ClickHouseError::Config(format!(
-                "{url}: https is not supported by this client yet; use http:// (e.g. on a private network) \
-                 or a local TLS-terminating proxy"
+                "{:?}: expected ClickHouse's HTTP interface, e.g. http://127.0.0.1:8123 \
+                 or https://clickhouse.example.com:8443",
+                config.url
             )));
         }
-        if !url.starts_with("http://") || url.len() <= "http://".len() {
+        if !https && config.tls.is_set() {
             return Err(ClickHouseError::Config(format!(
-                "{:?}: expected ClickHouse's HTTP interface, e.g. http://127.0.0.1:8123",
-                config.url
+                "{url}: ca_file, client_cert and insecure_skip_tls_verify apply to https:// URLs; \
+                 this one is plain http"
             )));
         }
         // Parse once so a bad URL fails here, not on the first request.
@@ -136,9 +171,20 @@ impl ClickHouseClient {
         })?;
         key.set_sensitive(true);
 
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(config.connect_timeout));
-        connector.set_nodelay(true);
+        let mut tcp = HttpConnector::new();
+        tcp.set_connect_timeout(Some(config.connect_timeout));
+        tcp.set_nodelay(true);
+        tcp.enforce_http(false);
+        let tls = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls_config(
+            &config.url,
+            &config.tls,
+            https,
+        )?);
+        let connector = if https {
+            tls.https_only().enable_http1().wrap_connector(tcp)
+        } else {
+            tls.https_or_http().enable_http1().wrap_connector(tcp)
+        };
         let http = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(config.pool_idle_timeout)
@@ -285,11 +331,25 @@ impl ClickHouseClient {
             context: context.to_string(),
             message,
         };
-        let response = self
-            .http
-            .request(request)
-            .await
-            .map_err(|e| connection(error_chain(&e)))?;
+        let response = self.http.request(request).await.map_err(|e| {
+            let message = error_chain(&e);
+            match tls_failure(&e) {
+                Some(tls) => ClickHouseError::Tls {
+                    endpoint: self.base.clone(),
+                    context: context.to_string(),
+                    message: match tls {
+                        rustls::Error::InvalidCertificate(_) => format!(
+                            "{message} (clickhouse.ca_file names the CA that signed \
+                             ClickHouse's certificate; the URL's host must be one the \
+                             certificate names)"
+                        )
+                        .into(),
+                        _ => message.into(),
+                    },
+                },
+                None => connection(message),
+            }
+        })?;
         let status = response.status();
         let code = response
             .headers()
@@ -333,6 +393,63 @@ impl ClickHouseClient {
             });
         }
         Ok(Answer { body, summary })
+    }
+}
+
+/// The rustls configuration for `options`; for a plain-http client (which
+/// never uses it) one that trusts nothing.
+fn tls_config(
+    url: &str,
+    options: &TlsOptions,
+    https: bool,
+) -> Result<rustls::ClientConfig, ClickHouseError> {
+    let config_error = |e: &dyn fmt::Display| ClickHouseError::Config(format!("{url}: {e}"));
+    let provider = walshadow_tls::provider();
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| config_error(&e))?;
+    let builder = if !https {
+        builder.with_root_certificates(rustls::RootCertStore::empty())
+    } else if options.insecure_skip_verify {
+        tracing::warn!(
+            url,
+            "clickhouse.insecure_skip_tls_verify is on: ClickHouse's certificate is not checked, \
+             so anyone on the network path can pose as it and read the rows and the password; \
+             name its CA in clickhouse.ca_file instead"
+        );
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(walshadow_tls::AnyCertificate::new(
+                provider,
+            )))
+    } else {
+        let roots = match &options.ca_file {
+            Some(path) => {
+                let (roots, ignored) = walshadow_tls::roots_from(path)
+                    .map_err(|e| config_error(&format!("ca_file {e}")))?;
+                if roots.is_empty() {
+                    return Err(config_error(&format!(
+                        "ca_file {}: none of its {ignored} certificates can be a trust anchor",
+                        path.display()
+                    )));
+                }
+                roots
+            }
+            None => walshadow_tls::system_roots().map_err(|e| config_error(&e))?,
+        };
+        builder.with_root_certificates(roots)
+    };
+    match &options.client_cert {
+        Some((cert, key)) => {
+            let chain = walshadow_tls::certificates(cert)
+                .map_err(|e| config_error(&format!("client_cert {e}")))?;
+            let key = walshadow_tls::private_key(key)
+                .map_err(|e| config_error(&format!("client_key {e}")))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| config_error(&format!("client_cert and client_key: {e}")))
+        }
+        None => Ok(builder.with_no_client_auth()),
     }
 }
 
@@ -396,6 +513,23 @@ fn message_of(body: &[u8]) -> String {
     }
 }
 
+/// The rustls error among `e`'s sources, if the TLS layer failed.
+/// tokio-rustls and hyper-rustls each wrap it in an `io::Error`, whose
+/// `source()` skips what it wraps, so wrapped errors are opened too.
+fn tls_failure<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e rustls::Error> {
+    let mut next = Some(e);
+    while let Some(inner) = next {
+        if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        next = match inner.downcast_ref::<std::io::Error>() {
+            Some(io) => io.get_ref().map(|wrapped| wrapped as _),
+            None => inner.source(),
+        };
+    }
+    None
+}
+
 /// An error and its sources ("connection refused" sits a few levels down).
 fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
@@ -433,6 +567,21 @@ mod tests {
             s,
             "INSERT%20INTO%20%60d%60.%60t%60%20%28a%29%20FORMAT%20RowBinary%20%C3%A9%26%3D"
         );
+    }
+
+    #[test]
+    fn tls_options_need_https() {
+        let mut c = ClientConfig::new("http://127.0.0.1:8123", "d");
+        c.tls.insecure_skip_verify = true;
+        let e = ClickHouseClient::new(c).unwrap_err().to_string();
+        assert!(e.contains("plain http"), "{e}");
+        let mut c = ClientConfig::new("https://127.0.0.1:8443", "d");
+        c.tls.ca_file = Some("/nonexistent/ca.pem".into());
+        let e = ClickHouseClient::new(c).unwrap_err().to_string();
+        assert!(e.contains("ca_file /nonexistent/ca.pem"), "{e}");
+        let mut c = ClientConfig::new("https://127.0.0.1:8443", "d");
+        c.tls.insecure_skip_verify = true;
+        assert!(ClickHouseClient::new(c).is_ok());
     }
 
     #[test]

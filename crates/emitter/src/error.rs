@@ -146,6 +146,17 @@ pub enum ClickHouseError {
         context: String,
         message: String,
     },
+    /// The TLS handshake failed: a certificate this client does not trust
+    /// (or that names another host), a client certificate the server
+    /// wants, a plain-HTTP port. Environment: someone fixes the
+    /// certificates.
+    #[error("ClickHouse at {endpoint}: {context}: TLS failed: {message}")]
+    Tls {
+        endpoint: String,
+        context: String,
+        /// Boxed so the error stays as small as the others.
+        message: Box<str>,
+    },
     /// The request did not finish in time. Transient; for an insert the
     /// outcome is unknown, which the deduplication token makes safe to
     /// retry.
@@ -193,9 +204,9 @@ impl ClickHouseError {
                 None if matches!(status, 408 | 429 | 500..=599) => ErrorClass::Transient,
                 None => ErrorClass::Environment,
             },
-            ClickHouseError::Response { .. } | ClickHouseError::Config(_) => {
-                ErrorClass::Environment
-            }
+            ClickHouseError::Response { .. }
+            | ClickHouseError::Config(_)
+            | ClickHouseError::Tls { .. } => ErrorClass::Environment,
         }
     }
 
@@ -216,6 +227,7 @@ impl ClickHouseError {
             ClickHouseError::Server { code: Some(c), .. } => c.to_string(),
             ClickHouseError::Server { status, .. } => format!("http_{status}"),
             ClickHouseError::Connection { .. } => "connection".into(),
+            ClickHouseError::Tls { .. } => "tls".into(),
             ClickHouseError::Timeout { .. } => "timeout".into(),
             ClickHouseError::Response { .. } => "bad_response".into(),
             ClickHouseError::Config(_) => "config".into(),

@@ -42,6 +42,16 @@ pub struct ClickHouseOptions {
     /// Directory for the engine's data (`data/`) and log (`engine.log`), created if missing
     /// and left in place; `None` uses a WorkDir of its own, removed on drop.
     pub dir: Option<PathBuf>,
+    /// Also serve HTTPS on a port of its own ([`ClickHouseEngine::https_url`]).
+    pub tls: Option<EngineTls>,
+}
+
+/// The engine's HTTPS port: its certificate, and the CA whose client certificates it
+/// requires (`None`: no client certificate asked for).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineTls {
+    pub server: crate::CertPair,
+    pub client_ca: Option<PathBuf>,
 }
 
 impl ClickHouseOptions {
@@ -52,6 +62,11 @@ impl ClickHouseOptions {
 
     pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dir = Some(dir.into());
+        self
+    }
+
+    pub fn tls(mut self, tls: EngineTls) -> Self {
+        self.tls = Some(tls);
         self
     }
 }
@@ -100,6 +115,9 @@ impl HttpReply {
 pub struct ClickHouseEngine {
     child: Option<Child>,
     port: u16,
+    /// The HTTPS port, with [`ClickHouseOptions::tls`].
+    tls_port: Option<u16>,
+    tls: Option<EngineTls>,
     dir: PathBuf,
     credentials: Option<(String, String)>,
     agent: ureq::Agent,
@@ -131,6 +149,8 @@ impl ClickHouseEngine {
         let mut engine = ClickHouseEngine {
             child: None,
             port: 0,
+            tls_port: None,
+            tls: opts.tls,
             dir,
             credentials: opts.credentials,
             agent: new_agent(),
@@ -139,6 +159,9 @@ impl ClickHouseEngine {
         let mut last_err = None;
         for _ in 0..PORT_ATTEMPTS {
             engine.port = free_port()?;
+            if engine.tls.is_some() {
+                engine.tls_port = Some(free_port()?);
+            }
             match engine.spawn() {
                 Ok(()) => return Ok(engine),
                 Err(SpawnError::PortTaken(e)) => last_err = Some(e),
@@ -156,6 +179,26 @@ impl ClickHouseEngine {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// `https://localhost:PORT` of the HTTPS port, with [`ClickHouseOptions::tls`].
+    pub fn https_url(&self) -> Option<String> {
+        self.tls_port.map(|p| format!("https://localhost:{p}"))
+    }
+
+    /// The HTTPS port, with [`ClickHouseOptions::tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
+    /// The HTTPS port's certificates from the next [`ClickHouseEngine::start_again`] on (a
+    /// certificate rotated, or replaced by an impostor's).
+    pub fn set_tls(&mut self, tls: EngineTls) -> Result<()> {
+        if self.tls_port.is_none() {
+            bail!("the engine was started without an HTTPS port");
+        }
+        self.tls = Some(tls);
+        Ok(())
     }
 
     /// The directory the engine keeps its data in (a chDB session path).
@@ -372,6 +415,17 @@ impl ClickHouseEngine {
             .stderr(log2);
         if let Some((user, password)) = &self.credentials {
             cmd.args(["--user", user, "--password", password]);
+        }
+        if let (Some(tls), Some(port)) = (&self.tls, self.tls_port) {
+            cmd.arg("--tls-port")
+                .arg(port.to_string())
+                .arg("--tls-cert")
+                .arg(&tls.server.cert)
+                .arg("--tls-key")
+                .arg(&tls.server.key);
+            if let Some(ca) = &tls.client_ca {
+                cmd.arg("--tls-client-ca").arg(ca);
+            }
         }
         let log_start = std::fs::metadata(self.log_path()).map_or(0, |m| m.len());
         let child = cmd

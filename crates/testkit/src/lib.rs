@@ -48,7 +48,7 @@ mod wait;
 mod waldump;
 mod workdir;
 
-pub use clickhouse::{ClickHouseEngine, ClickHouseOptions, HttpReply};
+pub use clickhouse::{ClickHouseEngine, ClickHouseOptions, EngineTls, HttpReply};
 pub use cluster::{Auth, Cluster, ClusterOptions};
 pub use fault_proxy::{FaultProxy, ProxyMode};
 pub use heap_file::{heap_tuples, relation_file};
@@ -57,6 +57,7 @@ pub use parity::{DumpBlock, DumpRecord, assert_parity, parse_dump_output};
 pub use rng::Rng;
 pub use server_text::{TEXT_SETTINGS, assert_same_text, server_text};
 pub use server_user::ServerUser;
+pub use tls::{CertPair, TestCa};
 pub use wait::wait_until;
 pub use waldump::{
     WaldumpBlock, WaldumpRecord, parse_waldump_line, parse_waldump_output, waldump,

@@ -13,8 +13,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use walshadow_shadow::postmaster::Postmaster;
 use walshadow_testkit::{
-    ClickHouseEngine, Cluster, ClusterOptions, Lsn, PgMajor, WorkDir, wait_until,
-    write_walshadow_config,
+    ClickHouseEngine, ClickHouseOptions, Cluster, ClusterOptions, Lsn, PgMajor, WorkDir,
+    wait_until, write_walshadow_config,
 };
 
 pub mod loads;
@@ -80,15 +80,35 @@ impl StreamHarness {
         extra: &str,
         opts: ClusterOptions,
     ) -> Result<StreamHarness> {
+        Self::with_engine(
+            major,
+            tag,
+            tables,
+            extra,
+            opts,
+            ClickHouseOptions::default(),
+        )
+    }
+
+    /// [`StreamHarness::with_options`] with an engine started with
+    /// `ch_opts`; walshadow uses its HTTPS port when it has one.
+    pub fn with_engine(
+        major: PgMajor,
+        tag: &str,
+        tables: &[&str],
+        extra: &str,
+        opts: ClusterOptions,
+        ch_opts: ClickHouseOptions,
+    ) -> Result<StreamHarness> {
         let source = Cluster::start(major, opts)?;
         let work = WorkDir::new(&format!("stream-{tag}-pg{}", major.number()))?;
-        let ch = ClickHouseEngine::start()?;
+        let ch = ClickHouseEngine::start_with(ch_opts)?;
         let data_dir = work.path().join("shadow");
         let config = write_walshadow_config(&source, work.path(), &data_dir, "walshadow_stream")?;
         let mut text = std::fs::read_to_string(&config)?;
         text.push_str(&format!(
             "\n[clickhouse]\nurl = \"{}\"\ndatabase = \"app\"\nbatch_ms = 200\n{extra}\n",
-            ch.url()
+            ch.https_url().unwrap_or_else(|| ch.url())
         ));
         for t in tables {
             text.push_str(&format!("\n[table.\"{t}\"]\n"));

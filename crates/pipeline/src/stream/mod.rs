@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use walshadow_config::Config;
 use walshadow_emitter::{
-    BatchConfig, ClickHouseClient, ClientConfig, DestTable, MetaColumns, RowBinaryEncoder, RowMeta,
-    SchemaDiff, TableBatch, TableSettings,
+    BatchConfig, ClickHouseClient, ClickHouseError, ClientConfig, DestTable, MetaColumns,
+    RowBinaryEncoder, RowMeta, SchemaDiff, TableBatch, TableSettings, TlsOptions,
 };
 use walshadow_rows::{RowDecoder, RowError, ToastChunk, TupleRef, Value};
 use walshadow_shadow::catalog::ShadowCatalog;
@@ -328,6 +328,24 @@ fn table_name(key: &str) -> String {
     }
 }
 
+/// The ClickHouse client `[clickhouse]` describes; connects lazily. `init`
+/// makes one too, so it refuses exactly what `run` would (a URL, a CA file,
+/// a client certificate).
+pub fn clickhouse_client(
+    ch_cfg: &walshadow_config::ClickHouseConfig,
+) -> Result<ClickHouseClient, ClickHouseError> {
+    let mut client_cfg = ClientConfig::new(&ch_cfg.url, &ch_cfg.database);
+    client_cfg.user = ch_cfg.user.clone();
+    client_cfg.password = ch_cfg.password.clone();
+    client_cfg.request_timeout = Duration::from_secs(ch_cfg.request_timeout_s.max(1));
+    client_cfg.tls = TlsOptions {
+        ca_file: ch_cfg.ca_file.clone(),
+        client_cert: ch_cfg.client_cert.clone().zip(ch_cfg.client_key.clone()),
+        insecure_skip_verify: ch_cfg.insecure_skip_tls_verify,
+    };
+    ClickHouseClient::new(client_cfg)
+}
+
 impl Streamer {
     /// Prepares streaming: ClickHouse reachable and its database present,
     /// the spill directory cleaned, progress read (or started at the
@@ -346,11 +364,7 @@ impl Streamer {
             .clickhouse
             .as_ref()
             .ok_or_else(|| StreamError::State("no [clickhouse] section".into()))?;
-        let mut client_cfg = ClientConfig::new(&ch_cfg.url, &ch_cfg.database);
-        client_cfg.user = ch_cfg.user.clone();
-        client_cfg.password = ch_cfg.password.clone();
-        client_cfg.request_timeout = Duration::from_secs(ch_cfg.request_timeout_s.max(1));
-        let ch = ClickHouseClient::new(client_cfg)?;
+        let ch = clickhouse_client(ch_cfg)?;
         let meta = MetaColumns {
             lsn: ch_cfg.lsn_column.clone(),
             seq: ch_cfg.seq_column.clone(),

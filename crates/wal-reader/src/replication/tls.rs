@@ -15,7 +15,6 @@
 
 use std::sync::Arc;
 
-use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -24,12 +23,11 @@ use tokio_rustls::rustls::client::WebPkiServerVerifier;
 use tokio_rustls::rustls::client::danger::{
     HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
 };
-use tokio_rustls::rustls::crypto::{
-    CryptoProvider, ring, verify_tls12_signature, verify_tls13_signature,
-};
 use tokio_rustls::rustls::{
-    self, CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+    self, CertificateError, ClientConfig, DigitallySignedStruct, SignatureScheme,
 };
+
+use walshadow_tls::AnyCertificate;
 
 use super::config::{ConnConfig, SslMode};
 use super::error::{ReplicationError, Result};
@@ -58,7 +56,7 @@ pub(crate) async fn handshake(
     host: &str,
     tcp: TcpStream,
 ) -> Result<(TlsStream<TcpStream>, Option<Vec<u8>>)> {
-    let provider = Arc::new(ring::default_provider());
+    let provider = walshadow_tls::provider();
     let (mode, root) = effective_mode(cfg);
     let verifier: Arc<dyn ServerCertVerifier> = match mode {
         SslMode::VerifyCa | SslMode::VerifyFull => {
@@ -68,19 +66,11 @@ pub(crate) async fn handshake(
                         .into(),
                 )
             })?;
-            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-                .and_then(|it| it.collect::<std::result::Result<Vec<_>, _>>())
-                .map_err(|e| {
-                    ReplicationError::Config(format!("sslrootcert {}: {e}", path.display()))
-                })?;
-            if certs.is_empty() {
-                return Err(ReplicationError::Config(format!(
-                    "sslrootcert {} holds no PEM certificate",
-                    path.display()
-                )));
-            }
-            let mut roots = RootCertStore::empty();
-            let (_, ignored) = roots.add_parsable_certificates(certs.iter().cloned());
+            let sslrootcert = |e: walshadow_tls::TlsFileError| {
+                ReplicationError::Config(format!("sslrootcert {e}"))
+            };
+            let certs = walshadow_tls::certificates(path).map_err(sslrootcert)?;
+            let (roots, ignored) = walshadow_tls::roots_from(path).map_err(sslrootcert)?;
             if ignored > 0 {
                 tracing::warn!(path = %path.display(), ignored, "sslrootcert: some certificates could not be used as trust anchors");
             }
@@ -97,15 +87,10 @@ pub(crate) async fn handshake(
                 mode,
                 webpki,
                 pinned: certs,
-                provider: provider.clone(),
+                signatures: AnyCertificate::new(provider.clone()),
             })
         }
-        _ => Arc::new(Verifier {
-            mode,
-            webpki: None,
-            pinned: Vec::new(),
-            provider: provider.clone(),
-        }),
+        _ => Arc::new(AnyCertificate::new(provider.clone())),
     };
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -213,7 +198,8 @@ struct Verifier {
     mode: SslMode,
     webpki: Option<Arc<WebPkiServerVerifier>>,
     pinned: Vec<CertificateDer<'static>>,
-    provider: Arc<CryptoProvider>,
+    /// Checks the handshake's signatures.
+    signatures: AnyCertificate,
 }
 
 impl ServerCertVerifier for Verifier {
@@ -225,9 +211,6 @@ impl ServerCertVerifier for Verifier {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        if !self.mode.verifies() {
-            return Ok(ServerCertVerified::assertion());
-        }
         let chain_result = match &self.webpki {
             Some(v) => {
                 v.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
@@ -269,12 +252,7 @@ impl ServerCertVerifier for Verifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        self.signatures.verify_tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -283,18 +261,11 @@ impl ServerCertVerifier for Verifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        self.signatures.verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.signatures.supported_verify_schemes()
     }
 }
 
