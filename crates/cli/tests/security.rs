@@ -402,13 +402,20 @@ fn config_table_trust(major: PgMajor) -> Result<()> {
         "the foreign config table refused in the log",
         || {
             Ok(h.run_log()
-                .contains("the config table belongs to role \"intruder\""))
+                .contains("the config table walshadow.tables belongs to role \"intruder\""))
         },
     )?;
     let text = h.cli_ok(&["status", "--config", h.config()])?;
     ensure!(
         !text.contains("public.ok2"),
         "a foreign config table's row took effect:\n{text}"
+    );
+    ensure!(
+        text.lines()
+            .any(|l| l.starts_with("config table:    IGNORED")
+                && l.contains("\"intruder\"")
+                && l.contains("OWNER TO")),
+        "status does not say the config table is ignored:\n{text}"
     );
     h.source
         .psql("alter table walshadow.tables owner to current_user")?;

@@ -329,14 +329,8 @@ fn pg18_one_run_per_state_directory() -> Result<()> {
     one_run_per_state_dir(PgMajor::V18)
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 fn errors_pause(major: PgMajor) -> Result<()> {
-    let metrics_port = free_port()?;
+    let metrics_port = common::loads::free_port()?;
     let mut h = harness(
         major,
         "cherr",
@@ -443,6 +437,12 @@ fn errors_pause(major: PgMajor) -> Result<()> {
     let metrics = common::loads::scrape(metrics_port)?;
     ensure!(metrics.contains("walshadow_destination_up 1"), "{metrics}");
     ensure!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("walshadow_destination_retries_total ") && !l.ends_with(" 0")),
+        "no retries counted:\n{metrics}"
+    );
+    ensure!(
         !metrics.contains("walshadow_table_stopped{table=\"public.t\"} 1"),
         "{metrics}"
     );
@@ -482,7 +482,7 @@ fn storm(h: &StreamHarness, n: usize, txn: impl Fn(usize) -> String) -> Result<(
 }
 
 fn catalog_churn(major: PgMajor) -> Result<()> {
-    let metrics_port = free_port()?;
+    let metrics_port = common::loads::free_port()?;
     let mut h = StreamHarness::new(
         major,
         "churn",

@@ -2,7 +2,8 @@
 //! change ClickHouse cannot follow stops the table; `walshadow table
 //! resync` (with `run` running, then with it stopped and `base_backup`)
 //! loads it again with its new shape and swaps it in; `walshadow table
-//! list` shows each state; the oracle holds after each.
+//! list` shows each state, and metrics the stop's reason (after a restart
+//! too); the oracle holds after each.
 
 mod common;
 
@@ -38,7 +39,13 @@ fn wait_state(h: &mut StreamHarness, key: &str, state: &str) -> Result<serde_jso
 }
 
 fn resync(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "resync", &["public.t"], "")?;
+    let port = common::loads::free_port()?;
+    let mut h = StreamHarness::new(
+        major,
+        "resync",
+        &["public.t"],
+        &format!("\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+    )?;
     h.source
         .psql("create table t (id int primary key, v text, n int)")?;
     h.init()?;
@@ -63,6 +70,23 @@ fn resync(major: PgMajor) -> Result<()> {
     );
     let status = h.cli_ok(&["status", "--json", "--config", h.config()])?;
     ensure!(status.contains("\"code\": \"schema_change\""), "{status}");
+    // Metrics say so, with the reason, also after a restart.
+    let stopped_series = [
+        "walshadow_table_stopped{table=\"public.t\"} 1",
+        "walshadow_table_stop_reason{table=\"public.t\",reason=\"schema_change\"} 1",
+    ];
+    for restart in [false, true] {
+        if restart {
+            h.stop_run()?;
+            h.start_run()?;
+        }
+        let mut metrics = String::new();
+        wait_until(CATCH_UP, "the stop in metrics", || {
+            metrics = common::loads::scrape(port).unwrap_or_default();
+            Ok(stopped_series.iter().all(|s| metrics.contains(s)))
+        })
+        .with_context(|| format!("restart {restart}:\n{metrics}"))?;
+    }
 
     // Resync with run running, changes landing meanwhile.
     let out = h.cli_ok(&["table", "resync", "public.t", "--config", h.config()])?;
@@ -86,6 +110,12 @@ fn resync(major: PgMajor) -> Result<()> {
         "SELECT name FROM system.tables WHERE database = 'app' AND name LIKE 't\\\\_\\\\_ws%'",
     )?;
     ensure!(leftovers.trim().is_empty(), "leftover tables: {leftovers}");
+    let metrics = common::loads::scrape(port)?;
+    ensure!(
+        metrics.contains("walshadow_table_stopped{table=\"public.t\"} 0")
+            && !metrics.contains("walshadow_table_stop_reason{table=\"public.t\""),
+        "{metrics}"
+    );
 
     // With run stopped, by base_backup: the request waits in the WAL.
     h.stop_run()?;

@@ -20,7 +20,10 @@
 //! | `walshadow_applied_commit_time_seconds` | gauge | that commit time, Unix seconds |
 //! | `walshadow_rows_written_total{table}` | counter | rows written to ClickHouse by the stream |
 //! | `walshadow_table_stopped{table}` | gauge | 1 while the table is stopped by a definite error |
+//! | `walshadow_table_stop_reason{table,reason}` | gauge | 1 while the table is stopped, `reason` its stop code (the operator guide's stop table) |
+//! | `walshadow_config_table_ignored` | gauge | 1 while the config table's rows are ignored (it belongs to another role) |
 //! | `walshadow_destination_errors_total{code,class}` | counter | failed ClickHouse requests of the stream, by exception code (`http_NNN` without one, `connection`, `timeout`, `bad_response`) and class (transient, environment, definite) |
+//! | `walshadow_destination_retries_total` | counter | ClickHouse requests of the stream tried again after a transient or environment error |
 //! | `walshadow_destination_up` | gauge | 0 while the stream waits on a ClickHouse request it retries, else 1 |
 //! | `walshadow_destination_last_success_seconds` | gauge | Unix time of the last request ClickHouse took |
 //! | `walshadow_catalog_commits_total{outcome}` | counter | catalog-changing commits: `refreshed` (they could concern a table in scope, whose descriptors were read again) or `skipped` (temporary tables, unrelated DDL) |
@@ -123,6 +126,12 @@ struct TableLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StopLabels {
+    table: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
     code: String,
     class: String,
@@ -157,6 +166,12 @@ struct Inner {
     positions: Arc<Positions>,
     rows_written: Family<TableLabels, Counter>,
     table_stopped: Family<TableLabels, U64Gauge>,
+    table_stop_reason: Family<StopLabels, U64Gauge>,
+    /// The reason series shown per stopped table, to remove it when the
+    /// table resumes or stops for another reason.
+    stop_reasons: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    config_table_ignored: U64Gauge,
+    destination_retries: Counter,
     assembler_memory: U64Gauge,
     assembler_spilled: U64Gauge,
     toast: ToastMetrics,
@@ -241,6 +256,24 @@ impl Metrics {
             "walshadow_table_stopped",
             "1 while the table is stopped by a definite error (walshadow status says why), else 0",
             table_stopped.clone(),
+        );
+        let table_stop_reason = Family::default();
+        r.register(
+            "walshadow_table_stop_reason",
+            "1 while the table is stopped, reason its stop code (the operator guide lists each with its remedy)",
+            table_stop_reason.clone(),
+        );
+        let config_table_ignored = U64Gauge::default();
+        r.register(
+            "walshadow_config_table_ignored",
+            "1 while the config table's rows are ignored because another role owns it (walshadow status says which), else 0",
+            config_table_ignored.clone(),
+        );
+        let destination_retries = Counter::default();
+        r.register(
+            "walshadow_destination_retries",
+            "ClickHouse requests of the stream tried again after a transient or environment error",
+            destination_retries.clone(),
         );
         r.register(
             "walshadow_open_transactions",
@@ -394,6 +427,10 @@ impl Metrics {
                 positions,
                 rows_written,
                 table_stopped,
+                table_stop_reason,
+                stop_reasons: Default::default(),
+                config_table_ignored,
+                destination_retries,
                 assembler_memory,
                 assembler_spilled,
                 toast,
@@ -505,11 +542,46 @@ impl Metrics {
             .inc_by(n);
     }
 
-    pub fn set_table_stopped(&self, table: &str, stopped: bool) {
+    /// Whether `table` is stopped, and its stop code.
+    pub fn set_table_stopped(&self, table: &str, reason: Option<&str>) {
         self.inner
             .table_stopped
             .get_or_create(&table_labels(table))
-            .set(u64::from(stopped));
+            .set(u64::from(reason.is_some()));
+        let mut shown = self
+            .inner
+            .stop_reasons
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if shown.get(table).map(String::as_str) == reason {
+            return;
+        }
+        if let Some(old) = shown.remove(table) {
+            self.inner.table_stop_reason.remove(&StopLabels {
+                table: table.into(),
+                reason: old,
+            });
+        }
+        if let Some(reason) = reason {
+            self.inner
+                .table_stop_reason
+                .get_or_create(&StopLabels {
+                    table: table.into(),
+                    reason: reason.into(),
+                })
+                .set(1);
+            shown.insert(table.into(), reason.into());
+        }
+    }
+
+    /// Whether the config table's rows are ignored (another role owns it).
+    pub fn set_config_table_ignored(&self, ignored: bool) {
+        self.inner.config_table_ignored.set(u64::from(ignored));
+    }
+
+    /// A ClickHouse request of the stream is tried again.
+    pub fn add_destination_retry(&self) {
+        self.inner.destination_retries.inc();
     }
 
     /// Drops `table`'s stream series (rows, stopped), for a table no
@@ -517,6 +589,8 @@ impl Metrics {
     pub fn forget_table(&self, table: &str) {
         let labels = table_labels(table);
         self.inner.rows_written.remove(&labels);
+        self.inner.table_stopped.remove(&labels);
+        self.set_table_stopped(table, None);
         self.inner.table_stopped.remove(&labels);
     }
 
@@ -992,9 +1066,11 @@ mod tests {
         m.add_rows("public.orders", 5);
         m.clone().add_rows("public.orders", 7);
         m.add_rows("shop.customers", 1);
-        m.set_table_stopped("shop.customers", true);
-        m.set_table_stopped("public.orders", true);
-        m.set_table_stopped("public.orders", false);
+        m.set_table_stopped("shop.customers", Some("type_change"));
+        m.set_table_stopped("public.orders", Some("no_key"));
+        m.set_table_stopped("public.orders", None);
+        m.set_config_table_ignored(true);
+        m.add_destination_retry();
         m.set_assembler(3, 1 << 20, 4096);
         m.set_toast(&ToastStatus {
             values: 10,
@@ -1033,6 +1109,12 @@ mod tests {
             ),
             ("walshadow_table_stopped{table=\"shop.customers\"}", 1.0),
             ("walshadow_table_stopped{table=\"public.orders\"}", 0.0),
+            (
+                "walshadow_table_stop_reason{table=\"shop.customers\",reason=\"type_change\"}",
+                1.0,
+            ),
+            ("walshadow_config_table_ignored", 1.0),
+            ("walshadow_destination_retries_total", 1.0),
             ("walshadow_open_transactions", 3.0),
             ("walshadow_assembler_memory_bytes", 1048576.0),
             ("walshadow_assembler_spilled_bytes", 4096.0),
@@ -1070,6 +1152,10 @@ mod tests {
         assert!(
             text.contains("# HELP walshadow_table_stopped 1 while the table is stopped"),
             "{text}"
+        );
+        assert!(
+            !text.contains("reason=\"no_key\""),
+            "a resumed table keeps no reason series: {text}"
         );
         // Open transactions, no commit time yet: the time lag is unknown.
         assert!(!text.contains("walshadow_lag_seconds"), "{text}");

@@ -83,6 +83,9 @@ pub struct Relations {
     /// catalog version.
     toast_owner: HashMap<Oid, (Oid, String)>,
     toast_owners_known: bool,
+    /// Why the config table's rows are ignored, since its last change was
+    /// classified (another role owns it).
+    config_ignored: Option<String>,
 }
 
 impl Relations {
@@ -105,7 +108,13 @@ impl Relations {
             by_oid: HashMap::new(),
             toast_owner: HashMap::new(),
             toast_owners_known: false,
+            config_ignored: None,
         })
+    }
+
+    /// Why the config table's rows are ignored, while they are.
+    pub fn config_table_ignored(&self) -> Option<&str> {
+        self.config_ignored.as_deref()
     }
 
     /// The catalog changed at `lsn` (the end of a commit whose invalidation
@@ -197,13 +206,14 @@ impl Relations {
             // Its rows decide what walshadow reads: only a table of
             // walshadow's role (or a superuser's) is believed.
             if let Some(owner) = self.catalog.foreign_owner(desc.oid).await? {
-                tracing::error!(
-                    table = %key,
-                    owner = %owner,
-                    "the config table belongs to role {owner:?}, neither walshadow's role nor a superuser: its rows are ignored; as a superuser run ALTER TABLE {key} OWNER TO <walshadow's role>, or drop it and run walshadow init"
+                let why = format!(
+                    "the config table {key} belongs to role {owner:?}, neither walshadow's role nor a superuser: its rows are ignored; as a superuser run ALTER TABLE {key} OWNER TO <walshadow's role>, or drop it and run walshadow init"
                 );
+                tracing::error!(table = %key, owner = %owner, "{why}");
+                self.config_ignored = Some(why);
                 return Ok(Resolved::Other);
             }
+            self.config_ignored = None;
             return Ok(Resolved::Config { desc });
         }
         if self.pinned.contains(&key) {

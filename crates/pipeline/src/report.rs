@@ -41,6 +41,9 @@ pub struct StatusReport {
     pub tables: std::collections::BTreeMap<String, TableStatus>,
     /// ClickHouse as the running stream sees it.
     pub destination: Option<crate::status::DestinationStatus>,
+    /// Why the running stream ignores the config table's rows, while it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_table_ignored: Option<String>,
 }
 
 /// Why the status could not be put together.
@@ -145,6 +148,10 @@ pub async fn status(config: &Config) -> Result<StatusReport, ReportError> {
             .as_ref()
             .filter(|_| running)
             .map(|f| f.destination.clone()),
+        config_table_ignored: file
+            .as_ref()
+            .filter(|_| running)
+            .and_then(|f| f.config_table_ignored.clone()),
     })
 }
 
@@ -175,6 +182,9 @@ impl fmt::Display for StatusReport {
             if let Some(e) = &d.last_error {
                 writeln!(f, "  last error:    {e}")?;
             }
+        }
+        if let Some(why) = &self.config_table_ignored {
+            writeln!(f, "config table:    IGNORED: {}", printable(why))?;
         }
         writeln!(f, "source WAL:      {}", lsn(self.source_current))?;
         writeln!(f, "received:        {}", lsn(self.received))?;

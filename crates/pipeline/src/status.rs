@@ -95,6 +95,9 @@ pub struct StatusFile {
     /// ClickHouse as the stream sees it (absent in older files).
     #[serde(default)]
     pub destination: DestinationStatus,
+    /// Why the config table's rows are ignored, while they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_table_ignored: Option<String>,
 }
 
 /// Whether ClickHouse takes what the stream sends. While `failing_since`

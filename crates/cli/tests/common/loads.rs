@@ -137,6 +137,13 @@ impl OrdersWorkload {
     }
 }
 
+/// A free loopback port (for `[metrics] listen`).
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
 /// `GET /metrics` from the daemon's endpoint.
 pub fn scrape(port: u16) -> Result<String> {
     http_get(port, "/metrics")

@@ -658,6 +658,7 @@ impl Streamer {
         d.last_class = Some(class.as_str().to_owned());
         self.metrics
             .add_destination_error(&e.label(), class.as_str());
+        self.metrics.add_destination_retry();
         self.metrics.set_destination_ok(false);
         let failures = d.failures;
         match class {
@@ -1119,6 +1120,10 @@ impl Streamer {
             tables: self.table_status(),
             source_end: Lsn(self.source_end.load(std::sync::atomic::Ordering::Relaxed)),
             destination: self.destination.clone(),
+            config_table_ignored: self
+                .relations
+                .as_ref()
+                .and_then(|r| r.config_table_ignored().map(str::to_owned)),
         };
         self.update_metrics(&status);
         if let Err(e) = status.write(&self.state_dir) {
@@ -1137,7 +1142,11 @@ async fn config_rows_now(config: &Config) -> Vec<ScopeChange> {
     let sql = format!(
         // to_jsonb: a config table made by an older `init` has no
         // destination column.
-        "select schema_name, table_name, initial_load, to_jsonb(c)->>'destination', to_jsonb(c)->>'resync' from {}.{} c where replicate",
+        // The owner check: as at runtime, only a table of walshadow's
+        // role (or a superuser's) is believed.
+        "select schema_name, table_name, initial_load, to_jsonb(c)->>'destination', to_jsonb(c)->>'resync' from {}.{} c \
+         where replicate and exists (select 1 from pg_catalog.pg_class k join pg_catalog.pg_roles r on r.oid = k.relowner \
+         where k.oid = c.tableoid and (r.rolname = current_user or r.rolsuper))",
         quote(&schema),
         quote(&name)
     );
@@ -1192,6 +1201,11 @@ impl Streamer {
         if let Some(t) = &status.toast {
             m.set_toast(t);
         }
+        // From the status, so tables stopped before a restart show too.
+        for (key, t) in &status.tables {
+            m.set_table_stopped(key, t.stopped.as_ref().map(|s| s.code.as_str()));
+        }
+        m.set_config_table_ignored(status.config_table_ignored.is_some());
         let pending = self.backfills.pending_by_mode();
         for mode in ["copy", "base_backup", "object_store"] {
             m.set_backfills_pending(mode, pending.get(mode).copied().unwrap_or(0));

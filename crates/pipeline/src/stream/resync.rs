@@ -73,7 +73,7 @@ impl Streamer {
             });
             t.resync_seen = counter;
         }
-        self.metrics.set_table_stopped(key, false);
+        self.metrics.set_table_stopped(key, None);
         self.toast.clear_waits(key);
         self.tables.insert(
             key.to_owned(),

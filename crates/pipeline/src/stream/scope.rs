@@ -42,7 +42,7 @@ impl Streamer {
             reason,
             remedy: kind.remedy(key),
         });
-        self.metrics.set_table_stopped(key, true);
+        self.metrics.set_table_stopped(key, Some(kind.code()));
         self.progress_dirty = true;
     }
 

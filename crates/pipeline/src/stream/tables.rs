@@ -213,7 +213,7 @@ impl Streamer {
             t.decoders.clear();
         }
         self.toast.clear_waits(key);
-        self.metrics.set_table_stopped(key, true);
+        self.metrics.set_table_stopped(key, Some(kind.code()));
         self.progress_dirty = true;
     }
 
