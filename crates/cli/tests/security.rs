@@ -22,7 +22,7 @@
 //!   `ALTER DATABASE … SET standard_conforming_strings = off` changes no
 //!   quoting: a table named `it\'s` loads;
 //! - `init` refuses a config table (or its schema) another role made
-//!   first, makes its own with nothing granted to PUBLIC, and with
+//!   first, or made while `init` ran, makes its own with nothing granted to PUBLIC, and with
 //!   `[source] config_table_allow` a row opting in a table outside it is
 //!   refused, in `status`, and nothing of that table reaches ClickHouse;
 //!   a config table handed to another role later has its rows ignored;
@@ -342,6 +342,36 @@ fn config_table_trust(major: PgMajor) -> Result<()> {
     ensure!(
         !out.status.success() && err.contains("\"intruder\"") && err.contains("OWNER TO"),
         "init adopted the intruder's config table:\n{err}"
+    );
+    h.source.psql("drop schema walshadow cascade")?;
+    // The intruder racing init: its schema and table, created in a
+    // transaction still open when init looks, committed while init
+    // creates its own. init must not adopt them.
+    let source = h.source.clone();
+    let racer = std::thread::spawn(move || {
+        source.psql(
+            "set role intruder;
+             begin;
+             create schema walshadow;
+             create table walshadow.tables (schema_name text, table_name text, replicate boolean,
+                                            initial_load text, primary key (schema_name, table_name));
+             select pg_sleep(4);
+             commit;",
+        )
+    });
+    walshadow_testkit::wait_until(Duration::from_secs(30), "the racer's transaction", || {
+        Ok(h.source.query_one(
+            "select count(*) from pg_stat_activity where query like '%pg_sleep(4)%' and state = 'active' and pid <> pg_backend_pid()",
+        )? == "1")
+    })?;
+    let out = h.cli(&["init", "--config", h.config()])?;
+    racer
+        .join()
+        .map_err(|_| anyhow::anyhow!("the racer panicked"))??;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success() && err.contains("\"intruder\""),
+        "init adopted a config table made while it ran:\n{err}"
     );
     h.source.psql("drop schema walshadow cascade")?;
     h.init()?;

@@ -738,7 +738,7 @@ impl Metrics {
         }
         if let Some(token) = self.inner.token.get() {
             let given = authorization.and_then(|a| a.strip_prefix(b"Bearer "));
-            if !given.is_some_and(|g| same_bytes(g, token.as_bytes())) {
+            if !given.is_some_and(|g| walshadow_types::same_secret(g, token.as_bytes())) {
                 let mut r = plain(
                     StatusCode::UNAUTHORIZED,
                     "the metrics need the bearer token of [metrics] token_file\n".into(),
@@ -765,12 +765,6 @@ impl Metrics {
             ),
         }
     }
-}
-
-/// Equal, compared without an early exit (a token's bytes are not told
-/// apart by timing).
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn table_labels(table: &str) -> TableLabels {

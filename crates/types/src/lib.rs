@@ -9,12 +9,14 @@ mod lsn;
 mod major;
 mod printable;
 mod rel;
+mod secret;
 pub mod table_key;
 
 pub use lsn::{Lsn, ParseLsnError};
 pub use major::{PgMajor, UnsupportedMajor};
 pub use printable::printable;
 pub use rel::{BlockNumber, ForkNumber, Oid, RelFileLocator, TimeLineId, Xid};
+pub use secret::same_secret;
 pub use table_key::{
     RESYNC_SUFFIX, STAGING_SUFFIX, default_destination, destination_problem, split_table_key,
     table_key,

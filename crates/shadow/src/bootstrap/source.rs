@@ -169,6 +169,73 @@ pub async fn ensure_config_table(url: &str, table: &str) -> Result<(), ConfigTab
     let mut client = ReplicationClient::connect(&cfg)
         .await
         .map_err(|e| NotCreated(e.to_string()))?;
+    // Checked before (for a clear refusal of what exists) and again after
+    // the CREATE, in its transaction: a table another role made in between
+    // is then seen, and nothing is committed.
+    match owner_problem(&mut client, &schema, &name, table).await {
+        Ok(None) => {}
+        Ok(Some(p)) => {
+            client.close().await;
+            return Err(NotOurs(p));
+        }
+        Err(e) => {
+            client.close().await;
+            return Err(NotCreated(e));
+        }
+    }
+    let revoke = format!(
+        "REVOKE ALL ON TABLE {}.{} FROM PUBLIC",
+        quote_ident(&schema),
+        quote_ident(&name)
+    );
+    let created = async {
+        client.simple_query("BEGIN").await?;
+        client.simple_query(&sql).await?;
+        Ok::<_, walshadow_wal_reader::replication::ReplicationError>(())
+    }
+    .await;
+    let outcome = match created {
+        // A schema or table another role committed meanwhile fails the
+        // CREATE (a duplicate key): say whose it is.
+        Err(e) => {
+            let _ = client.simple_query("ROLLBACK").await;
+            match owner_problem(&mut client, &schema, &name, table).await {
+                Ok(Some(p)) => Err(NotOurs(p)),
+                _ => Err(NotCreated(format!(
+                    "{e}; create it as a role that may, with:\n{sql}\n{revoke};"
+                ))),
+            }
+        }
+        Ok(()) => match owner_problem(&mut client, &schema, &name, table).await {
+            Err(e) => Err(NotCreated(e)),
+            Ok(Some(p)) => Err(NotOurs(p)),
+            Ok(None) => match client.simple_query(&revoke).await {
+                Ok(_) => client
+                    .simple_query("COMMIT")
+                    .await
+                    .map(drop)
+                    .map_err(|e| NotCreated(e.to_string())),
+                Err(e) => Err(NotCreated(format!(
+                    "{e}; create it as a role that may, with:\n{sql}\n{revoke};"
+                ))),
+            },
+        },
+    };
+    if outcome.is_err() {
+        let _ = client.simple_query("ROLLBACK").await;
+    }
+    client.close().await;
+    outcome
+}
+
+/// Whether the config table `table` (`schema`.`name`), or its schema, exists
+/// and belongs to a role that is neither the session's nor a superuser.
+async fn owner_problem(
+    client: &mut ReplicationClient,
+    schema: &str,
+    name: &str,
+    table: &str,
+) -> Result<Option<String>, String> {
     let lit = |v: &str| format!("'{}'", v.replace('\'', "''"));
     let owners = client
         .simple_query(&format!(
@@ -179,62 +246,36 @@ pub async fn ensure_config_table(url: &str, table: &str) -> Result<(), ConfigTab
                from (select 1) one
                left join pg_namespace n on n.nspname = {s}
                left join pg_class c on c.relnamespace = n.oid and c.relname = {t}",
-            s = lit(&schema),
-            t = lit(&name)
+            s = lit(schema),
+            t = lit(name)
         ))
-        .await;
-    let owners = match owners {
-        Ok(r) => r,
-        Err(e) => {
-            client.close().await;
-            return Err(NotCreated(e.to_string()));
-        }
-    };
+        .await
+        .map_err(|e| e.to_string())?;
     let me = owners.text(0, 0).unwrap_or_default().to_owned();
     let foreign = |owner: Option<&str>, superuser: Option<&str>| -> Option<String> {
         owner
             .filter(|o| *o != me && superuser != Some("t"))
             .map(str::to_owned)
     };
-    let problem = if let Some(o) = foreign(owners.text(0, 1), owners.text(0, 2)) {
-        Some(format!(
+    if let Some(o) = foreign(owners.text(0, 1), owners.text(0, 2)) {
+        return Ok(Some(format!(
             "schema {schema:?} belongs to role {o:?}, not to walshadow's role {me:?}: its owner may drop \
              and re-create the config table and so choose what walshadow reads; as a superuser run \
              ALTER SCHEMA {} OWNER TO {}, or set [source] config_table to a schema of walshadow's",
-            quote_ident(&schema),
+            quote_ident(schema),
             quote_ident(&me)
-        ))
-    } else {
-        foreign(owners.text(0, 3), owners.text(0, 4)).map(|o| {
-            format!(
-                "table {table} belongs to role {o:?}, not to walshadow's role {me:?}: its owner \
-                 decides what walshadow reads; as a superuser run ALTER TABLE {}.{} OWNER TO {}, \
-                 or drop it for init to create it",
-                quote_ident(&schema),
-                quote_ident(&name),
-                quote_ident(&me)
-            )
-        })
-    };
-    if let Some(p) = problem {
-        client.close().await;
-        return Err(NotOurs(p));
+        )));
     }
-    let revoke = format!(
-        "REVOKE ALL ON TABLE {}.{} FROM PUBLIC",
-        quote_ident(&schema),
-        quote_ident(&name)
-    );
-    let r = match client.simple_query(&sql).await {
-        Ok(_) => client.simple_query(&revoke).await,
-        Err(e) => Err(e),
-    };
-    client.close().await;
-    r.map(drop).map_err(|e| {
-        NotCreated(format!(
-            "{e}; create it as a role that may, with:\n{sql}\n{revoke};"
-        ))
-    })
+    Ok(foreign(owners.text(0, 3), owners.text(0, 4)).map(|o| {
+        format!(
+            "table {table} belongs to role {o:?}, not to walshadow's role {me:?}: its owner \
+             decides what walshadow reads; as a superuser run ALTER TABLE {}.{} OWNER TO {}, \
+             or drop it for init to create it",
+            quote_ident(schema),
+            quote_ident(name),
+            quote_ident(&me)
+        )
+    }))
 }
 
 /// An SQL identifier, double-quoted.

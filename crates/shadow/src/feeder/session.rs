@@ -100,12 +100,6 @@ impl FrameReader {
     }
 }
 
-/// Compares without an early exit, so the time taken says nothing about
-/// how much of a guess was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// Body length from a length field that counts itself (`header` bytes).
 fn body_len(what: &'static str, len: i64, header: i64) -> Result<usize, ProtocolError> {
     if len < header || len - header > MAX_FRONTEND_MESSAGE as i64 {
@@ -286,7 +280,7 @@ impl Session {
                 Some((b'p', body)) => msg::parse_password(&body)?,
                 Some(_) | None => String::new(),
             };
-            if !constant_time_eq(given.as_bytes(), want.as_bytes()) {
+            if !walshadow_types::same_secret(given.as_bytes(), want.as_bytes()) {
                 tracing::warn!("feeder: refused a standby that did not give this start's password");
                 self.fatal(
                     "28P01",
