@@ -814,6 +814,10 @@ impl Drop for MetricsServer {
 async fn accept_loop(listener: TcpListener, metrics: Metrics) {
     let mut connections = JoinSet::new();
     let mut per_peer: std::collections::HashMap<std::net::IpAddr, usize> = Default::default();
+    // By task: a connection's peer is given back however its task ends
+    // (a panic included), so no slot leaks.
+    let mut peer_of: std::collections::HashMap<tokio::task::Id, std::net::IpAddr> =
+        Default::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -825,10 +829,8 @@ async fn accept_loop(listener: TcpListener, metrics: Metrics) {
                     }
                     per_peer.insert(peer.ip(), held + 1);
                     let metrics = metrics.clone();
-                    connections.spawn(async move {
-                        serve_connection(stream, metrics).await;
-                        peer.ip()
-                    });
+                    let task = connections.spawn(serve_connection(stream, metrics));
+                    peer_of.insert(task.id(), peer.ip());
                 }
                 Err(e) if is_connection_error(&e) => {}
                 Err(e) => {
@@ -836,8 +838,15 @@ async fn accept_loop(listener: TcpListener, metrics: Metrics) {
                     tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                 }
             },
-            Some(ended) = connections.join_next(), if !connections.is_empty() => {
-                if let Ok(ip) = ended
+            Some(ended) = connections.join_next_with_id(), if !connections.is_empty() => {
+                let id = match ended {
+                    Ok((id, ())) => id,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "metrics endpoint: a connection's task failed");
+                        e.id()
+                    }
+                };
+                if let Some(ip) = peer_of.remove(&id)
                     && let Some(n) = per_peer.get_mut(&ip)
                 {
                     *n = n.saturating_sub(1);
