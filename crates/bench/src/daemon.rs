@@ -56,7 +56,10 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Starts `run` (returns at once); its log goes to `work/run.log`.
+    /// Starts `run` (returns at once); its log goes to `work/run.log`, at
+    /// the level `BENCH_WALSHADOW_LOG` names (a `WALSHADOW_LOG` filter;
+    /// default `info`): `walshadow_pipeline=debug,info` to see where time
+    /// goes, with `WALSHADOW_KEEP_CLUSTERS=1` to keep the log.
     pub fn start(
         bin: &Path,
         config: &Path,
@@ -81,7 +84,10 @@ impl Daemon {
         let child = Command::new(bin)
             .args(["run", "--config"])
             .arg(config)
-            .env("WALSHADOW_LOG", "info")
+            .env(
+                "WALSHADOW_LOG",
+                std::env::var("BENCH_WALSHADOW_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -188,6 +188,76 @@ fn shutdown_while_behind(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
+/// A stalled pipeline (ClickHouse down, more WAL than the queue holds)
+/// lets the walsender go; once it takes WAL again the feed hands it what
+/// follows what it took, so it goes on decoding where it was instead of
+/// again from the start of a transaction open across the pause.
+fn stall_continues(major: PgMajor) -> Result<()> {
+    let mut h = harness(major, "stall", "")?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into t select g, 'a' from generate_series(1, 100) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+    let decoding = |h: &StreamHarness| h.run_log().matches("decoding the source's WAL").count();
+    let started = decoding(&h);
+    // A transaction open across the pause.
+    let source = h.source.clone();
+    let long = std::thread::spawn(move || {
+        source.psql(
+            "begin; insert into t select g, 'open across the pause' from generate_series(500001, 520000) g;
+             select pg_sleep(30); commit;",
+        )
+    });
+    wait_until(Duration::from_secs(30), "the open transaction", || {
+        Ok(h.source.query_one(
+            "select count(*) from pg_stat_activity where query like '%pg_sleep(30)%' and state = 'active' and pid <> pg_backend_pid()",
+        )? == "1")
+    })?;
+    h.ch.stop()?;
+    h.source
+        .psql("insert into t select g, 'b' from generate_series(101, 200) g")?;
+    h.source.psql(
+        "insert into t select g, repeat(md5(g::text), 8) from generate_series(1001, 61000) g",
+    )?;
+    wait_until(
+        Duration::from_secs(60),
+        "the feed to release the source",
+        || Ok(h.run_log().contains("released the source's walsender")),
+    )?;
+    h.ch.start_again()?;
+    wait_until(
+        Duration::from_secs(60),
+        "the pipeline to take WAL again",
+        || {
+            Ok(h.run_log()
+                .contains("the streaming pipeline takes WAL again"))
+        },
+    )?;
+    long.join()
+        .map_err(|_| anyhow::anyhow!("the open transaction's session panicked"))??;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("t", "t", &cols())?;
+    ensure!(n == 200 + 60_000 + 20_000, "{n} rows");
+    ensure!(
+        decoding(&h) == started,
+        "the pipeline decoded again from its restart position after the pause:\n{}",
+        common::tail(&h.run_log(), 30)
+    );
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_a_stalled_pipeline_continues_where_it_was() -> Result<()> {
+    stall_continues(PgMajor::V15)
+}
+
+#[test]
+fn pg18_a_stalled_pipeline_continues_where_it_was() -> Result<()> {
+    stall_continues(PgMajor::V18)
+}
+
 #[test]
 fn pg15_source_shutdown_never_waits_on_walshadow() -> Result<()> {
     shutdown_while_behind(PgMajor::V15)
@@ -515,7 +585,8 @@ fn catalog_churn(major: PgMajor) -> Result<()> {
     // The storm: temporary tables (with a serial key, an index, ON COMMIT
     // DROP, rows), regular tables created and dropped, and one commit
     // that changes a pinned table's rows beside a temporary table.
-    let refreshed = catalog_commits(metrics_port, "refreshed")?;
+    let refreshed =
+        catalog_commits(metrics_port, "refreshed")? + catalog_commits(metrics_port, "coalesced")?;
     let skipped = catalog_commits(metrics_port, "skipped")?;
     storm(&h, 300, |i| {
         format!(
@@ -530,7 +601,8 @@ fn catalog_churn(major: PgMajor) -> Result<()> {
         "begin; create temp table z (id int) on commit drop; insert into t values (3, 'beside a temp table'); commit;",
     )?;
     h.wait_caught_up(CATCH_UP)?;
-    let refreshed_now = catalog_commits(metrics_port, "refreshed")?;
+    let refreshed_now =
+        catalog_commits(metrics_port, "refreshed")? + catalog_commits(metrics_port, "coalesced")?;
     let skipped_now = catalog_commits(metrics_port, "skipped")?;
     ensure!(
         refreshed_now == refreshed,
@@ -568,7 +640,8 @@ fn catalog_churn(major: PgMajor) -> Result<()> {
     h.assert_equal("later", "later", &cols())?;
     h.assert_equal("moved", "moved", &cols())?;
     ensure!(
-        catalog_commits(metrics_port, "refreshed")? >= refreshed + 6,
+        catalog_commits(metrics_port, "refreshed")? + catalog_commits(metrics_port, "coalesced")?
+            >= refreshed + 6,
         "changes that concern pinned tables were not refreshed"
     );
     h.stop_run()?;
@@ -576,6 +649,129 @@ fn catalog_churn(major: PgMajor) -> Result<()> {
         bail!("a table stopped:\n{}", h.run_log());
     }
     Ok(())
+}
+
+/// `[clickhouse] batch_ms` of the harness's config set to `ms`.
+fn set_batch_ms(h: &StreamHarness, ms: u64) -> Result<()> {
+    let text = std::fs::read_to_string(&h.config)?;
+    let (head, rest) = text.split_once("batch_ms = ").context("no batch_ms")?;
+    let rest = rest.split_once('\n').map_or("", |(_, r)| r);
+    std::fs::write(&h.config, format!("{head}batch_ms = {ms}\n{rest}"))?;
+    Ok(())
+}
+
+/// Catalog commits that concern a table coalesce when the table has
+/// nothing past durable progress, and never otherwise:
+///
+/// 1. rows of `t` waiting in a batch (a long `batch_ms`), then `VACUUM FULL
+///    t` (a new relation file, so after a crash the rows' old file would
+///    resolve to nothing under the new catalog): the rows become durable
+///    before the shadow moves past, so `kill -9` once it has loses none;
+/// 2. a run of GRANT/REVOKE on an idle `t` and on `u`: coalesced (no
+///    flush, no fsync each), then rows, a new column, rows and `kill -9`;
+///
+/// each ending with the oracle.
+fn catalog_coalescing(major: PgMajor) -> Result<()> {
+    let metrics_port = common::loads::free_port()?;
+    let mut h = StreamHarness::new(
+        major,
+        "coalesce",
+        &["public.t", "public.u"],
+        &format!("\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n"),
+    )?;
+    h.source.psql(
+        "create table t (id int primary key, v text);
+         create table u (id int primary key, v text);",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    h.source.psql(
+        "insert into t select g, 'before' from generate_series(1, 100) g;
+         insert into u select g, 'before' from generate_series(1, 100) g;",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.stop_run()?;
+
+    // 1. Rows held in a batch, then a rewrite of their table.
+    set_batch_ms(&h, 600_000)?;
+    h.start_run()?;
+    h.source.psql(
+        "insert into t select g, 'waiting in a batch' from generate_series(101, 300) g;
+         update t set v = 'updated, waiting' where id <= 50;
+         insert into u select g, 'waiting too' from generate_series(101, 200) g;",
+    )?;
+    let before_vacuum = h.source.flush_lsn()?;
+    h.source.psql("vacuum full t")?;
+    wait_until(CATCH_UP, "the shadow past VACUUM FULL", || {
+        h.check_running()?;
+        let s = status_json(&h)?;
+        let replayed: Lsn = s["shadow_replayed"]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(Lsn::INVALID);
+        Ok(replayed > before_vacuum)
+    })?;
+    h.kill_run()?;
+    set_batch_ms(&h, 200)?;
+    h.start_run()?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("t", "t", &cols())?;
+    ensure!(n == 300, "t: {n} rows");
+    h.assert_equal("u", "u", &cols())?;
+
+    // 2. A run of grants on idle tables coalesces.
+    let coalesced = catalog_commits(metrics_port, "coalesced")?;
+    let refreshed = catalog_commits(metrics_port, "refreshed")?;
+    storm(&h, 100, |i| {
+        let table = if i % 2 == 0 { "t" } else { "u" };
+        format!("grant select on {table} to public; revoke select on {table} from public;")
+    })?;
+    h.wait_caught_up(CATCH_UP)?;
+    let coalesced_now = catalog_commits(metrics_port, "coalesced")?;
+    let refreshed_now = catalog_commits(metrics_port, "refreshed")?;
+    ensure!(
+        coalesced_now - coalesced >= 190 && refreshed_now - refreshed <= 10,
+        "grants on idle tables: {} coalesced, {} refreshed",
+        coalesced_now - coalesced,
+        refreshed_now - refreshed
+    );
+    // A grant after a change of its table is refreshed (made durable).
+    h.source
+        .psql("insert into t values (1000, 'then a grant'); grant select on t to public;")?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure!(
+        catalog_commits(metrics_port, "refreshed")? > refreshed_now,
+        "a grant after a change of its table was not refreshed"
+    );
+    h.source.psql(
+        "insert into t values (1001, 'before the column');
+         grant select on t to public;
+         alter table t add column w int;
+         insert into t values (1002, 'after the column', 7);
+         revoke select on t from public;
+         update t set w = id where id < 10;",
+    )?;
+    h.kill_run()?;
+    h.start_run()?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("t", "t", &[same("id"), same("v"), same("w")])?;
+    ensure!(n == 303, "t: {n} rows");
+    h.assert_equal("u", "u", &cols())?;
+    h.stop_run()?;
+    if h.run_log().contains("table stopped") {
+        bail!("a table stopped:\n{}", h.run_log());
+    }
+    Ok(())
+}
+
+#[test]
+fn pg15_catalog_commits_coalesce_only_when_nothing_waits() -> Result<()> {
+    catalog_coalescing(PgMajor::V15)
+}
+
+#[test]
+fn pg18_catalog_commits_coalesce_only_when_nothing_waits() -> Result<()> {
+    catalog_coalescing(PgMajor::V18)
 }
 
 #[test]

@@ -214,6 +214,38 @@ impl CatalogInterest {
     }
 }
 
+/// Whether `invals` (of a commit in database `db`) name one of `relids`,
+/// by its relcache id or its `RELOID` entry, or may concern any relation
+/// (relcache 0, a whole catalog, the relation map, storage, a message kind
+/// walshadow does not know).
+pub fn names_relation(
+    invals: &[Inval],
+    major: PgMajor,
+    db: Oid,
+    relids: &std::collections::HashSet<Oid>,
+) -> bool {
+    invals.iter().any(|inval| match *inval {
+        Inval::Catcache { db: d, .. }
+        | Inval::Catalog { db: d, .. }
+        | Inval::Relcache { db: d, .. }
+        | Inval::Relmap { db: d }
+            if d != db =>
+        {
+            false
+        }
+        Inval::Relcache { rel: 0, .. } | Inval::Catalog { .. } | Inval::Relmap { .. } => true,
+        Inval::Relcache { rel, .. } => relids.contains(&rel),
+        Inval::Catcache { cache_id, hash, .. } => {
+            syscache_name(major, cache_id) == Some("RELOID")
+                && relids.iter().any(|r| oid_key_hash(*r) == hash)
+        }
+        Inval::Smgr { backend, .. } if backend >= 0 => false,
+        Inval::Smgr { locator, .. } => locator.db_oid == db,
+        Inval::Snapshot { .. } | Inval::RelSync { .. } => false,
+        Inval::Other(_) => true,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,6 +279,25 @@ mod tests {
         );
         i.set("nowhere.x", TableInterest::awaited("nowhere", "x", None));
         i
+    }
+
+    #[test]
+    fn toast_relations_named_by_their_messages() {
+        let major = PgMajor::V15;
+        let toast = std::collections::HashSet::from([16392]);
+        let named = |invals: &[Inval]| names_relation(invals, major, DB, &toast);
+        assert!(named(&[Inval::Relcache { db: DB, rel: 16392 }]));
+        assert!(named(&[cat(major, "RELOID", oid_key_hash(16392))]));
+        assert!(named(&[Inval::Relcache { db: DB, rel: 0 }]));
+        // A GRANT on the table: its own relation only.
+        assert!(!named(&[
+            Inval::Relcache { db: DB, rel: 16389 },
+            cat(major, "RELOID", oid_key_hash(16389))
+        ]));
+        assert!(!named(&[Inval::Relcache {
+            db: DB + 1,
+            rel: 16392
+        }]));
     }
 
     #[test]

@@ -26,7 +26,7 @@
 //! | `walshadow_destination_retries_total` | counter | ClickHouse requests of the stream tried again after a transient or environment error |
 //! | `walshadow_destination_up` | gauge | 0 while the stream waits on a ClickHouse request it retries, else 1 |
 //! | `walshadow_destination_last_success_seconds` | gauge | Unix time of the last request ClickHouse took |
-//! | `walshadow_catalog_commits_total{outcome}` | counter | catalog-changing commits: `refreshed` (they could concern a table in scope, whose descriptors were read again) or `skipped` (temporary tables, unrelated DDL) |
+//! | `walshadow_catalog_commits_total{outcome}` | counter | catalog-changing commits: `refreshed` (they could concern a table in scope: its rows so far made durable, its descriptor read again), `coalesced` (the same without the flush: none of the tables it concerns changed since durable progress) or `skipped` (temporary tables, unrelated DDL) |
 //! | `walshadow_open_transactions`, `walshadow_assembler_memory_bytes`, `walshadow_assembler_spilled_bytes` | gauge | transaction assembler |
 //! | `walshadow_toast_*` | gauge, counter | the TOAST chunk mirror (size, hits, source reads) |
 //! | `config_backfills_pending{mode}` | gauge | backfills waiting, per `initial_load` mode |
@@ -397,14 +397,14 @@ impl Metrics {
             destination_errors.clone(),
         );
         let catalog_commits = Family::<OutcomeLabels, Counter>::default();
-        for outcome in ["refreshed", "skipped"] {
+        for outcome in ["refreshed", "coalesced", "skipped"] {
             drop(catalog_commits.get_or_create(&OutcomeLabels {
                 outcome: outcome.into(),
             }));
         }
         r.register(
             "walshadow_catalog_commits",
-            "Catalog-changing commits of the source database: refreshed (they could concern a table in scope) or skipped (temporary tables, unrelated DDL)",
+            "Catalog-changing commits of the source database: refreshed (they could concern a table in scope; its rows so far made durable first), coalesced (the same, with nothing to make durable) or skipped (temporary tables, unrelated DDL)",
             catalog_commits.clone(),
         );
         let destination_up = U64Gauge::default();

@@ -166,7 +166,10 @@ impl Relations {
         feeder: &Feeder,
         file: RelFileLocator,
     ) -> Result<Resolved, ResolveError> {
-        if file.db_oid != self.db_oid {
+        // A system catalog's own file (its rows are the shadow's business):
+        // answered without waiting for the shadow, which a run of catalog
+        // commits would otherwise do once for each.
+        if file.db_oid != self.db_oid || file.rel_number < walshadow_types::FIRST_NORMAL_OBJECT_ID {
             return Ok(Resolved::Other);
         }
         if let Some(r) = self.by_file.get(&file) {

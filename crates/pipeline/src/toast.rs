@@ -409,6 +409,22 @@ impl Toast {
         self.first_insert.clear();
     }
 
+    /// The TOAST relations whose files the mirror follows, once known.
+    pub fn known_relations(&self) -> Option<std::collections::HashSet<Oid>> {
+        self.files.as_ref().map(|f| f.keys().copied().collect())
+    }
+
+    /// TOAST relations of the pinned tables learned outside a commit that
+    /// moved any (see [`Toast::catalog_now`]): relations new to the mirror
+    /// are followed from here; one whose file differs is swept as a move.
+    pub fn learn_files(&mut self, files: HashMap<Oid, Oid>) {
+        if let Some(known) = &mut self.files {
+            for (relid, file) in files {
+                known.entry(relid).or_insert(file);
+            }
+        }
+    }
+
     /// The TOAST relations of the pinned tables as of the catalog after the
     /// commit at `commit_lsn` (ending at `commit_end`): relations that are
     /// gone lose every chunk; a relation on a new file (TRUNCATE, VACUUM

@@ -55,9 +55,16 @@ pub enum RunError {
         expected: u64,
     },
     /// The tap took nothing for [`TAP_STALL`]; feeding resumes once it
-    /// has room again.
-    #[error("the streaming pipeline took no WAL for {0:?}")]
-    TapStalled(Duration),
+    /// has room again, handing the tap what follows `tap_end`, the end of
+    /// what it took.
+    #[error("the streaming pipeline took no WAL for {after:?}")]
+    TapStalled { after: Duration, tap_end: Lsn },
+    /// The source switched timelines at `switch`, before the end of what a
+    /// continued tap had taken (`tap_end`): the tap starts again.
+    #[error(
+        "the source switched timelines at {switch}, before {tap_end}, where the streaming pipeline's WAL continued"
+    )]
+    TapDiverged { switch: Lsn, tap_end: Lsn },
     #[error(transparent)]
     Pipeline(#[from] crate::filter::pipeline::PipelineError),
     #[error("shadow PostgreSQL: {0}")]
@@ -101,6 +108,7 @@ impl RunError {
     /// network): feeding can start again from the last checkpoint.
     pub fn is_transient(&self) -> bool {
         matches!(self, RunError::Replication(e) if e.is_transient())
+            || matches!(self, RunError::TapDiverged { .. })
     }
 }
 
@@ -157,19 +165,30 @@ pub async fn feed_tapped_until_stopped(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), RunError> {
     let mut backoff = Duration::from_secs(1);
+    // After a stall the tap's consumer still has its decoding state: it
+    // gets the WAL after what it took, not a new stream (which would make
+    // it decode again from the start of its oldest open transaction).
+    let mut continue_at = None;
     loop {
         let mut attempt_stop = stop.clone();
         let started = tokio::time::Instant::now();
-        let result = feed_tapped(config, shadow, tap.clone(), async move {
-            let _ = attempt_stop.wait_for(|s| *s).await;
-        })
+        let result = feed_tapped_from(
+            config,
+            shadow,
+            tap.clone(),
+            std::mem::take(&mut continue_at),
+            async move {
+                let _ = attempt_stop.wait_for(|s| *s).await;
+            },
+        )
         .await;
         match result {
             Ok(()) => return Ok(()),
             // The pipeline gives up its wait when asked to stop, and drops
             // the tap: a clean stop, not an error.
             Err(RunError::PipelineStopped) if *stop.borrow() => return Ok(()),
-            Err(RunError::TapStalled(after)) => {
+            Err(RunError::TapStalled { after, tap_end }) => {
+                continue_at = Some(tap_end);
                 tracing::warn!(
                     "the streaming pipeline took no WAL for {after:?} (it is waiting, see walshadow status): \
                      released the source's walsender; streaming again once it takes WAL"
@@ -608,6 +627,18 @@ pub async fn feed_tapped(
     tap: Option<WalTap>,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
+    feed_tapped_from(config, shadow, tap, None, stop).await
+}
+
+/// [`feed_tapped`]; with `continue_at`, the tap's stream goes on from that
+/// position (the end of what it took before) instead of starting anew.
+async fn feed_tapped_from(
+    config: &Config,
+    shadow: &Shadow,
+    tap: Option<WalTap>,
+    continue_at: Option<Lsn>,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), RunError> {
     let state = &shadow.state;
     let store = &shadow.store;
     let major = PgMajor::from_number(state.major).map_err(|e| RunError::State {
@@ -658,8 +689,14 @@ pub async fn feed_tapped(
         resume.stream_from = resume.stream_from.min(FilterPipeline::resume_page(hold));
         resume.durable = resume.durable.min(hold);
     }
+    let continue_at = continue_at.filter(|_| tap.is_some());
+    if let Some(at) = continue_at {
+        resume.stream_from = resume.stream_from.min(FilterPipeline::resume_page(at));
+    }
+    // The next byte the tap expects.
+    let mut tap_next = continue_at.unwrap_or(resume.stream_from);
     tokio::pin!(stop);
-    if let Some(t) = &tap {
+    if let Some(t) = tap.as_ref().filter(|_| continue_at.is_none()) {
         let start = TapEvent::Start {
             from: resume.stream_from,
         };
@@ -776,7 +813,17 @@ pub async fn feed_tapped(
                     store.flush()?;
                     last_flush = tokio::time::Instant::now();
                 }
-                if let Some(t) = &tap {
+                // A continued tap has the bytes before `tap_next` already.
+                let tap_part = match chunk_end.distance_from(tap_next) {
+                    0 => None,
+                    _ if start >= tap_next => Some((start, data)),
+                    n => {
+                        let from = data.len().saturating_sub(n as usize);
+                        Some((tap_next, data.slice(from..)))
+                    }
+                };
+                if let (Some(t), Some((start, data))) = (&tap, tap_part) {
+                    let sent_end = Lsn(start.0 + data.len() as u64);
                     let event = TapEvent::Wal { start, data };
                     let event = match t.tx.try_send(event) {
                         Ok(()) => None,
@@ -805,7 +852,10 @@ pub async fn feed_tapped(
                                     // the tap's part is streamed again.
                                     store.flush()?;
                                     ckpt.take(&pipeline, store, &mut follower).await?;
-                                    return Err(RunError::TapStalled(TAP_STALL));
+                                    return Err(RunError::TapStalled {
+                                        after: TAP_STALL,
+                                        tap_end: tap_next,
+                                    });
                                 }
                             }
                         };
@@ -815,6 +865,7 @@ pub async fn feed_tapped(
                         };
                         permit.send(event);
                     }
+                    tap_next = sent_end;
                 }
                 if ckpt.due(&pipeline) && ckpt.take(&pipeline, store, &mut follower).await? {
                     recycle(config, shadow, store, ckpt.last).await;
@@ -835,6 +886,13 @@ pub async fn feed_tapped(
                 tracing::info!(
                     "source timeline {from} ended at {switch_lsn}; following timeline {to}"
                 );
+                if continue_at.is_some() && switch_lsn < tap_next {
+                    store.flush()?;
+                    return Err(RunError::TapDiverged {
+                        switch: switch_lsn,
+                        tap_end: tap_next,
+                    });
+                }
                 store.flush()?;
                 // Re-streaming what the store holds: it switched already.
                 let known = store

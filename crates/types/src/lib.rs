@@ -15,7 +15,9 @@ pub mod table_key;
 pub use lsn::{Lsn, ParseLsnError};
 pub use major::{PgMajor, UnsupportedMajor};
 pub use printable::printable;
-pub use rel::{BlockNumber, ForkNumber, Oid, RelFileLocator, TimeLineId, Xid};
+pub use rel::{
+    BlockNumber, FIRST_NORMAL_OBJECT_ID, ForkNumber, Oid, RelFileLocator, TimeLineId, Xid,
+};
 pub use secret::same_secret;
 pub use table_key::{
     RESYNC_SUFFIX, STAGING_SUFFIX, default_destination, destination_problem, split_table_key,

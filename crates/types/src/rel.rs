@@ -4,6 +4,11 @@ use std::fmt;
 
 /// `Oid`.
 pub type Oid = u32;
+
+/// `FirstNormalObjectId`: OIDs, and relation file numbers, below it are
+/// assigned by initdb. A later relation's file number comes from the OID
+/// counter, so a file numbered below it is always a system catalog's.
+pub const FIRST_NORMAL_OBJECT_ID: Oid = 16384;
 /// `TransactionId` (32-bit, wraps; comparisons need an epoch-aware context).
 pub type Xid = u32;
 /// `BlockNumber`.

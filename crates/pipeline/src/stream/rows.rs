@@ -44,6 +44,7 @@ impl Streamer {
                 owner_key,
                 toast_relid,
             } => {
+                self.changed(&owner_key, c.end);
                 let file = change.rel.rel_number;
                 match (change.kind, change.tid, &change.new) {
                     (ChangeKind::Insert, Some(tid), Some(t)) => {
@@ -71,9 +72,14 @@ impl Streamer {
                 Ok(())
             }
             Resolved::Pinned { key, desc } => {
+                // Its ClickHouse table follows the catalog before its rows.
+                self.refresh_pending(Some(&key)).await?;
+                self.changed(&key, c.end);
                 self.apply_row_change(c, seq, &key, &desc, &change).await
             }
             Resolved::Config { desc } => {
+                let key = self.config_key.clone();
+                self.changed(&key, c.end);
                 self.config_change(seq, &desc, &change);
                 Ok(())
             }

@@ -116,6 +116,9 @@ impl Streamer {
     /// Applies the opt-ins and opt-outs of the commit `c` (its `end` is `S`).
     pub(super) async fn apply_scope_changes(&mut self, c: &CommitEvent) -> Result<(), StreamError> {
         let s = c.end;
+        // Tables waiting for a refresh get it at the catalog they were
+        // judged under, before the catalog moves to this commit.
+        self.refresh_pending(None).await?;
         // Tables coming into scope are read as the catalog has them at
         // their opt-in, not at the last commit that concerned the tables
         // in scope before: the catalog commits skipped since concerned

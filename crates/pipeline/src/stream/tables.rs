@@ -258,6 +258,8 @@ impl Streamer {
             None => return Ok(()),
         };
         for (key, whole) in tables {
+            self.refresh_pending(Some(&key)).await?;
+            self.changed(&key, c.end);
             if self.is_stopped(&key) {
                 continue;
             }

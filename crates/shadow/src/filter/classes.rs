@@ -26,8 +26,7 @@ use walshadow_types::Oid;
 
 use super::pg_class::PgClassRow;
 
-/// `FirstNormalObjectId`: OIDs below are assigned by initdb.
-pub const FIRST_NORMAL_OBJECT_ID: Oid = 16384;
+pub use walshadow_types::FIRST_NORMAL_OBJECT_ID;
 pub const PG_CATALOG_NAMESPACE: Oid = 11;
 pub const PG_TOAST_NAMESPACE: Oid = 99;
 /// `pg_statistic` and `pg_statistic_ext_data` (whose rows carry user
