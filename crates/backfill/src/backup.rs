@@ -42,6 +42,7 @@
 //! is retried on a fresh backup. Without data checksums a torn read cannot
 //! be told from a consistent one (documented in the operator guide).
 
+use crate::waiting_backoff;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -57,7 +58,7 @@ use walshadow_toast_mirror::{ChunkMirror, MirrorError, Tid};
 use walshadow_types::catalog::RelationDesc;
 use walshadow_types::{Lsn, Oid, RelFileLocator};
 use walshadow_wal_reader::replication::{
-    BaseBackupOptions, Checkpoint, ConnConfig, ReplicationClient, SinkError,
+    BaseBackupOptions, Checkpoint, ConnConfig, ReplicationClient, ReplicationError, SinkError,
 };
 
 use crate::ledger::{Ledger, LedgerError, Pass, Phase};
@@ -193,10 +194,39 @@ enum AttemptError {
     /// Anything else; retried after a longer pause.
     #[error("{0}")]
     Failed(String),
+    /// The source or ClickHouse cannot be reached or refuses for now:
+    /// retried with backoff for as long as it lasts, not counted against
+    /// `max_attempts`.
+    #[error("{0}")]
+    Waiting(String),
 }
 
 fn failed<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> AttemptError + '_ {
     move |e| AttemptError::Failed(format!("{what}: {e}"))
+}
+
+/// A source error: [`AttemptError::Waiting`] when reconnecting may get
+/// past it by itself; a sink's error by what the sink met (an insert
+/// ClickHouse did not take for now waits too).
+fn source_failed(what: &str) -> impl Fn(ReplicationError) -> AttemptError + '_ {
+    move |e| {
+        let waits = match &e {
+            ReplicationError::Sink { source, .. } => sink_waits(source.as_ref()),
+            e => e.is_transient(),
+        };
+        if waits {
+            AttemptError::Waiting(format!("{what}: {e}"))
+        } else {
+            AttemptError::Failed(format!("{what}: {e}"))
+        }
+    }
+}
+
+/// Whether a sink error is an insert ClickHouse refused for a reason that
+/// is not the rows' own (it is down, out of space, a password rotated).
+fn sink_waits(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    e.downcast_ref::<walshadow_emitter::FlushError>()
+        .is_some_and(walshadow_emitter::FlushError::is_transient)
 }
 
 fn quote_literal(s: &str) -> String {
@@ -267,6 +297,7 @@ impl BackupPass {
         let started = Instant::now();
         let mut last = String::new();
         let mut attempts = 0;
+        let mut waits = 0u32;
         while attempts < self.max_attempts {
             attempts += 1;
             let live = self.update_each(|p| {
@@ -289,7 +320,20 @@ impl BackupPass {
                     self.log_summary(&summary);
                     return Ok(summary);
                 }
+                Err(AttemptError::Waiting(why)) => {
+                    // Not these tables' fault: not an attempt used up.
+                    attempts -= 1;
+                    let backoff = waiting_backoff(waits);
+                    waits = waits.saturating_add(1);
+                    tracing::warn!(tables = %self.keys(), "initial load (base_backup) waits for the source or ClickHouse ({why}); trying again in {backoff:?}");
+                    self.update_each(|p| {
+                        p.phase = Phase::Pending;
+                        p.error = Some(format!("waiting: {why}"));
+                    })?;
+                    tokio::time::sleep(backoff).await;
+                }
                 Err(e) => {
+                    waits = 0;
                     last = e.to_string();
                     tracing::warn!(tables = %self.keys(), attempt = attempts, "initial load (base_backup) attempt failed: {last}");
                     self.update_each(|p| {
@@ -298,7 +342,7 @@ impl BackupPass {
                     })?;
                     let backoff = match e {
                         AttemptError::Retry(_) => Duration::from_millis(500),
-                        AttemptError::Failed(_) => Duration::from_secs(2 << attempts.min(4)),
+                        _ => Duration::from_secs(2 << attempts.min(4)),
                     };
                     tokio::time::sleep(backoff).await;
                 }
@@ -405,15 +449,18 @@ impl BackupPass {
         }
         let sql = ReplicationClient::connect(&self.source)
             .await
-            .map_err(failed("connecting to the source"))?;
+            .map_err(source_failed("connecting to the source"))?;
         let (plan, mut sql) = self.plan(sql, &tables).await?;
         let mut targets = Vec::with_capacity(tables.len());
         for (t, dest) in tables.iter().zip(&plan.dests) {
             let staging = self.staging_of(t).with_settings(dest.query_settings());
-            staging
-                .prepare()
-                .await
-                .map_err(|e| AttemptError::Failed(e.to_string()))?;
+            staging.prepare().await.map_err(|e| {
+                if e.is_transient() {
+                    AttemptError::Waiting(e.to_string())
+                } else {
+                    AttemptError::Failed(e.to_string())
+                }
+            })?;
             let batch = TableBatch::new(
                 staging.name().to_owned(),
                 RowBinaryEncoder::new(dest),
@@ -483,7 +530,7 @@ impl BackupPass {
         };
         let mut repl = ReplicationClient::connect(&self.replication)
             .await
-            .map_err(failed("connecting for BASE_BACKUP"))?;
+            .map_err(source_failed("connecting for BASE_BACKUP"))?;
         tracing::info!(tables = %self.keys(), attempt, files = plan.files.len(), "initial load (base_backup): backup starting");
         let mut sink = sink;
         let result = repl.base_backup(&opts, &mut sink).await;
@@ -494,7 +541,7 @@ impl BackupPass {
             if text.contains(TORN) {
                 AttemptError::Retry(format!("BASE_BACKUP: {text}"))
             } else {
-                AttemptError::Failed(format!("BASE_BACKUP: {text}"))
+                source_failed("BASE_BACKUP")(e)
             }
         })?;
         let outcome = sink.finish().map_err(|e| {
@@ -611,15 +658,15 @@ impl BackupPass {
         let block = sql
             .simple_query("SHOW block_size")
             .await
-            .map_err(failed("SHOW block_size"))?;
+            .map_err(source_failed("SHOW block_size"))?;
         let seg = sql
             .simple_query("SHOW segment_size")
             .await
-            .map_err(failed("SHOW segment_size"))?;
+            .map_err(source_failed("SHOW segment_size"))?;
         let sums = sql
             .simple_query("SHOW data_checksums")
             .await
-            .map_err(failed("SHOW data_checksums"))?;
+            .map_err(source_failed("SHOW data_checksums"))?;
         let walk = WalkOptions::for_server(&show(&block), &show(&seg), &show(&sums))
             .map_err(|e| AttemptError::Failed(e.to_string()))?;
         // The gate's bounds: pages below them were flushed by the backup's
@@ -674,7 +721,7 @@ impl BackupPass {
                       ORDER BY c.oid"
                 ))
                 .await
-                .map_err(failed("reading the tables' files"))?;
+                .map_err(source_failed("reading the tables' files"))?;
             if r.rows.is_empty() {
                 return Err(AttemptError::Failed(format!(
                     "{} does not exist (or is not a table or partitioned table with partitions)",
@@ -796,7 +843,7 @@ impl BackupPass {
             let r = sql
                 .simple_query(&format!("SELECT pg_relation_filenode({})", f.oid))
                 .await
-                .map_err(failed("checking the walked files"))?;
+                .map_err(source_failed("checking the walked files"))?;
             let now = r.text(0, 0).and_then(|t| t.parse::<u32>().ok());
             if now != Some(f.locator.rel_number) {
                 return Err(AttemptError::Retry(format!(
@@ -1124,9 +1171,13 @@ impl Walker {
     async fn flush_all(&mut self) -> Result<(), AttemptError> {
         let ch = self.ch.clone();
         for t in &mut self.targets {
-            t.insert(&ch)
-                .await
-                .map_err(|e| AttemptError::Failed(e.to_string()))?;
+            t.insert(&ch).await.map_err(|e| {
+                if sink_waits(e.as_ref()) {
+                    AttemptError::Waiting(e.to_string())
+                } else {
+                    AttemptError::Failed(e.to_string())
+                }
+            })?;
         }
         Ok(())
     }
@@ -1261,5 +1312,65 @@ impl ToastSource for PassToast<'_> {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use walshadow_emitter::{ClickHouseError, FlushError};
+
+    fn gave_up(source: ClickHouseError) -> SinkError {
+        Box::new(FlushError::GaveUp {
+            table: "t".into(),
+            attempts: 30,
+            elapsed: Duration::from_secs(600),
+            source,
+        })
+    }
+
+    #[test]
+    fn an_environment_that_refuses_for_now_waits() {
+        let down = ClickHouseError::Connection {
+            endpoint: "http://ch".into(),
+            context: "INSERT".into(),
+            message: "connection refused".into(),
+        };
+        assert!(sink_waits(gave_up(down).as_ref()));
+        let refused = FlushError::Definite {
+            table: "t".into(),
+            source: ClickHouseError::Server {
+                context: "INSERT".into(),
+                status: 400,
+                code: Some(53),
+                message: "TYPE_MISMATCH".into(),
+            },
+        };
+        assert!(!sink_waits(&refused));
+        let other: SinkError = "a torn page".into();
+        assert!(!sink_waits(other.as_ref()));
+        let lost = ReplicationError::ConnectionClosed {
+            context: String::new(),
+        };
+        assert!(matches!(
+            source_failed("BASE_BACKUP")(lost),
+            AttemptError::Waiting(_)
+        ));
+        let sink = ReplicationError::Sink {
+            archive: "base".into(),
+            path: None,
+            source: gave_up(ClickHouseError::Timeout {
+                endpoint: "http://ch".into(),
+                context: "INSERT".into(),
+                after: Duration::from_secs(1),
+            }),
+        };
+        assert!(matches!(
+            source_failed("BASE_BACKUP")(sink),
+            AttemptError::Waiting(_)
+        ));
+        assert_eq!(waiting_backoff(0), Duration::from_secs(1));
+        assert_eq!(waiting_backoff(3), Duration::from_secs(8));
+        assert_eq!(waiting_backoff(40), Duration::from_secs(30));
     }
 }

@@ -37,6 +37,7 @@
 //! file, own marks) into the root's one ClickHouse table, selecting the
 //! root's columns by name.
 
+use crate::waiting_backoff;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -120,20 +121,49 @@ enum AttemptError {
     Retry(String),
     /// Anything else; also retried, with the marks kept.
     Failed(String),
+    /// The source or ClickHouse cannot be reached or refuses for now (a
+    /// connection lost, too many clients, a shutdown, ClickHouse down or
+    /// out of space): retried with backoff for as long as it lasts, not
+    /// counted against `max_attempts`, the marks kept.
+    Waiting(String),
 }
 
 impl std::fmt::Display for AttemptError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            AttemptError::Retry(s) | AttemptError::Failed(s) => f.write_str(s),
+            AttemptError::Retry(s) | AttemptError::Failed(s) | AttemptError::Waiting(s) => {
+                f.write_str(s)
+            }
         }
     }
 }
 
+/// A source error: [`AttemptError::Waiting`] when reconnecting may get
+/// past it by itself.
 fn failed(
     what: &str,
 ) -> impl Fn(walshadow_wal_reader::replication::ReplicationError) -> AttemptError + '_ {
-    move |e| AttemptError::Failed(format!("{what}: {e}"))
+    move |e| {
+        if e.is_transient() {
+            AttemptError::Waiting(format!("{what}: {e}"))
+        } else {
+            AttemptError::Failed(format!("{what}: {e}"))
+        }
+    }
+}
+
+/// A ClickHouse error: [`AttemptError::Waiting`] unless it is about the
+/// load's own rows or table.
+fn clickhouse_failed(
+    what: &str,
+) -> impl Fn(walshadow_emitter::ClickHouseError) -> AttemptError + '_ {
+    move |e| {
+        if e.is_definite() {
+            AttemptError::Failed(format!("{what}: {e}"))
+        } else {
+            AttemptError::Waiting(format!("{what}: {e}"))
+        }
+    }
 }
 
 fn quote_ident(s: &str) -> String {
@@ -160,6 +190,7 @@ impl CopyLoad {
         let started = Instant::now();
         let mut last = String::new();
         let mut attempts = 0;
+        let mut waits = 0u32;
         while attempts < self.max_attempts {
             attempts += 1;
             self.update(|p| {
@@ -194,7 +225,20 @@ impl CopyLoad {
                     );
                     return Ok(summary);
                 }
+                Err(AttemptError::Waiting(why)) => {
+                    // Not this table's fault: not an attempt used up.
+                    attempts -= 1;
+                    let backoff = waiting_backoff(waits);
+                    waits = waits.saturating_add(1);
+                    tracing::warn!(table = %self.key, "initial load (copy) waits for the source or ClickHouse ({why}); trying again in {backoff:?}");
+                    self.update(|p| {
+                        p.phase = Phase::Pending;
+                        p.error = Some(format!("waiting: {why}"));
+                    })?;
+                    tokio::time::sleep(backoff).await;
+                }
                 Err(e) => {
+                    waits = 0;
                     last = e.to_string();
                     tracing::warn!(table = %self.key, attempt = attempts, "initial load (copy) attempt failed: {last}");
                     self.update(|p| {
@@ -203,7 +247,7 @@ impl CopyLoad {
                     })?;
                     let backoff = match e {
                         AttemptError::Retry(_) => Duration::from_millis(200),
-                        AttemptError::Failed(_) => Duration::from_secs(2),
+                        _ => Duration::from_secs(2),
                     };
                     tokio::time::sleep(backoff).await;
                 }
@@ -564,14 +608,11 @@ impl CopyLoad {
                 let mut decoder =
                     CopyDecoder::new(desc).map_err(|e| AttemptError::Failed(e.to_string()))?;
                 let mut rows: Vec<Vec<Value>> = Vec::new();
-                let mut copy = conn.copy_out(&sql).await.map_err(|e| {
-                    AttemptError::Failed(format!("COPY of {} blocks {a}..{b}: {e}", src.name))
-                })?;
+                let what = format!("COPY of {} blocks {a}..{b}", src.name);
+                let mut copy = conn.copy_out(&sql).await.map_err(failed(&what))?;
                 let mut bytes = 0u64;
                 loop {
-                    let data = copy.next().await.map_err(|e| {
-                        AttemptError::Failed(format!("COPY of {} blocks {a}..{b}: {e}", src.name))
-                    })?;
+                    let data = copy.next().await.map_err(failed(&what))?;
                     let Some(data) = data else {
                         break;
                     };
@@ -656,7 +697,13 @@ impl CopyLoad {
         sealed
             .insert(&self.ch, &token, &policy)
             .await
-            .map_err(|e| AttemptError::Failed(format!("{e}")))?;
+            .map_err(|e| {
+                if e.is_transient() {
+                    AttemptError::Waiting(e.to_string())
+                } else {
+                    AttemptError::Failed(e.to_string())
+                }
+            })?;
         let rows = sealed.rows as u64;
         self.update(|p| p.rows += rows)
             .map_err(|e| AttemptError::Failed(e.to_string()))?;
@@ -711,7 +758,7 @@ impl CopyLoad {
             .ch
             .query(&count_sql)
             .await
-            .map_err(|e| AttemptError::Failed(format!("counting rows to purge: {e}")))?
+            .map_err(clickhouse_failed("counting rows to purge"))?
             .trim()
             .parse()
             .unwrap_or(0);
@@ -732,7 +779,7 @@ impl CopyLoad {
         self.ch
             .execute(&sql)
             .await
-            .map_err(|e| AttemptError::Failed(format!("purging rows of an earlier opt-in: {e}")))?;
+            .map_err(clickhouse_failed("purging rows of an earlier opt-in"))?;
         tracing::info!(table = %self.key, rows = n, "initial load: rows deleted at the source while the table was opted out are gone from ClickHouse too");
         Ok(n)
     }

@@ -30,3 +30,10 @@ pub mod snapshot;
 pub mod staging;
 pub mod visibility;
 pub mod walk_sink;
+
+/// Pause before a load's next try after `waits` tries in a row that met
+/// the source or ClickHouse not ready (not counted as attempts): 1 s,
+/// doubling, at most 30 s.
+pub(crate) fn waiting_backoff(waits: u32) -> std::time::Duration {
+    std::time::Duration::from_secs(1u64 << waits.min(5)).min(std::time::Duration::from_secs(30))
+}
