@@ -248,6 +248,106 @@ fn stall_continues(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
+/// A load that meets a source refusing new connections (every client slot
+/// taken: `53300`) waits for as long as that lasts, without using up
+/// `backfill.max_attempts`, and loads once the slots free up. The load is
+/// held after its snapshot (test hook) while the slots fill, so its
+/// workers are the ones refused.
+fn load_waits_out_the_source(major: PgMajor) -> Result<()> {
+    let opts = common::source_options()
+        .conf("max_connections", "20")
+        .conf("superuser_reserved_connections", "1");
+    let mut h = StreamHarness::with_options(
+        major,
+        "loadwait",
+        &["public.t"],
+        "\n[backfill]\nmax_attempts = 2\n",
+        opts,
+    )?;
+    let pauses = h.work.path().join("pauses");
+    std::fs::create_dir_all(&pauses)?;
+    h.run_env.push((
+        walshadow_pipeline::backfills::PAUSE_ENV.into(),
+        pauses.display().to_string(),
+    ));
+    h.source.psql(
+        "create table t (id int primary key, v text);
+         insert into t select g, 'existing' from generate_series(1, 500) g;",
+    )?;
+    {
+        let text = std::fs::read_to_string(&h.config)?;
+        std::fs::write(&h.config, format!("{text}initial_load = \"copy\"\n"))?;
+    }
+    h.init()?;
+    h.start_run()?;
+    let paused = pauses.join("public.t.1.paused");
+    wait_until(CATCH_UP, "the load to hold after its snapshot", || {
+        h.check_running()?;
+        Ok(paused.exists())
+    })?;
+    // Every client slot taken for a while.
+    let holders: Vec<_> = (0..24)
+        .map(|_| {
+            let source = h.source.clone();
+            std::thread::spawn(move || source.psql("select pg_sleep(20)"))
+        })
+        .collect();
+    wait_until(Duration::from_secs(30), "the source to be full", || {
+        Ok(h.source.psql("select 1").is_err())
+    })?;
+    // Every later attempt goes on at once.
+    let release = |dir: &std::path::Path| {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    };
+    release(&pauses);
+    let ledger = |h: &StreamHarness| {
+        std::fs::read_to_string(h.state_dir.join("backfills.toml")).unwrap_or_default()
+    };
+    wait_until(Duration::from_secs(60), "the load to wait", || {
+        h.check_running()?;
+        release(&pauses);
+        Ok(ledger(&h).contains("waiting:"))
+    })
+    .with_context(|| {
+        format!(
+            "ledger:\n{}\nrun log:\n{}",
+            ledger(&h),
+            common::tail(&h.run_log(), 30)
+        )
+    })?;
+    for holder in holders {
+        let _ = holder.join();
+    }
+    common::loads::wait_loaded_with(&mut h, "public.t", |_| {
+        release(&pauses);
+        Ok(())
+    })?;
+    h.source
+        .psql("update t set v = 'after' where id % 10 = 0")?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("t", "t", &cols())?;
+    ensure!(n == 500, "{n} rows");
+    ensure!(
+        !h.run_log().contains("attempts failed"),
+        "the load used up its attempts:\n{}",
+        common::tail(&h.run_log(), 30)
+    );
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_a_load_waits_out_a_source_refusing_connections() -> Result<()> {
+    load_waits_out_the_source(PgMajor::V15)
+}
+
+#[test]
+fn pg18_a_load_waits_out_a_source_refusing_connections() -> Result<()> {
+    load_waits_out_the_source(PgMajor::V18)
+}
+
 #[test]
 fn pg15_a_stalled_pipeline_continues_where_it_was() -> Result<()> {
     stall_continues(PgMajor::V15)
