@@ -72,8 +72,11 @@ impl Streamer {
                 Ok(())
             }
             Resolved::Pinned { key, desc } => {
-                // Its ClickHouse table follows the catalog before its rows.
-                self.refresh_pending(Some(&key)).await?;
+                // Its ClickHouse table follows the catalog before its rows
+                // (the check first: this runs for every row).
+                if !self.pending_refresh.is_empty() {
+                    self.refresh_pending(Some(&key)).await?;
+                }
                 self.changed(&key, c.end);
                 self.apply_row_change(c, seq, &key, &desc, &change).await
             }
