@@ -359,11 +359,7 @@ fn config_table_trust(major: PgMajor) -> Result<()> {
              commit;",
         )
     });
-    walshadow_testkit::wait_until(Duration::from_secs(30), "the racer's transaction", || {
-        Ok(h.source.query_one(
-            "select count(*) from pg_stat_activity where query like '%pg_sleep(4)%' and state = 'active' and pid <> pg_backend_pid()",
-        )? == "1")
-    })?;
+    h.wait_for_session("pg_sleep(4)")?;
     let out = h.cli(&["init", "--config", h.config()])?;
     racer
         .join()

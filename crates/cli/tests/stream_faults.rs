@@ -209,11 +209,7 @@ fn stall_continues(major: PgMajor) -> Result<()> {
              select pg_sleep(30); commit;",
         )
     });
-    wait_until(Duration::from_secs(30), "the open transaction", || {
-        Ok(h.source.query_one(
-            "select count(*) from pg_stat_activity where query like '%pg_sleep(30)%' and state = 'active' and pid <> pg_backend_pid()",
-        )? == "1")
-    })?;
+    h.wait_for_session("pg_sleep(30)")?;
     h.ch.stop()?;
     h.source
         .psql("insert into t select g, 'b' from generate_series(101, 200) g")?;

@@ -416,7 +416,8 @@ impl Toast {
 
     /// TOAST relations of the pinned tables learned outside a commit that
     /// moved any (see [`Toast::catalog_now`]): relations new to the mirror
-    /// are followed from here; one whose file differs is swept as a move.
+    /// are followed from here; a known one keeps its file, which only the
+    /// commit that moves it changes.
     pub fn learn_files(&mut self, files: HashMap<Oid, Oid>) {
         if let Some(known) = &mut self.files {
             for (relid, file) in files {

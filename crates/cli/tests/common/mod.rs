@@ -232,6 +232,20 @@ impl StreamHarness {
         Ok(status.success())
     }
 
+    /// Waits until another session on the source is running a statement
+    /// containing `marker` (a transaction held open by a test's thread).
+    pub fn wait_for_session(&self, marker: &str) -> Result<()> {
+        let sql = format!(
+            "select count(*) from pg_stat_activity where query like '%{}%' and state = 'active' and pid <> pg_backend_pid()",
+            marker.replace('\'', "''")
+        );
+        wait_until(
+            Duration::from_secs(30),
+            &format!("a session running {marker}"),
+            || Ok(self.source.query_one(&sql)? == "1"),
+        )
+    }
+
     /// The applied position `walshadow status --json` reports.
     pub fn applied(&self) -> Result<Option<Lsn>> {
         let out = self.cli(&["status", "--json", "--config", self.config()])?;
