@@ -24,7 +24,9 @@ What it serves, following ClickHouse's HTTPHandler (src/Server/HTTPHandler.cpp):
     credentials                      X-ClickHouse-User/-Key, Basic auth, or user/password params;
                                      wrong ones give 403 with code 516 (AUTHENTICATION_FAILED)
     errors                           "Code: N. DB::Exception: ..." with X-ClickHouse-Exception-Code
-                                     and the HTTP status of exceptionCodeToHTTPStatus.cpp
+                                     and the HTTP status of exceptionCodeToHTTPStatus.cpp; an
+                                     insert fails with what the engine raised while writing it
+                                     (chdb's streaming insert alone may report it written)
     GET                              read-only (code 164 READONLY otherwise), as ClickHouse
                                      sets readonly=2 for GET
     Content-Encoding gzip/deflate    request bodies are decompressed; responses are compressed
@@ -373,6 +375,7 @@ class Engine:
         """Feeds FORMAT-encoded bytes to chdb's streaming insert, which parses them as ClickHouse's
         input formats do; nothing is decoded as text, so binary data stays intact."""
         start = time.monotonic()
+        errors_before = self.error_counts()
         try:
             ins = self.conn.send_insert(stmt, fmt)
         except Exception as e:
@@ -394,12 +397,39 @@ class Engine:
             if isinstance(e, (ConnectionError, OSError, KeyboardInterrupt, SystemExit)):
                 raise
             raise ClickHouseError.from_chdb(e) from None
+        self.raise_new_error(errors_before)
         return Reply(b"", None, {
             "read_rows": 0, "read_bytes": 0,
             "written_rows": res.rows_written, "written_bytes": res.bytes_written,
             "total_rows_to_read": 0, "result_bytes": 0,
             "elapsed_ns": int((time.monotonic() - start) * 1e9),
         })
+
+    def error_counts(self) -> dict[int, int]:
+        """How often the engine raised each error code so far (system.errors)."""
+        res = self.query("SELECT code, value FROM system.errors WHERE value > 0")
+        counts = {}
+        for line in res.bytes().decode().splitlines():
+            code, _, value = line.partition("\t")
+            counts[int(code)] = int(value)
+        return counts
+
+    def raise_new_error(self, before: dict[int, int]) -> None:
+        """chdb's streaming insert can finish without raising what the engine raised while it
+        wrote the parts (INCORRECT_DATA for an `_is_deleted` of 5, say): a real server answers
+        that insert with the error, so this engine does too. Queries are serialized, so an
+        error counted since `before` is this insert's."""
+        after = self.error_counts()
+        raised = [code for code, n in after.items() if n > before.get(code, 0)]
+        if not raised:
+            return
+        codes = ", ".join(str(c) for c in raised)
+        res = self.query(
+            "SELECT code, name, last_error_message FROM system.errors "
+            f"WHERE code IN ({codes}) ORDER BY last_error_time DESC LIMIT 1")
+        code, name, message = (res.bytes().decode().rstrip("\n").split("\t", 2) + ["", ""])[:3]
+        message = message.replace("\\n", "\n").rstrip(". ")
+        raise ClickHouseError(int(code), f"Code: {code}. DB::Exception: {message}. ({name})")
 
     def query(self, sql: str, fmt: str = "TabSeparated", params: dict | None = None):
         try:

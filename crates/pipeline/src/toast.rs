@@ -53,6 +53,11 @@ const COUNTERS_STATE: &str = "counters";
 pub struct Wait {
     /// The key columns' values as PostgreSQL text (`None`: NULL).
     pub key: Vec<Option<String>>,
+    /// Key columns (indexes into `key`) that could not be read (a
+    /// `REPLICA IDENTITY FULL` key holding the gone value): any value
+    /// matches them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub any: Vec<usize>,
     /// The commit that wrote the row version.
     pub commit: Lsn,
     /// The change's WAL position.
@@ -62,6 +67,20 @@ pub struct Wait {
     pub value_id: Oid,
     /// The source's WAL insert position when the value was found gone.
     pub source_lsn: Lsn,
+}
+
+impl Wait {
+    /// Whether a row with key `key` (where the columns in `any` are
+    /// unknown) is a version of the row that waits.
+    pub fn matches(&self, key: &[Option<String>], any: &[usize]) -> bool {
+        self.key.len() == key.len()
+            && self
+                .key
+                .iter()
+                .zip(key)
+                .enumerate()
+                .all(|(i, (a, b))| a == b || self.any.contains(&i) || any.contains(&i))
+    }
 }
 
 /// What reading a value from the source found.
@@ -95,6 +114,22 @@ pub enum SourceReadError {
     },
     #[error(transparent)]
     Mirror(#[from] MirrorError),
+}
+
+impl SourceReadError {
+    /// Whether the source refused the read for good: walshadow's role may
+    /// not read this TOAST relation (`42501`), or its answer made no sense.
+    /// Every other failure (the source restarting, full, unreachable, a
+    /// password being rotated) is the environment's: the read is retried.
+    pub fn is_definite(&self) -> bool {
+        match self {
+            SourceReadError::Query { source, .. } => {
+                source.db_error().is_some_and(|e| e.code == "42501")
+            }
+            SourceReadError::Unexpected { .. } => true,
+            SourceReadError::Mirror(_) => false,
+        }
+    }
 }
 
 /// Counters the status file shows beside the mirror's own (kept with the
@@ -623,6 +658,13 @@ impl Toast {
     /// of the same key.
     pub fn wait(&mut self, key: &str, wait: Wait) {
         let list = self.waits.entry(key.to_owned()).or_default();
+        // A later version of the row that waits itself takes over the
+        // earlier versions' waits: whatever supersedes it supersedes them.
+        let n = list.len();
+        list.retain(|w| !(w.commit < wait.commit && w.matches(&wait.key, &wait.any)));
+        if list.len() != n {
+            self.waits_dirty = true;
+        }
         if !list.contains(&wait) {
             tracing::warn!(
                 table = %key,
@@ -648,7 +690,7 @@ impl Toast {
     pub fn superseded(&mut self, key: &str, row_key: &[Option<String>], commit: Lsn) {
         if let Some(list) = self.waits.get_mut(key) {
             let n = list.len();
-            list.retain(|w| !(w.key == row_key && w.commit < commit));
+            list.retain(|w| !(w.commit < commit && w.matches(row_key, &[])));
             if list.len() != n {
                 self.waits_dirty = true;
             }

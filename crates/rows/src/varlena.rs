@@ -191,6 +191,11 @@ fn fetch_external(ptr: &ToastPointer, toast: &dyn ToastSource) -> Result<Vec<u8>
     let data = toast
         .fetch(ptr.toast_relid, ptr.value_id)
         .ok_or(unresolved.clone())?;
+    if data.len() != extsize
+        && let Some(value) = stored_anew(&data, rawsize)
+    {
+        return Ok(value);
+    }
     // Fewer bytes than the pointer names means chunks are missing; more
     // means the chunks are not this value's.
     if data.len() < extsize {
@@ -222,6 +227,26 @@ fn fetch_external(ptr: &ToastPointer, toast: &dyn ToastSource) -> Result<Vec<u8>
         )));
     }
     Ok(out)
+}
+
+/// A value a table rewrite stored anew under the same value id. VACUUM
+/// FULL and CLUSTER keep value ids (`toast_save_datum` with
+/// `rd_toastoid`), but the rewrite detoasts each value into the new heap,
+/// and one stored uncompressed is compressed again with the column's
+/// method now (`ALTER … SET COMPRESSION` first, say): the chunks then no
+/// longer have the size the older pointer names. Such chunks describe
+/// themselves (plain, or `va_tcinfo` and the compressed bytes), and they
+/// are the value only if they hold exactly the pointer's raw size.
+fn stored_anew(data: &[u8], rawsize: usize) -> Option<Vec<u8>> {
+    if data.len() == rawsize {
+        return Some(data.to_vec());
+    }
+    let tcinfo = u32_at(data, 0).ok()?;
+    if (tcinfo & EXTSIZE_MASK) as usize != rawsize || data.len() >= rawsize {
+        return None;
+    }
+    let out = decompress(tcinfo, data.get(4..)?).ok()?;
+    (out.len() == rawsize).then_some(out)
 }
 
 /// Decompresses per `va_tcinfo` (`toast_decompress_datum`).
@@ -354,6 +379,31 @@ mod tests {
             900,
         );
         assert_eq!(detoast(&ptr, &chunks).unwrap().as_ref(), raw.as_slice());
+
+        // Stored anew by a rewrite under the same value id: an older
+        // pointer naming it uncompressed finds it compressed now, and one
+        // naming it compressed finds it plain.
+        let mut rewritten = ToastChunks::new();
+        rewritten.add_chunk(900, 79, 0, stored.clone());
+        let plain_ptr = external(raw.len() as i32 + 4, raw.len() as u32, 79, 900);
+        assert_eq!(
+            detoast(&plain_ptr, &rewritten).unwrap().as_ref(),
+            raw.as_slice()
+        );
+        rewritten.add_chunk(900, 80, 0, raw.clone());
+        let packed_ptr = external(
+            raw.len() as i32 + 4,
+            stored.len() as u32 | (LZ4 << 30),
+            80,
+            900,
+        );
+        assert_eq!(
+            detoast(&packed_ptr, &rewritten).unwrap().as_ref(),
+            raw.as_slice()
+        );
+        // Chunks of another size that are not the value stay refused.
+        let longer_ptr = external(raw.len() as i32 + 5, raw.len() as u32 + 1, 79, 900);
+        assert!(detoast(&longer_ptr, &rewritten).is_err());
     }
 
     #[test]

@@ -230,6 +230,40 @@ fn row_binary_insert_is_binary_safe() {
     assert_eq!(count(&ch, "bin"), 6);
 }
 
+/// Rows that parse but that the engine refuses while writing its part (a
+/// row laid out for another shape: here a flag byte of 5 where
+/// ReplacingMergeTree's `is_deleted` takes 0 or 1) fail the insert with the
+/// engine's code, as a real server answers; chdb's streaming insert alone
+/// would report them written.
+#[test]
+fn malformed_row_binary_insert_fails_with_the_engines_code() {
+    let ch = engine();
+    ch.query(
+        "CREATE TABLE r (id Int32, v Int32, _lsn UInt64, _is_deleted UInt8) \
+         ENGINE = ReplacingMergeTree(_lsn, _is_deleted) ORDER BY id",
+    )
+    .unwrap();
+    let rows = |flag: u8| {
+        let mut data = Vec::new();
+        for i in 0..3i32 {
+            data.extend_from_slice(&i.to_le_bytes());
+            data.extend_from_slice(&(i * 3).to_le_bytes());
+            data.extend_from_slice(&(1000 + i as u64).to_le_bytes());
+            data.push(flag);
+        }
+        data
+    };
+    let stmt = "INSERT INTO r (id, v, _lsn, _is_deleted) FORMAT RowBinary";
+    let reply = ch.post(&[("query", stmt)], &rows(5)).unwrap();
+    assert_error(&reply, 400, 117); // INCORRECT_DATA
+    assert!(reply.text().contains("is_deleted"), "{}", reply.text());
+    assert_eq!(count(&ch, "r"), 0);
+    // The next insert is judged on its own.
+    let reply = ch.post(&[("query", stmt)], &rows(0)).unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(count(&ch, "r"), 3);
+}
+
 #[test]
 fn errors_carry_status_and_code() {
     let ch = engine();

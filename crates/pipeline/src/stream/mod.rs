@@ -55,10 +55,11 @@ use crate::progress::{Progress, Stopped, TableProgress};
 use crate::relations::{Relations, Resolved};
 use crate::scope::{ScopeChange, config_row};
 use crate::status::{StatusFile, TableStatus, ToastStatus};
-use crate::toast::{SourceValue, Toast, Wait};
+use crate::toast::{SourceReadError, SourceValue, Toast, Wait};
 
 mod resync;
 mod rows;
+pub use rows::PAUSE_AFTER_GONE_ENV;
 mod scope;
 mod tables;
 
@@ -228,6 +229,9 @@ pub struct Streamer {
     destination: crate::status::DestinationStatus,
     /// Tables in scope the catalog does not have (yet).
     missing: BTreeSet<String>,
+    /// Tables whose row waits for a TOAST read the source cannot serve
+    /// now, with what status shows.
+    source_waits: BTreeMap<String, String>,
     /// `[source]`, for `config_table_allow`.
     config_allow: walshadow_config::SourceConfig,
     /// What each table in scope (and the config table) depends on in the
@@ -280,6 +284,11 @@ impl Streamer {
             }
             keep
         });
+        for (key, why) in &self.source_waits {
+            if let Some(t) = all.get_mut(key) {
+                t.waiting = Some(why.clone());
+            }
+        }
         for key in &self.missing {
             if let Some(t) = all.get_mut(key)
                 && self.pinned.contains(key)
@@ -517,6 +526,7 @@ impl Streamer {
             source_end,
             destination: Default::default(),
             missing: BTreeSet::new(),
+            source_waits: BTreeMap::new(),
             interest: crate::catalog_reach::CatalogInterest::default(),
             refresh_every: std::env::var_os(REFRESH_EVERY_ENV).is_some(),
             load_seen: HashMap::new(),
@@ -619,22 +629,29 @@ impl Streamer {
                 Err(e) => e,
             };
             self.destination_failed(what, &e, backoff);
-            if *self.stop.borrow() {
-                return Err(StreamError::Stopping);
-            }
-            // In steps of a second at most: the status file stays fresh.
-            let until = Instant::now() + backoff;
-            while Instant::now() < until {
-                let step = until.saturating_duration_since(Instant::now());
-                let mut stop = self.stop.clone();
-                tokio::select! {
-                    _ = tokio::time::sleep(step.min(Duration::from_secs(1))) => {}
-                    _ = stop.wait_for(|s| *s) => return Err(StreamError::Stopping),
-                }
-                self.write_status();
-            }
+            self.pause(backoff).await?;
             backoff = (backoff * 2).min(Duration::from_secs(10));
         }
+    }
+
+    /// Waits `d` before a retry, writing the status file every second so
+    /// `walshadow status` shows the wait; a stop request ends it with
+    /// [`StreamError::Stopping`].
+    pub(super) async fn pause(&mut self, d: Duration) -> Result<(), StreamError> {
+        if *self.stop.borrow() {
+            return Err(StreamError::Stopping);
+        }
+        let until = Instant::now() + d;
+        while Instant::now() < until {
+            let step = until.saturating_duration_since(Instant::now());
+            let mut stop = self.stop.clone();
+            tokio::select! {
+                _ = tokio::time::sleep(step.min(Duration::from_secs(1))) => {}
+                _ = stop.wait_for(|s| *s) => return Err(StreamError::Stopping),
+            }
+            self.write_status();
+        }
+        Ok(())
     }
 
     fn destination_ok(&mut self) {

@@ -106,16 +106,7 @@ impl Streamer {
                 return Ok(());
             }
             let fault = match self.rows_of(c, seq, key, desc, change) {
-                Ok(rows) => {
-                    for (row, meta) in rows {
-                        if self.toast.has_waits(key) {
-                            let k = self.key_text(key, &row);
-                            self.toast.superseded(key, &k, c.end);
-                        }
-                        self.push_row(key, c.lsn, &row, &meta).await?;
-                    }
-                    return Ok(());
-                }
+                Ok(rows) => return self.emit_rows(c, key, rows).await,
                 Err(f) => f,
             };
             match fault {
@@ -128,10 +119,18 @@ impl Streamer {
                     column,
                     toast_relid,
                     value_id,
-                } => match self.toast.read_from_source(toast_relid, value_id).await {
+                } => match self.read_toast_value(key, toast_relid, value_id).await? {
                     Ok(SourceValue::Stored) => continue,
                     Ok(SourceValue::Gone { source_lsn }) => {
-                        let Some(row_key) = self.change_key(key, desc, change) else {
+                        self.skip_gone_version(c, seq, key, desc, change).await?;
+                        let Some(new) = change
+                            .new
+                            .as_ref()
+                            .or(change.old.as_ref().map(|o| o.tuple()))
+                        else {
+                            return Ok(());
+                        };
+                        let Some((row_key, any)) = self.tuple_key(key, desc, new) else {
                             let reason = format!(
                                 "table {key}, column {column}, WAL at {seq}: TOAST value {value_id} (TOAST relation {toast_relid}) is neither in the chunk mirror nor on the source, and the row's key cannot be read to wait for its newer version"
                             );
@@ -142,6 +141,7 @@ impl Streamer {
                             key,
                             Wait {
                                 key: row_key,
+                                any,
                                 commit: c.end,
                                 lsn: seq,
                                 column,
@@ -150,6 +150,7 @@ impl Streamer {
                                 source_lsn,
                             },
                         );
+                        test_pause_after_gone(key).await;
                         return Ok(());
                     }
                     Err(e) => {
@@ -169,6 +170,45 @@ impl Streamer {
         Ok(())
     }
 
+    /// Reads a TOAST value of table `key` from the source into the mirror.
+    /// A source that cannot answer now (restarting, out of connection
+    /// slots, unreachable) is waited out here, as any loss of the source
+    /// is: the stream holds its place, `status` shows the wait, and only a
+    /// definite refusal comes back as an error for the table.
+    async fn read_toast_value(
+        &mut self,
+        key: &str,
+        toast_relid: Oid,
+        value_id: Oid,
+    ) -> Result<Result<SourceValue, SourceReadError>, StreamError> {
+        let mut backoff = Duration::from_millis(200);
+        let mut failures = 0u32;
+        let since = Instant::now();
+        loop {
+            match self.toast.read_from_source(toast_relid, value_id).await {
+                Err(SourceReadError::Mirror(e)) => return Err(e.into()),
+                Err(e) if !e.is_definite() => {
+                    failures += 1;
+                    let why = format!(
+                        "a row waits for TOAST value {value_id} of TOAST relation {toast_relid}, which the source cannot serve now ({failures} failed reads in {:.0?}): {e}; retrying in {backoff:?}",
+                        since.elapsed()
+                    );
+                    tracing::warn!(table = %key, "{why}");
+                    self.source_waits.insert(key.to_owned(), why);
+                    self.write_status();
+                    self.pause(backoff).await?;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+                r => {
+                    if self.source_waits.remove(key).is_some() {
+                        tracing::info!(table = %key, failures, "the source serves TOAST reads again after {:.1?}", since.elapsed());
+                    }
+                    return Ok(r);
+                }
+            }
+        }
+    }
+
     /// The key columns of a laid-out destination row, as PostgreSQL text.
     pub(super) fn key_text(&self, key: &str, row: &[Value]) -> Vec<Option<String>> {
         let Some(dest) = self.tables.get(key).and_then(|t| t.dest.as_ref()) else {
@@ -182,38 +222,124 @@ impl Streamer {
             .collect()
     }
 
-    /// The key of the row a change writes (its new tuple, else its old
-    /// key), read without the columns that cannot be resolved.
-    pub(super) fn change_key(
-        &self,
+    /// Adds a change's rows to the table's batch; each supersedes the
+    /// waits of earlier versions of its row.
+    async fn emit_rows(
+        &mut self,
+        c: &CommitEvent,
+        key: &str,
+        rows: Vec<(Vec<Value>, RowMeta)>,
+    ) -> Result<(), StreamError> {
+        for (row, meta) in rows {
+            if self.toast.has_waits(key) {
+                let k = self.key_text(key, &row);
+                self.toast.superseded(key, &k, c.end);
+            }
+            self.push_row(key, c.lsn, &row, &meta).await?;
+        }
+        Ok(())
+    }
+
+    /// A change whose new version is not emitted (a TOAST value it points
+    /// at is gone) still ends the version it replaces when the key moves,
+    /// or when the new key cannot be read (a `REPLICA IDENTITY FULL` key
+    /// holding the value): the old version's delete marker goes out, as
+    /// the change would have written it.
+    async fn skip_gone_version(
+        &mut self,
+        c: &CommitEvent,
+        seq: Lsn,
         key: &str,
         desc: &Arc<RelationDesc>,
         change: &Change,
-    ) -> Option<Vec<Option<String>>> {
+    ) -> Result<(), StreamError> {
+        let (ChangeKind::Update, Some(new), Some(old)) = (change.kind, &change.new, &change.old)
+        else {
+            return Ok(());
+        };
+        let new_key = self.tuple_key(key, desc, new);
+        let old_key = self.tuple_key(key, desc, old.tuple());
+        let moves = match (&new_key, &old_key) {
+            (Some((n, n_any)), Some((o, o_any))) => {
+                !n_any.is_empty() || !o_any.is_empty() || n != o
+            }
+            _ => true,
+        };
+        if !moves {
+            return Ok(());
+        }
+        let delete = Change {
+            kind: ChangeKind::Delete,
+            new: None,
+            ..change.clone()
+        };
+        match self.rows_of(c, seq, key, desc, &delete) {
+            Ok(rows) => self.emit_rows(c, key, rows).await?,
+            Err(RowsFault::Mirror(e)) => return Err(e.into()),
+            Err(RowsFault::Table((kind, reason))) => self.stop_table(key, c.lsn, kind, reason),
+            // Its old key holds a value gone too: the wait below covers it.
+            Err(RowsFault::Unresolved { .. }) => {}
+        }
+        Ok(())
+    }
+
+    /// The key columns of a tuple of table `key`, as PostgreSQL text, each
+    /// read on its own: `any` lists the key columns that cannot be read
+    /// (a TOAST value gone), which a wait matches with any value. `None`
+    /// when the tuple cannot be read at all.
+    pub(super) fn tuple_key(
+        &self,
+        key: &str,
+        desc: &Arc<RelationDesc>,
+        tuple: &OwnedTuple,
+    ) -> Option<(Vec<Option<String>>, Vec<usize>)> {
         let table = self.tables.get(key)?;
         let dest = table.dest.as_ref()?;
         let rd = table.decoders.get(&desc.oid)?;
-        let wanted: Vec<bool> = rd
+        let source = self.toast.source();
+        let key_positions: Vec<(usize, usize)> = rd
             .positions
             .iter()
-            .map(|p| p.and_then(|p| dest.columns.get(p)).is_some_and(|c| c.key))
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let p = (*p)?;
+                dest.columns.get(p).is_some_and(|c| c.key).then_some((i, p))
+            })
             .collect();
-        let tuple = change
-            .new
-            .as_ref()
-            .or(change.old.as_ref().map(|o| o.tuple()))?;
-        let source = self.toast.source();
-        let values = rd
-            .decoder
-            .decode_only(tuple_ref(tuple), &source, &wanted)
-            .ok()?;
         let mut row = vec![Value::Null; dest.columns.len()];
-        for (v, pos) in values.into_iter().zip(&rd.positions) {
-            if let Some(slot) = pos.and_then(|p| row.get_mut(p)) {
-                *slot = v;
+        let mut unread = Vec::new();
+        for &(i, p) in &key_positions {
+            let mut wanted = vec![false; rd.positions.len()];
+            *wanted.get_mut(i)? = true;
+            match rd.decoder.decode_only(tuple_ref(tuple), &source, &wanted) {
+                Ok(values) => {
+                    if let (Some(slot), Some(v)) = (row.get_mut(p), values.into_iter().nth(i)) {
+                        *slot = v;
+                    }
+                }
+                Err(_) => unread.push(p),
             }
         }
-        Some(self.key_text(key, &row))
+        // A mirror fault shows again when the row itself is decoded.
+        let _ = source.take_error();
+        if !key_positions.is_empty() && unread.len() == key_positions.len() {
+            return None;
+        }
+        // `any` indexes the key as key_text lays it out.
+        let key_cols: Vec<usize> = dest
+            .columns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.key)
+            .map(|(p, _)| p)
+            .collect();
+        let any = key_cols
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| unread.contains(p))
+            .map(|(k, _)| k)
+            .collect();
+        Some((self.key_text(key, &row), any))
     }
 
     /// Decodes the change into the rows it writes (a key-changing update
@@ -334,3 +460,24 @@ impl Streamer {
             .collect())
     }
 }
+
+/// The drills' hook: with [`PAUSE_AFTER_GONE_ENV`] naming a folder, the
+/// stream holds after a row version starts waiting for a newer one (file
+/// `<table>.gone.paused`) until the file is removed (2 minutes at most).
+async fn test_pause_after_gone(key: &str) {
+    let Some(dir) = std::env::var_os(PAUSE_AFTER_GONE_ENV) else {
+        return;
+    };
+    let file = std::path::Path::new(&dir).join(format!("{key}.gone.paused"));
+    if std::fs::write(&file, b"").is_err() {
+        return;
+    }
+    tracing::info!(file = %file.display(), "test hook: holding after a TOAST value was found gone");
+    let started = Instant::now();
+    while file.exists() && started.elapsed() < Duration::from_secs(120) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// See [`test_pause_after_gone`].
+pub const PAUSE_AFTER_GONE_ENV: &str = "WALSHADOW_TEST_PAUSE_AFTER_TOAST_GONE";

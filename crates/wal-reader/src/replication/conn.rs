@@ -400,7 +400,10 @@ impl Connection {
                     if error.code.starts_with("28") {
                         return Err(auth_err(error.to_string()));
                     }
-                    return Err(server_error("authentication", error));
+                    // Anything else is the server refusing sessions for
+                    // now (53300 too many clients, 57P03 starting up or
+                    // shutting down), not the credentials.
+                    return Err(server_error("starting a session", error));
                 }
                 backend::Message::AuthenticationKerberosV5
                 | backend::Message::AuthenticationScmCredential

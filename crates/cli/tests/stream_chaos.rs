@@ -1,0 +1,316 @@
+//! The chaos workload's findings, one drill each, on PostgreSQL 15 and 18,
+//! each ending with the row-by-row oracle (source table = ClickHouse
+//! `FINAL`) and the table still streaming:
+//!
+//! - a TOAST value older than walshadow read while the source refuses
+//!   sessions (all connection slots taken: `53300`) is waited for, with the
+//!   wait in `status`, not a stop;
+//! - `REPLICA IDENTITY FULL` and an old TOAST value: two updates while
+//!   walshadow is down, the first pointing at a value the second removed;
+//!   the second supersedes the first (and the first's old version goes);
+//! - a superseding change that itself waits for a newer version takes over
+//!   the earlier version's wait (the row deleted only after walshadow read
+//!   the first update).
+//! - a rewrite that stores an old value anew under its value id: a ~36 kB
+//!   text stored uncompressed (storage external), an update of another
+//!   column while walshadow is down, then storage extended (and lz4 on 15)
+//!   and VACUUM FULL, which compresses it: the older pointer's row is
+//!   delivered whole.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use common::{OracleColumn, StreamHarness, same};
+use walshadow_testkit::{PgMajor, wait_until};
+
+const CATCH_UP: Duration = Duration::from_secs(180);
+
+fn status_json(h: &StreamHarness) -> Result<serde_json::Value> {
+    let out = h.cli_ok(&["status", "--json", "--config", h.config()])?;
+    Ok(serde_json::from_str(&out)?)
+}
+
+fn ensure_streaming(h: &StreamHarness, table: &str) -> Result<()> {
+    let st = status_json(h)?;
+    let stopped = &st["tables"][table]["stopped"];
+    ensure!(
+        stopped.is_null(),
+        "{table} stopped: {stopped}\nrun log:\n{}",
+        common::tail(&h.run_log(), 30)
+    );
+    Ok(())
+}
+
+/// Out of line, uncompressed (storage external), ~6.4 kB of md5 text.
+const BIG: &str = "create function big(seed int) returns text language sql immutable as
+    $$ select string_agg(md5((seed * 1000 + g)::text), '') from generate_series(1, 200) g $$;";
+
+fn signal(pid: u32, sig: &str) -> Result<()> {
+    let status = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()?;
+    ensure!(status.success(), "kill {sig} {pid}: {status}");
+    Ok(())
+}
+
+/// Rows older than walshadow: the table is loaded by `copy`, so none of
+/// its TOAST values are in the chunk mirror.
+fn load_old_rows(h: &mut StreamHarness, table: &str, setup: &str) -> Result<()> {
+    h.source.psql(&format!("{BIG}\n{setup}"))?;
+    let text = std::fs::read_to_string(&h.config)?;
+    std::fs::write(&h.config, format!("{text}initial_load = \"copy\"\n"))?;
+    h.init()?;
+    h.start_run()?;
+    common::loads::wait_loaded(h, table)?;
+    h.wait_caught_up(CATCH_UP)
+}
+
+fn toast_cols() -> Vec<OracleColumn> {
+    vec![same("id"), same("label"), same("note")]
+}
+
+fn source_refusing_sessions(major: PgMajor) -> Result<()> {
+    let opts = common::source_options()
+        .conf("max_connections", "20")
+        .conf("superuser_reserved_connections", "1");
+    let mut h = StreamHarness::with_options(major, "toastbusy", &["public.t"], "", opts)?;
+    load_old_rows(
+        &mut h,
+        "public.t",
+        "create table t (id int primary key, label text, note text);
+         alter table t alter column note set storage external;
+         insert into t select g, 'old', big(g) from generate_series(1, 3) g;",
+    )?;
+    // Held while the update arrives and every session slot fills up, so
+    // the value's read meets a full source.
+    let pid = h.run.as_ref().context("run")?.id();
+    signal(pid, "-STOP")?;
+    let filled = (|| -> Result<Vec<std::thread::JoinHandle<Result<String>>>> {
+        h.source.psql("update t set label = 'new' where id = 2")?;
+        let holders: Vec<_> = (0..24)
+            .map(|_| {
+                let source = h.source.clone();
+                std::thread::spawn(move || source.psql("select pg_sleep(15)"))
+            })
+            .collect();
+        wait_until(Duration::from_secs(30), "the source to be full", || {
+            Ok(h.source.psql("select 1").is_err())
+        })?;
+        Ok(holders)
+    })();
+    signal(pid, "-CONT")?;
+    let holders = filled?;
+    let waiting = |h: &StreamHarness| -> Result<String> {
+        let st = status_json(h)?;
+        ensure!(
+            st["tables"]["public.t"]["stopped"].is_null(),
+            "stopped: {}",
+            st["tables"]["public.t"]["stopped"]
+        );
+        Ok(st["tables"]["public.t"]["waiting"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned())
+    };
+    let mut shown = String::new();
+    wait_until(Duration::from_secs(30), "status to show the wait", || {
+        h.check_running()?;
+        shown = waiting(&h)?;
+        Ok(!shown.is_empty())
+    })
+    .with_context(|| common::tail(&h.run_log(), 30))?;
+    println!(
+        "pg{}: status while the source is full: {shown}",
+        major.number()
+    );
+    ensure!(
+        shown.contains("53300") && !shown.contains("authentication"),
+        "{shown}"
+    );
+    for holder in holders {
+        let _ = holder.join();
+    }
+    h.wait_caught_up(CATCH_UP)?;
+    ensure_streaming(&h, "public.t")?;
+    ensure!(
+        waiting(&h)?.is_empty(),
+        "still waiting after the source came back"
+    );
+    let n = h.assert_equal("t", "t", &toast_cols())?;
+    ensure!(n == 3, "{n} rows");
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_a_toast_read_waits_out_a_source_refusing_sessions() -> Result<()> {
+    source_refusing_sessions(PgMajor::V15)
+}
+
+#[test]
+fn pg18_a_toast_read_waits_out_a_source_refusing_sessions() -> Result<()> {
+    source_refusing_sessions(PgMajor::V18)
+}
+
+fn full_identity_old_value(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(major, "fullgone", &["public.f"], "")?;
+    load_old_rows(
+        &mut h,
+        "public.f",
+        "create table f (id int, label text, note text);
+         alter table f replica identity full;
+         alter table f alter column note set storage external;
+         insert into f select g, 'old', big(g) from generate_series(1, 3) g;",
+    )?;
+    h.kill_run()?;
+    // The first new version points at a value the second update removes.
+    h.source.psql("update f set label = 'new' where id = 1")?;
+    h.source.psql("update f set note = big(11) where id = 1")?;
+    h.start_run()?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure_streaming(&h, "public.f")?;
+    h.source.psql("update f set label = 'later' where id = 2")?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("f", "f", &toast_cols())?;
+    ensure!(n == 3, "{n} rows");
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_full_identity_row_with_a_gone_toast_value_is_superseded() -> Result<()> {
+    full_identity_old_value(PgMajor::V15)
+}
+
+#[test]
+fn pg18_full_identity_row_with_a_gone_toast_value_is_superseded() -> Result<()> {
+    full_identity_old_value(PgMajor::V18)
+}
+
+fn waiting_supersedes(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(major, "waitchain", &["public.t"], "")?;
+    let pauses = h.work.path().join("pauses");
+    std::fs::create_dir_all(&pauses)?;
+    h.run_env.push((
+        walshadow_pipeline::stream::PAUSE_AFTER_GONE_ENV.into(),
+        pauses.display().to_string(),
+    ));
+    load_old_rows(
+        &mut h,
+        "public.t",
+        "create table t (id int primary key, label text, note text, memo text);
+         alter table t alter column note set storage external;
+         alter table t alter column memo set storage external;
+         insert into t select g, 'old', big(g), big(g + 100) from generate_series(1, 5) g;",
+    )?;
+    h.kill_run()?;
+    // U1 points at note and memo as they were; U2 replaces note (U1's
+    // note is gone from then on) and still points at the old memo.
+    h.source.psql("update t set label = 'u1' where id = 4")?;
+    h.source.psql("update t set note = big(44) where id = 4")?;
+    h.start_run()?;
+    // walshadow found U1's note gone (source position F1): only now is the
+    // row deleted, so when walshadow reads U2 its memo is gone too, and
+    // the delete comes after F1.
+    let paused = pauses.join("public.t.gone.paused");
+    wait_until(CATCH_UP, "U1 to wait for a newer version", || {
+        h.check_running()?;
+        Ok(paused.exists())
+    })
+    .with_context(|| common::tail(&h.run_log(), 30))?;
+    for i in 0..50 {
+        h.source
+            .psql(&format!("update t set label = 'busy {i}' where id = 1"))?;
+    }
+    h.source.psql("delete from t where id = 4")?;
+    let release = |dir: &std::path::Path| {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    };
+    release(&pauses);
+    let target = h.source.flush_lsn()?;
+    wait_until(CATCH_UP, "walshadow to apply the delete", || {
+        h.check_running()?;
+        release(&pauses);
+        Ok(h.applied()?.is_some_and(|a| a >= target))
+    })
+    .with_context(|| common::tail(&h.run_log(), 30))?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure_streaming(&h, "public.t")?;
+    let st = status_json(&h)?;
+    ensure!(
+        st["toast"]["waiting_rows"] == 0,
+        "rows still wait: {}",
+        st["toast"]
+    );
+    let cols = vec![same("id"), same("label"), same("note"), same("memo")];
+    let n = h.assert_equal("t", "t", &cols)?;
+    ensure!(n == 4, "{n} rows");
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_a_waiting_newer_version_takes_over_the_wait() -> Result<()> {
+    waiting_supersedes(PgMajor::V15)
+}
+
+#[test]
+fn pg18_a_waiting_newer_version_takes_over_the_wait() -> Result<()> {
+    waiting_supersedes(PgMajor::V18)
+}
+
+fn rewrite_stores_anew(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(major, "restored", &["public.t"], "")?;
+    load_old_rows(
+        &mut h,
+        "public.t",
+        "create table t (id int primary key, label text, note text);
+         alter table t alter column note set storage external;
+         insert into t select g, 'old', (select string_agg(md5((g * 1000 + i)::text) || ' lorem ipsum dolor sit amet ', '') from generate_series(1, 600) i) from generate_series(1, 3) g;",
+    )?;
+    let compression = if major == PgMajor::V15 {
+        "alter table t alter column note set compression lz4;"
+    } else {
+        // This 18 build has no lz4.
+        ""
+    };
+    h.kill_run()?;
+    h.source.psql("update t set label = 'new' where id = 2")?;
+    h.source.psql(&format!(
+        "alter table t alter column note set storage extended; {compression}"
+    ))?;
+    h.source.psql("vacuum full t")?;
+    let stored = h
+        .source
+        .query_one("select pg_column_compression(note) from t where id = 2")?;
+    // Compressed now, and still out of line under the same value id.
+    let external = h
+        .source
+        .query_one("select pg_column_size(note) > 2000 from t where id = 2")?;
+    ensure!(
+        !stored.is_empty() && external == "t",
+        "the rewrite did not store the value anew out of line ({stored:?}, {external}): the drill proves nothing"
+    );
+    h.start_run()?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure_streaming(&h, "public.t")?;
+    let n = h.assert_equal("t", "t", &toast_cols())?;
+    ensure!(n == 3, "{n} rows");
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_a_value_a_rewrite_stored_anew_is_delivered() -> Result<()> {
+    rewrite_stores_anew(PgMajor::V15)
+}
+
+#[test]
+fn pg18_a_value_a_rewrite_stored_anew_is_delivered() -> Result<()> {
+    rewrite_stores_anew(PgMajor::V18)
+}
