@@ -16,6 +16,8 @@
 //!   column while walshadow is down, then storage extended (and lz4 on 15)
 //!   and VACUUM FULL, which compresses it: the older pointer's row is
 //!   delivered whole.
+//! - `ADD COLUMN … DEFAULT` on a partitioned table: the rows from before
+//!   it read the default in ClickHouse, as they do in a plain table.
 
 mod common;
 
@@ -313,4 +315,42 @@ fn pg15_a_value_a_rewrite_stored_anew_is_delivered() -> Result<()> {
 #[test]
 fn pg18_a_value_a_rewrite_stored_anew_is_delivered() -> Result<()> {
     rewrite_stores_anew(PgMajor::V18)
+}
+
+fn partitioned_add_column_default(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(major, "ptdefault", &["public.pt"], "")?;
+    h.source.psql(
+        "create table pt (id int primary key, v text) partition by range (id);
+         create table pt_1 partition of pt for values from (0) to (100);
+         create table pt_2 partition of pt for values from (100) to (200);",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    h.source.psql(
+        "insert into pt select g, 'v' || g from generate_series(1, 180, 7) g",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.source.psql(
+        "alter table pt add column extra text default 'dflt';
+         alter table pt add column n int not null default 7;
+         insert into pt values (150, 'after', 'given', 1);
+         update pt set v = 'updated' where id = 8;",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure_streaming(&h, "public.pt")?;
+    let cols = vec![same("id"), same("v"), same("extra"), same("n")];
+    let n = h.assert_equal("pt", "pt", &cols)?;
+    ensure!(n == 27, "{n} rows");
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_add_column_default_on_a_partitioned_table() -> Result<()> {
+    partitioned_add_column_default(PgMajor::V15)
+}
+
+#[test]
+fn pg18_add_column_default_on_a_partitioned_table() -> Result<()> {
+    partitioned_add_column_default(PgMajor::V18)
 }

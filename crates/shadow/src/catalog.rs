@@ -396,12 +396,21 @@ impl ShadowCatalog {
         let t = |c| r.text(0, c).unwrap_or_default().to_owned();
         let num = |c| r.text(0, c).and_then(|s| s.parse::<Oid>().ok());
         let replica_identity_kind = t(6);
+        // A partitioned table stores no rows, so an added column's default
+        // for the rows before it lives in its leaves (the same value in
+        // each: the default is evaluated once).
         let attrs = self
             .query(&format!(
                 "select a.attnum, a.attname, a.atttypid, a.atttypmod, a.attlen, a.attbyval, a.attalign,
                         a.attstorage, a.attnotnull, a.attisdropped,
-                        case when a.atthasmissing then a.attmissingval::text end, a.attndims
-                   from pg_attribute a where a.attrelid = {oid} and a.attnum > 0 order by a.attnum"
+                        case when a.atthasmissing then a.attmissingval::text
+                             when c.relkind = 'p' then
+                               (select l.attmissingval::text from pg_partition_tree(c.oid) t
+                                  join pg_attribute l on l.attrelid = t.relid and l.attname = a.attname
+                                 where t.isleaf and l.atthasmissing limit 1)
+                        end, a.attndims
+                   from pg_attribute a join pg_class c on c.oid = a.attrelid
+                  where a.attrelid = {oid} and a.attnum > 0 order by a.attnum"
             ))
             .await?;
         let mut attributes = Vec::new();
