@@ -18,6 +18,11 @@
 //!   delivered whole.
 //! - `ADD COLUMN … DEFAULT` on a partitioned table: the rows from before
 //!   it read the default in ClickHouse, as they do in a plain table.
+//! - `money` at its limits, into a ClickHouse table an older mapping made
+//!   (`Decimal(18, 2)`, which holds neither limit): walshadow does not
+//!   write rows into a layout they are not encoded for (the table stops
+//!   with `schema_change`, naming the column and both types), and
+//!   `walshadow table resync` brings it back as `Decimal(19, 2)`.
 
 mod common;
 
@@ -326,9 +331,8 @@ fn partitioned_add_column_default(major: PgMajor) -> Result<()> {
     )?;
     h.init()?;
     h.start_run()?;
-    h.source.psql(
-        "insert into pt select g, 'v' || g from generate_series(1, 180, 7) g",
-    )?;
+    h.source
+        .psql("insert into pt select g, 'v' || g from generate_series(1, 180, 7) g")?;
     h.wait_caught_up(CATCH_UP)?;
     h.source.psql(
         "alter table pt add column extra text default 'dflt';
@@ -353,4 +357,85 @@ fn pg15_add_column_default_on_a_partitioned_table() -> Result<()> {
 #[test]
 fn pg18_add_column_default_on_a_partitioned_table() -> Result<()> {
     partitioned_add_column_default(PgMajor::V18)
+}
+
+fn table_state(h: &StreamHarness, key: &str) -> Result<serde_json::Value> {
+    let out = h.cli_ok(&["table", "list", "--json", "--config", h.config()])?;
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out)?;
+    rows.into_iter()
+        .find(|r| r["table"] == key)
+        .with_context(|| format!("{key} not in the table list: {out}"))
+}
+
+fn money_into_an_older_layout(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(major, "money", &["public.m"], "")?;
+    h.source
+        .psql("create table m (id int primary key, price money)")?;
+    // As an older walshadow made it.
+    h.ch.query("CREATE DATABASE IF NOT EXISTS app")?;
+    h.ch.query(
+        "CREATE TABLE app.m (id Int32, price Nullable(Decimal(18, 2)), _lsn UInt64, _seq UInt64, \
+         _xid UInt32, _commit_time DateTime64(6, 'UTC'), _is_deleted UInt8, \
+         _version UInt128 MATERIALIZED bitOr(bitShiftLeft(toUInt128(_lsn), 64), toUInt128(_seq))) \
+         ENGINE = ReplacingMergeTree(_version, _is_deleted) ORDER BY id",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    h.source.psql(
+        "insert into m values (1, '-92233720368547758.08'), (2, '92233720368547758.07'), (3, '12.34'), (4, null)",
+    )?;
+    let mut last = serde_json::Value::Null;
+    wait_until(CATCH_UP, "public.m to stop", || {
+        h.check_running()?;
+        last = status_json(&h)?["tables"]["public.m"]["stopped"].clone();
+        Ok(!last.is_null())
+    })
+    .with_context(|| common::tail(&h.run_log(), 30))?;
+    let reason = last["reason"].as_str().unwrap_or_default();
+    ensure!(
+        last["code"] == "schema_change"
+            && reason.contains(
+                "\"price\" is Nullable(Decimal(18, 2)), walshadow writes Nullable(Decimal(19, 2))"
+            ),
+        "{last}"
+    );
+    let rows = h.ch.query("SELECT count() FROM app.m")?;
+    ensure!(
+        rows.trim() == "0",
+        "rows went into the older layout: {rows}"
+    );
+    h.cli_ok(&["table", "resync", "public.m", "--config", h.config()])?;
+    wait_until(CATCH_UP, "public.m to stream again", || {
+        h.check_running()?;
+        Ok(table_state(&h, "public.m")?["state"] == "streaming")
+    })
+    .with_context(|| common::tail(&h.run_log(), 30))?;
+    h.source
+        .psql("update m set price = price / 2 where id = 1")?;
+    h.wait_caught_up(CATCH_UP)?;
+    let cols = vec![
+        same("id"),
+        OracleColumn {
+            pg: "trim_scale(price::numeric)".into(),
+            ch: "price".into(),
+        },
+    ];
+    let n = h.assert_equal("m", "m", &cols)?;
+    ensure!(n == 4, "{n} rows");
+    let ty = h.ch.query(
+        "SELECT type FROM system.columns WHERE database = 'app' AND table = 'm' AND name = 'price'",
+    )?;
+    ensure!(ty.trim() == "Nullable(Decimal(19, 2))", "price is {ty}");
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_money_at_its_limits_never_goes_into_an_older_layout() -> Result<()> {
+    money_into_an_older_layout(PgMajor::V15)
+}
+
+#[test]
+fn pg18_money_at_its_limits_never_goes_into_an_older_layout() -> Result<()> {
+    money_into_an_older_layout(PgMajor::V18)
 }

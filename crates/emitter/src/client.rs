@@ -219,6 +219,31 @@ impl ClickHouseClient {
         })
     }
 
+    /// The columns of `database.table` as `(name, type)` in table order;
+    /// empty when there is no such table.
+    pub async fn column_types(
+        &self,
+        database: &str,
+        table: &str,
+    ) -> Result<Vec<(String, String)>, ClickHouseError> {
+        let sql = format!(
+            "SELECT name, type FROM system.columns WHERE database = {} AND table = {} \
+             ORDER BY position FORMAT JSONCompactEachRow",
+            crate::ddl::quote_string(database),
+            crate::ddl::quote_string(table)
+        );
+        let text = self.query(&sql).await?;
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                serde_json::from_str::<(String, String)>(l).map_err(|e| ClickHouseError::Response {
+                    context: summary(&sql),
+                    message: format!("unexpected system.columns row {l:?}: {e}"),
+                })
+            })
+            .collect()
+    }
+
     /// Run a statement that returns nothing of interest (DDL).
     pub async fn execute(&self, sql: &str) -> Result<(), ClickHouseError> {
         self.execute_with_settings(sql, &[]).await

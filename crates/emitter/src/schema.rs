@@ -243,6 +243,42 @@ impl DestTable {
     pub fn column(&self, name: &str) -> Option<&DestColumn> {
         self.columns.iter().find(|c| c.name == name)
     }
+
+    /// How the ClickHouse table's columns as `found` (`system.columns`:
+    /// name, type) differ from what this layout writes, if they do: a
+    /// column missing, or of another type (a table made by an older
+    /// mapping, or changed by hand). RowBinary has no column types of its
+    /// own, so rows written to another layout would be misread, not
+    /// refused. Columns only ClickHouse has are fine (they take their
+    /// defaults).
+    pub fn layout_mismatch(&self, found: &[(String, String)]) -> Option<String> {
+        let expected = self
+            .columns
+            .iter()
+            .map(|c| (c.name.as_str(), c.ch_type.clone()))
+            .chain(self.meta.inserted());
+        let mut differences = Vec::new();
+        for (name, ch_type) in expected {
+            let want = ch_type.to_string();
+            match found.iter().find(|(n, _)| n == name) {
+                None => differences.push(format!(
+                    "column {name:?} is missing (walshadow writes {want})"
+                )),
+                Some((_, have)) if !same_type_name(have, &want) => differences.push(format!(
+                    "column {name:?} is {have}, walshadow writes {want}"
+                )),
+                Some(_) => {}
+            }
+        }
+        (!differences.is_empty()).then(|| differences.join("; "))
+    }
+}
+
+/// Type names compared as ClickHouse prints them, spacing aside.
+fn same_type_name(a: &str, b: &str) -> bool {
+    a.chars()
+        .filter(|c| !c.is_whitespace())
+        .eq(b.chars().filter(|c| !c.is_whitespace()))
 }
 
 fn key_columns(
@@ -488,6 +524,44 @@ pub(crate) mod tests {
             ]
         );
         assert!(!t.has_nullable_key());
+    }
+
+    #[test]
+    fn layout_mismatch_names_each_difference() {
+        let d = rel(
+            vec![
+                attr(1, "id", oid::INT4, true),
+                attr(2, "m", oid::MONEY, false),
+            ],
+            &["id"],
+            "d",
+            vec![],
+        );
+        let t = dest(&d);
+        let mut found: Vec<(String, String)> = [
+            ("id", "Int32"),
+            ("m", "Nullable(Decimal(19,2))"),
+            ("_lsn", "UInt64"),
+            ("_seq", "UInt64"),
+            ("_xid", "UInt32"),
+            ("_commit_time", "DateTime64(6, 'UTC')"),
+            ("_is_deleted", "UInt8"),
+            ("_version", "UInt128"),
+            ("added_by_hand", "String"),
+        ]
+        .iter()
+        .map(|(n, t)| (n.to_string(), t.to_string()))
+        .collect();
+        assert_eq!(t.layout_mismatch(&found), None);
+        found[1].1 = "Nullable(Decimal(18, 2))".into();
+        found.retain(|(n, _)| n != "_xid");
+        let diff = t.layout_mismatch(&found).unwrap();
+        assert!(
+            diff.contains(
+                "\"m\" is Nullable(Decimal(18, 2)), walshadow writes Nullable(Decimal(19, 2))"
+            ) && diff.contains("\"_xid\" is missing"),
+            "{diff}"
+        );
     }
 
     #[test]

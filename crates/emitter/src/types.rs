@@ -14,7 +14,7 @@
 //! | `float4` / `float8` | `Float32` / `Float64` | NaN and ±Infinity kept |
 //! | `numeric(p,s)`, `1 ≤ p ≤ 76`, `0 ≤ s ≤ p` | `Decimal(p,s)` | a NaN or ±Infinity value is a definite error naming the column |
 //! | `numeric` (no typmod), `p > 76`, `s < 0` or `s > p` | `String` | PostgreSQL's text (`numeric_out`), `NaN`/`Infinity` included |
-//! | `money` | `Decimal(18,2)` | assumes `lc_monetary` with 2 fractional digits (the stored int8 is in cents); a value of 10^16 units or more is a definite error |
+//! | `money` | `Decimal(19,2)` | assumes `lc_monetary` with 2 fractional digits (the stored int8 is in cents): 19 digits hold every int8, so the whole range of `money` |
 //! | `"char"`, `bpchar`, `varchar`, `text`, `name` | `String` | `bpchar` padding kept |
 //! | `bytea` | `String` | raw bytes, not the `\x` text |
 //! | `date` | `Date32` | 1900-01-01 ..= 2299-12-31, else a definite error |
@@ -280,7 +280,7 @@ fn map_type(
         oid::NUMERIC => return scalar(numeric_type(typmod)),
         oid::MONEY => {
             return scalar(C::Decimal {
-                precision: 18,
+                precision: 19,
                 scale: 2,
             });
         }
@@ -411,7 +411,7 @@ mod tests {
             "DateTime64(6, 'UTC')"
         );
         assert_eq!(ty(&attr("a", oid::TIME, -1, true), &[]), "Time64(6)");
-        assert_eq!(ty(&attr("a", oid::MONEY, -1, true), &[]), "Decimal(18, 2)");
+        assert_eq!(ty(&attr("a", oid::MONEY, -1, true), &[]), "Decimal(19, 2)");
         assert_eq!(ty(&attr("a", oid::UUID, -1, false), &[]), "Nullable(UUID)");
     }
 

@@ -259,7 +259,11 @@ impl Streamer {
     }
 
     /// [`Streamer::retry_clickhouse`] for a request with an answer.
-    async fn query_clickhouse<T, F, Fut>(&mut self, what: &str, f: F) -> Result<T, StreamError>
+    pub(super) async fn query_clickhouse<T, F, Fut>(
+        &mut self,
+        what: &str,
+        f: F,
+    ) -> Result<T, StreamError>
     where
         F: Fn(ClickHouseClient) -> Fut,
         Fut: std::future::Future<Output = Result<T, walshadow_emitter::ClickHouseError>>,

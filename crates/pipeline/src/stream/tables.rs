@@ -156,6 +156,32 @@ impl Streamer {
                     continue;
                 }
             }
+            let first_sight = self.tables.get(&key).is_none_or(|t| t.dest.is_none());
+            if first_sight {
+                // Made by this process's mapping, or by an earlier one
+                // (or by hand, or already there for CREATE … IF NOT
+                // EXISTS): rows go only into the layout they are encoded
+                // for.
+                let (db, table) = (self.database.clone(), dest_name.clone());
+                let found = self
+                    .query_clickhouse("reading a table's columns", move |ch| {
+                        let (db, table) = (db.clone(), table.clone());
+                        async move { ch.column_types(&db, &table).await }
+                    })
+                    .await?;
+                if let Some(diff) = new.layout_mismatch(&found) {
+                    self.stop_table(
+                        &key,
+                        lsn,
+                        crate::stop::StopKind::SchemaChange,
+                        format!(
+                            "ClickHouse table {}.{dest_name} is not laid out as walshadow writes the table's rows ({diff}); rows sent to it would be misread",
+                            self.database
+                        ),
+                    );
+                    continue;
+                }
+            }
             if let Some(t) = self.progress.tables.get_mut(&key) {
                 t.schema = Some((*desc).clone());
             }
