@@ -76,6 +76,9 @@ pub struct CopyLoad {
     pub dest_name: String,
     pub database: String,
     pub meta: MetaColumns,
+    /// Held across each insert's layout check and the insert, so the
+    /// stream's DDL on the table cannot come between them.
+    pub dest_locks: crate::staging::DestLocks,
     pub workers: usize,
     pub max_attempts: u32,
     pub batch_rows: usize,
@@ -627,7 +630,7 @@ impl CopyLoad {
                     }
                     if batch.rows() >= self.batch_rows {
                         // Mid-chunk: this chunk's mark waits for its end.
-                        self.insert(&mut batch, snapshot_id, worker, &mut inserts)
+                        self.insert(&mut batch, dest, snapshot_id, worker, &mut inserts)
                             .await?;
                         self.mark(&mut unmarked)?;
                     }
@@ -639,13 +642,13 @@ impl CopyLoad {
                 unmarked.push((src.name.clone(), range, b, bytes));
                 mark.next = b;
                 if batch.rows() >= self.batch_rows || batch.bytes() >= 32 << 20 {
-                    self.insert(&mut batch, snapshot_id, worker, &mut inserts)
+                    self.insert(&mut batch, dest, snapshot_id, worker, &mut inserts)
                         .await?;
                     self.mark(&mut unmarked)?;
                 }
             }
         }
-        self.insert(&mut batch, snapshot_id, worker, &mut inserts)
+        self.insert(&mut batch, dest, snapshot_id, worker, &mut inserts)
             .await?;
         self.mark(&mut unmarked)?;
         let _ = conn.simple_query("COMMIT").await;
@@ -671,10 +674,20 @@ impl CopyLoad {
             })
     }
 
-    /// Inserts what `batch` holds, if anything.
+    /// Inserts what `batch` holds, if anything, once the ClickHouse table
+    /// has the layout the rows are encoded for. The rows are as of the
+    /// load's snapshot, and so is their layout; the stream, which may still
+    /// be behind a DDL the snapshot sees (a column added, made nullable),
+    /// lays the table out as of its own position. RowBinary carries no
+    /// types, so rows of another layout would be misread, or refused
+    /// whole: the attempt waits for the stream instead (and reads the rows
+    /// again under a new snapshot, whose layout the table then has).
+    /// Columns only ClickHouse has take their defaults, which is what
+    /// those rows hold at the source.
     async fn insert(
         &self,
         batch: &mut TableBatch,
+        dest: &DestTable,
         snapshot_id: &str,
         worker: usize,
         inserts: &mut u64,
@@ -682,6 +695,24 @@ impl CopyLoad {
         let Some(sealed) = batch.seal() else {
             return Ok(());
         };
+        let _guard = self.dest_locks.lock(&self.dest_name).await;
+        let found = self
+            .ch
+            .column_types(&self.database, &self.dest_name)
+            .await
+            .map_err(|e| {
+                if e.is_definite() {
+                    AttemptError::Failed(e.to_string())
+                } else {
+                    AttemptError::Waiting(e.to_string())
+                }
+            })?;
+        if let Some(diff) = dest.layout_mismatch(&found) {
+            return Err(AttemptError::Waiting(format!(
+                "ClickHouse table {}.{} is not laid out as the rows at the load's snapshot ({diff}): waiting for the stream to apply the table's DDL",
+                self.database, self.dest_name
+            )));
+        }
         // Named by snapshot, worker and sequence: a retry of this very insert
         // is deduplicated, a later attempt's read of the same blocks is not.
         *inserts += 1;

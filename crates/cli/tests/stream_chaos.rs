@@ -23,6 +23,21 @@
 //!   write rows into a layout they are not encoded for (the table stops
 //!   with `schema_change`, naming the column and both types), and
 //!   `walshadow table resync` brings it back as `Decimal(19, 2)`.
+//! - partitions that change a table's rows without row changes in the WAL:
+//!   a TRUNCATE of one partition, a DETACH, the ATTACH of a filled table,
+//!   a DROP of a partition: each makes walshadow load the table again by
+//!   itself (a resync at that commit), so the detached and dropped rows go
+//!   and the attached ones arrive; a partition created as one (a new
+//!   range) reloads nothing.
+//! - a `copy` load whose snapshot sees a newer shape than its ClickHouse
+//!   table has (the stream still behind a backlog and a `DROP NOT NULL`,
+//!   an `ADD COLUMN`): it waits for the stream to apply the DDL instead of
+//!   sending rows of another layout (which ClickHouse would misread, or
+//!   refuse until the attempts run out), and never reports rows it did
+//!   not write.
+//! - column DDL on a `REPLICA IDENTITY FULL` table (keyed by every column
+//!   in ClickHouse): an `ADD COLUMN` and a `DROP COLUMN` are followed by a
+//!   load of the table, not a stop.
 
 mod common;
 
@@ -438,4 +453,205 @@ fn pg15_money_at_its_limits_never_goes_into_an_older_layout() -> Result<()> {
 #[test]
 fn pg18_money_at_its_limits_never_goes_into_an_older_layout() -> Result<()> {
     money_into_an_older_layout(PgMajor::V18)
+}
+
+/// Waits until walshadow has loaded `key` again by itself `n` times in all
+/// and streams it.
+fn wait_reloaded(h: &mut StreamHarness, key: &str, n: usize) -> Result<()> {
+    wait_until(CATCH_UP, &format!("reload {n} of {key}"), || {
+        h.check_running()?;
+        Ok(h.run_log().matches("resync done").count() >= n
+            && table_state(h, key)?["state"] == "streaming")
+    })
+    .with_context(|| common::tail(&h.run_log(), 30))?;
+    let reloads = h.run_log().matches("loads the table again").count();
+    ensure!(reloads == n, "{reloads} reloads, expected {n}");
+    h.wait_caught_up(CATCH_UP)
+}
+
+fn partitions_change_rows(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(major, "partmoves", &["public.pm"], "")?;
+    h.source.psql(
+        "create table pm (id int primary key, v text) partition by range (id);
+         create table pm_a partition of pm for values from (0) to (100);
+         create table pm_b partition of pm for values from (100) to (200);
+         create table pm_c partition of pm for values from (200) to (300);",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into pm select g, 'v' || g from generate_series(1, 299, 3) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+    let cols = vec![same("id"), same("v")];
+    let equal = |h: &StreamHarness, what: &str| -> Result<usize> {
+        ensure_streaming(h, "public.pm")?;
+        h.assert_equal("pm", "pm", &cols).context(what.to_owned())
+    };
+    equal(&h, "before")?;
+    // Created as a partition: nothing to load.
+    h.source.psql(
+        "create table pm_d partition of pm for values from (300) to (400);
+         insert into pm values (350, 'd');",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    equal(&h, "a new partition")?;
+    ensure!(
+        !h.run_log().contains("loads the table again"),
+        "a new partition reloaded the table"
+    );
+    h.source
+        .psql("truncate pm_a; insert into pm values (5, 'after the truncate')")?;
+    wait_reloaded(&mut h, "public.pm", 1)?;
+    equal(&h, "after a TRUNCATE of one partition")?;
+    h.source
+        .psql("alter table pm detach partition pm_b; insert into pm_b values (150, 'detached')")?;
+    wait_reloaded(&mut h, "public.pm", 2)?;
+    equal(&h, "after a DETACH")?;
+    h.source.psql(
+        "create table pm_e (id int not null, v text);
+         insert into pm_e values (450, 'e1'), (460, 'e2');
+         alter table pm attach partition pm_e for values from (400) to (500);",
+    )?;
+    wait_reloaded(&mut h, "public.pm", 3)?;
+    equal(&h, "after the ATTACH of a filled table")?;
+    h.source.psql("drop table pm_c")?;
+    wait_reloaded(&mut h, "public.pm", 4)?;
+    h.source.psql("update pm set v = 'later' where id = 460")?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = equal(&h, "after a DROP of a partition")?;
+    let expected = h.source.query_one("select count(*) from pm")?;
+    ensure!(
+        n.to_string() == expected,
+        "{n} rows, the source has {expected}"
+    );
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_partitions_that_move_rows_reload_the_table() -> Result<()> {
+    partitions_change_rows(PgMajor::V15)
+}
+
+#[test]
+fn pg18_partitions_that_move_rows_reload_the_table() -> Result<()> {
+    partitions_change_rows(PgMajor::V18)
+}
+
+fn full_identity_column_ddl(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(major, "fullddl", &["public.f"], "")?;
+    h.source.psql(
+        "create table f (a int, b text);
+         alter table f replica identity full;",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into f select g, 'b' || g from generate_series(1, 50) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.source.psql(
+        "alter table f add column c text default 'dflt';
+         insert into f values (51, 'b51', 'given');
+         update f set b = 'changed' where a = 3;",
+    )?;
+    wait_reloaded(&mut h, "public.f", 1)?;
+    // Rows from before the ADD, keyed by the new column too.
+    h.source
+        .psql("update f set c = 'set' where a = 4; delete from f where a = 5;")?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure_streaming(&h, "public.f")?;
+    h.assert_equal("f", "f", &[same("a"), same("b"), same("c")])?;
+    h.source.psql(
+        "alter table f drop column b;
+         update f set c = 'after the drop' where a = 6;
+         delete from f where a = 7;",
+    )?;
+    wait_reloaded(&mut h, "public.f", 2)?;
+    h.source
+        .psql("update f set c = 'later' where a = 8; delete from f where a = 51;")?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure_streaming(&h, "public.f")?;
+    let n = h.assert_equal("f", "f", &[same("a"), same("c")])?;
+    ensure!(n == 48, "{n} rows");
+    let ty = h.ch.query(
+        "SELECT count() FROM system.columns WHERE database = 'app' AND table = 'f' AND name = 'b'",
+    )?;
+    ensure!(
+        ty.trim() == "0",
+        "the dropped column is still in ClickHouse"
+    );
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_column_ddl_on_a_full_identity_table_is_followed() -> Result<()> {
+    full_identity_column_ddl(PgMajor::V15)
+}
+
+#[test]
+fn pg18_column_ddl_on_a_full_identity_table_is_followed() -> Result<()> {
+    full_identity_column_ddl(PgMajor::V18)
+}
+
+fn copy_load_newer_shape(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(
+        major,
+        "copyshape",
+        &["public.big"],
+        "[backfill]\nmax_attempts = 2\n[table.\"public.nn\"]\ninitial_load = \"copy\"\n[table.\"public.added\"]\ninitial_load = \"copy\"\n",
+    )?;
+    h.source.psql(
+        "create table big (id int primary key, v int);
+         create table nn (id int primary key, a int not null, b text not null);
+         insert into nn select g, g, 'b' || g from generate_series(1, 37) g;
+         create table added (id int primary key, a int);
+         insert into added select g, g from generate_series(1, 37) g;",
+    )?;
+    h.init()?;
+    // A backlog the stream must apply before it reaches the DDL, which the
+    // loads' snapshots already see.
+    h.source
+        .psql("insert into big select g, g from generate_series(1, 600000) g")?;
+    h.source.psql(
+        "alter table nn alter column a drop not null;
+         alter table added add column extra text default 'dflt';",
+    )?;
+    h.start_run()?;
+    common::loads::wait_loaded(&mut h, "public.nn")?;
+    common::loads::wait_loaded(&mut h, "public.added")?;
+    h.source.psql(
+        "update nn set a = null where id = 3; update added set extra = 'set' where id = 4;",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure_streaming(&h, "public.nn")?;
+    ensure_streaming(&h, "public.added")?;
+    let n = h.assert_equal("nn", "nn", &[same("id"), same("a"), same("b")])?;
+    ensure!(n == 37, "{n} rows in nn");
+    let n = h.assert_equal("added", "added", &[same("id"), same("a"), same("extra")])?;
+    ensure!(n == 37, "{n} rows in added");
+    // The loads met the older layout (the backlog holds the stream far
+    // longer than a load of 37 rows takes), and waited it out.
+    ensure!(
+        h.run_log()
+            .contains("waiting for the stream to apply the table's DDL"),
+        "the loads never met the older layout: the drill proves nothing"
+    );
+    let ledger = std::fs::read_to_string(h.state_dir.join("backfills.toml"))?;
+    ensure!(
+        !ledger.contains("attempts failed"),
+        "a load used up its attempts:\n{ledger}"
+    );
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_a_copy_load_waits_for_the_shape_its_snapshot_sees() -> Result<()> {
+    copy_load_newer_shape(PgMajor::V15)
+}
+
+#[test]
+fn pg18_a_copy_load_waits_for_the_shape_its_snapshot_sees() -> Result<()> {
+    copy_load_newer_shape(PgMajor::V18)
 }

@@ -363,6 +363,7 @@ impl Backfills {
             dest_name,
             database: self.database.clone(),
             meta: self.meta.clone(),
+            dest_locks: self.dest_locks.clone(),
             workers: self.config.workers,
             max_attempts: self.config.max_attempts,
             batch_rows: self.config.batch_rows,

@@ -21,6 +21,7 @@
 //! | `walshadow_rows_written_total{table}` | counter | rows written to ClickHouse by the stream |
 //! | `walshadow_table_stopped{table}` | gauge | 1 while the table is stopped by a definite error |
 //! | `walshadow_table_stop_reason{table,reason}` | gauge | 1 while the table is stopped, `reason` its stop code (the operator guide's stop table) |
+//! | `walshadow_table_reloads_total{table,reason}` | counter | tables walshadow loaded again by itself after a change ClickHouse cannot follow in place (`reason`: `full_identity_columns`, `partial_truncate`, `partitions_changed`) |
 //! | `walshadow_config_table_ignored` | gauge | 1 while the config table's rows are ignored (it belongs to another role) |
 //! | `walshadow_destination_errors_total{code,class}` | counter | failed ClickHouse requests of the stream, by exception code (`http_NNN` without one, `connection`, `timeout`, `bad_response`) and class (transient, environment, definite) |
 //! | `walshadow_destination_retries_total` | counter | ClickHouse requests of the stream tried again after a transient or environment error |
@@ -171,6 +172,7 @@ struct Inner {
     /// table resumes or stops for another reason.
     stop_reasons: std::sync::Mutex<std::collections::HashMap<String, String>>,
     config_table_ignored: U64Gauge,
+    table_reloads: Family<StopLabels, Counter>,
     destination_retries: Counter,
     assembler_memory: U64Gauge,
     assembler_spilled: U64Gauge,
@@ -390,6 +392,12 @@ impl Metrics {
             "Seconds a load still needs at the rate it went so far, per table",
             load_eta.clone(),
         );
+        let table_reloads = Family::<StopLabels, Counter>::default();
+        r.register(
+            "walshadow_table_reloads",
+            "Tables walshadow loaded again by itself after a change ClickHouse cannot follow in place, by reason",
+            table_reloads.clone(),
+        );
         let destination_errors = Family::default();
         r.register(
             "walshadow_destination_errors",
@@ -430,6 +438,7 @@ impl Metrics {
                 table_stop_reason,
                 stop_reasons: Default::default(),
                 config_table_ignored,
+                table_reloads,
                 destination_retries,
                 assembler_memory,
                 assembler_spilled,
@@ -577,6 +586,17 @@ impl Metrics {
     /// Whether the config table's rows are ignored (another role owns it).
     pub fn set_config_table_ignored(&self, ignored: bool) {
         self.inner.config_table_ignored.set(u64::from(ignored));
+    }
+
+    /// `table` is loaded again by walshadow itself, for `reason`.
+    pub fn add_table_reload(&self, table: &str, reason: &str) {
+        self.inner
+            .table_reloads
+            .get_or_create(&StopLabels {
+                table: table.into(),
+                reason: reason.into(),
+            })
+            .inc();
     }
 
     /// A ClickHouse request of the stream is tried again.

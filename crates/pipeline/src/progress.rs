@@ -58,6 +58,11 @@ pub struct TableProgress {
     /// The config table's `resync` counter last acted on.
     #[serde(default)]
     pub resync_seen: i64,
+    /// A partitioned table's leaf partitions at the last catalog read: a
+    /// partition that leaves (DETACH, DROP) or joins with rows of its own
+    /// (ATTACH) changes the table's rows without a row change in the WAL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaves: Option<std::collections::BTreeSet<walshadow_types::Oid>>,
 }
 
 /// A resync (`walshadow table resync`): from its `s` the table streams into
@@ -76,6 +81,10 @@ pub struct Resync {
     /// crash, the destination having it means the exchange applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
+    /// Why walshadow reloads the table by itself (a change ClickHouse
+    /// cannot follow in place); `None` for a resync someone asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl TableProgress {
@@ -90,6 +99,7 @@ impl TableProgress {
             opted_out: None,
             resync: None,
             resync_seen: 0,
+            leaves: None,
         }
     }
 }

@@ -338,6 +338,16 @@ impl Relations {
             .map(Arc::new))
     }
 
+    /// See [`ShadowCatalog::partition_leaves`].
+    pub async fn partition_leaves(
+        &mut self,
+        feeder: &Feeder,
+        oid: Oid,
+    ) -> Result<Vec<(Oid, bool)>, ResolveError> {
+        self.ready(feeder).await?;
+        Ok(self.catalog.partition_leaves(oid).await?)
+    }
+
     /// The pinned tables a TRUNCATE of relations `oids` touches, as
     /// `schema.name` of their partition root, each with whether the whole
     /// table is truncated (every leaf partition, or the table itself).

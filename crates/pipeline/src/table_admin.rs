@@ -118,7 +118,11 @@ pub fn list(config: &Config) -> Result<Vec<TableRow>, AdminError> {
                 let r = t.resync.as_ref();
                 let what = r.map(|r| {
                     format!(
-                        "{} into {}{}; swapped in when loaded{}",
+                        "{}{} into {}{}; swapped in when loaded{}",
+                        r.reason
+                            .as_ref()
+                            .map(|why| format!("reloading by itself ({why}): "))
+                            .unwrap_or_default(),
                         r.mode,
                         destination,
                         walshadow_types::RESYNC_SUFFIX,

@@ -269,11 +269,32 @@ impl ShadowCatalog {
     pub async fn leaf_partitions(&mut self, oid: Oid) -> Result<Vec<Oid>, CatalogError> {
         let r = self
             .query(&format!(
-                "select relid from pg_partition_tree({oid}) where isleaf and relid <> {oid}"
+                // relid is a regclass: as an OID, not a name.
+                "select relid::oid from pg_partition_tree({oid}) where isleaf and relid <> {oid}"
             ))
             .await?;
         Ok((0..r.rows.len())
             .filter_map(|i| r.text(i, 0)?.parse().ok())
+            .collect())
+    }
+
+    /// The leaf partitions of partitioned table `oid`, each with whether it
+    /// was made in the transaction that last changed its `pg_class` row
+    /// (its row type's `xmin` is that row's): a partition created as one
+    /// (`CREATE TABLE … PARTITION OF`) holds no rows from before it joined,
+    /// while one attached later may.
+    pub async fn partition_leaves(&mut self, oid: Oid) -> Result<Vec<(Oid, bool)>, CatalogError> {
+        let r = self
+            .query(&format!(
+                "select t.relid::oid, coalesce(c.xmin = y.xmin, false)
+                   from pg_partition_tree({oid}) t
+                   join pg_class c on c.oid = t.relid
+                   left join pg_type y on y.oid = c.reltype
+                  where t.isleaf and t.relid <> {oid}"
+            ))
+            .await?;
+        Ok((0..r.rows.len())
+            .filter_map(|i| Some((r.text(i, 0)?.parse().ok()?, r.text(i, 1)? == "t")))
             .collect())
     }
 

@@ -45,6 +45,7 @@ impl Streamer {
         mode: &str,
         s: Lsn,
         counter: i64,
+        reason: Option<String>,
     ) -> Result<(), StreamError> {
         let own = match self.progress.tables.get(key) {
             Some(t) => t
@@ -70,6 +71,7 @@ impl Streamer {
                 s,
                 mode: mode.to_owned(),
                 uuid: None,
+                reason,
             });
             t.resync_seen = counter;
         }
@@ -92,6 +94,40 @@ impl Streamer {
         // crash must find the resync recorded, not start it again over a
         // load's marks.
         self.write_progress()?;
+        Ok(())
+    }
+
+    /// Loads the tables of `reloads` (`(key, code, why)`) again by
+    /// themselves, as a resync at `s` (the commit of a change ClickHouse
+    /// cannot follow in place, whose catalog the stream reads now), in
+    /// `copy` mode: readers keep the old rows until the new ones are
+    /// swapped in. A commit replayed after a crash finds its reload
+    /// recorded and does not start it again.
+    pub(super) async fn reload(
+        &mut self,
+        s: Lsn,
+        reloads: Vec<(String, &'static str, String)>,
+    ) -> Result<(), StreamError> {
+        let mut keys = BTreeSet::new();
+        for (key, code, why) in reloads {
+            let (started, counter) = match self.progress.tables.get(&key) {
+                Some(t) => (t.resync.as_ref().is_some_and(|r| r.s == s), t.resync_seen),
+                None => (false, 0),
+            };
+            if started {
+                continue;
+            }
+            tracing::warn!(table = %key, lsn = %s, reason = code, "{why}: walshadow loads the table again (copy) beside its ClickHouse table and swaps it in; readers see the old rows until then");
+            self.metrics.add_table_reload(&key, code);
+            self.start_resync(&key, "copy", s, counter, Some(why))
+                .await?;
+            keys.insert(key);
+        }
+        if keys.is_empty() {
+            return Ok(());
+        }
+        Box::pin(self.refresh_tables(s, Some(&keys))).await?;
+        self.start_loads();
         Ok(())
     }
 

@@ -155,7 +155,7 @@ impl Streamer {
                     Ok(walshadow_config::InitialLoad::BaseBackup) => crate::backfills::BASE_BACKUP,
                     _ => "copy",
                 };
-                self.start_resync(&key, mode, s, n).await?;
+                self.start_resync(&key, mode, s, n, None).await?;
                 changed = true;
                 added = true;
                 continue;

@@ -18,6 +18,9 @@ impl Streamer {
             .filter(|k| only.is_none_or(|o| o.contains(*k)))
             .cloned()
             .collect();
+        // Changes ClickHouse cannot follow in place that a load of the
+        // table at this commit does: (key, reason code, why).
+        let mut reloads: Vec<(String, &'static str, String)> = Vec::new();
         for key in keys {
             if self.is_stopped(&key) {
                 continue;
@@ -85,6 +88,20 @@ impl Streamer {
                     });
                     match statements {
                         Ok(s) => s,
+                        // A REPLICA IDENTITY FULL table is keyed by every
+                        // column in ClickHouse: a column added or dropped
+                        // changes its sorting key.
+                        Err(walshadow_emitter::SchemaError::KeyChange { reason, .. })
+                            if old_desc.replica_identity_kind == "f"
+                                && desc.replica_identity_kind == "f" =>
+                        {
+                            reloads.push((
+                                key.clone(),
+                                "full_identity_columns",
+                                format!("a column of REPLICA IDENTITY FULL table {key} was added or dropped ({reason}), and ClickHouse keys such a table by every column"),
+                            ));
+                            continue;
+                        }
                         Err(e) => {
                             self.stop_table(
                                 &key,
@@ -182,6 +199,12 @@ impl Streamer {
                     continue;
                 }
             }
+            if desc.relkind == "p"
+                && let Some(why) = self.partitions_changed(&key, &desc).await?
+            {
+                reloads.push((key.clone(), "partitions_changed", why));
+                continue;
+            }
             if let Some(t) = self.progress.tables.get_mut(&key) {
                 t.schema = Some((*desc).clone());
             }
@@ -207,7 +230,50 @@ impl Streamer {
                 t.batch = Some(TableBatch::new(dest_name, encoder, self.batch.clone()));
             }
         }
+        if !reloads.is_empty() {
+            self.reload(lsn, reloads).await?;
+        }
         Ok(())
+    }
+
+    /// Records the leaf partitions of partitioned table `key` and says
+    /// why its rows changed without row changes in the WAL, if they did: a
+    /// partition left (DETACH, DROP: its rows are no longer the table's),
+    /// or one joined that was not made as a partition (ATTACH of a table
+    /// that may hold rows). A partition created as one holds none yet.
+    async fn partitions_changed(
+        &mut self,
+        key: &str,
+        desc: &RelationDesc,
+    ) -> Result<Option<String>, StreamError> {
+        let feeder = &self.shadow.feeder;
+        let Some(relations) = self.relations.as_mut() else {
+            return Ok(None);
+        };
+        let leaves = relations.partition_leaves(feeder, desc.oid).await?;
+        let now: BTreeSet<Oid> = leaves.iter().map(|(oid, _)| *oid).collect();
+        let Some(t) = self.progress.tables.get_mut(key) else {
+            return Ok(None);
+        };
+        let before = t.leaves.replace(now.clone());
+        if before.as_ref() != Some(&now) {
+            self.progress_dirty = true;
+        }
+        let Some(before) = before else {
+            return Ok(None);
+        };
+        let left: Vec<Oid> = before.difference(&now).copied().collect();
+        let joined: Vec<Oid> = leaves
+            .iter()
+            .filter(|(oid, made_as_partition)| !before.contains(oid) && !made_as_partition)
+            .map(|(oid, _)| *oid)
+            .collect();
+        Ok(match (left.is_empty(), joined.is_empty()) {
+            (true, true) => None,
+            _ => Some(format!(
+                "partitions of {key} changed without row changes in the WAL (relations {left:?} left it, {joined:?} were attached with rows they may hold)"
+            )),
+        })
     }
 
     pub(super) fn is_stopped(&self, key: &str) -> bool {
@@ -291,13 +357,17 @@ impl Streamer {
             }
             if !whole {
                 // The ClickHouse table cannot tell which rows came from
-                // which partition.
-                self.stop_table(
-                    &key,
-                    c.lsn,
-                    crate::stop::StopKind::PartialTruncate,
-                    format!("TRUNCATE of some partitions of {key} (not all of them): ClickHouse holds the whole table without its partitioning, so their rows cannot be singled out"),
-                );
+                // which partition: the table as it is after the TRUNCATE
+                // is loaded instead.
+                self.reload(
+                    c.end,
+                    vec![(
+                        key.clone(),
+                        "partial_truncate",
+                        format!("TRUNCATE of some partitions of {key} (not all of them), whose rows ClickHouse cannot single out"),
+                    )],
+                )
+                .await?;
                 continue;
             }
             self.toast.clear_waits(&key);
