@@ -35,6 +35,10 @@
 //!   sending rows of another layout (which ClickHouse would misread, or
 //!   refuse until the attempts run out), and never reports rows it did
 //!   not write.
+//! - a table created without a key, given one by a later transaction
+//!   (`REPLICA IDENTITY FULL`, a primary key): it waits, shown in `status`,
+//!   instead of stopping for good, and its rows (those from before the key
+//!   included) are loaded once it has one.
 //! - column DDL on a `REPLICA IDENTITY FULL` table (keyed by every column
 //!   in ClickHouse): an `ADD COLUMN` and a `DROP COLUMN` are followed by a
 //!   load of the table, not a stop.
@@ -654,4 +658,60 @@ fn pg15_a_copy_load_waits_for_the_shape_its_snapshot_sees() -> Result<()> {
 #[test]
 fn pg18_a_copy_load_waits_for_the_shape_its_snapshot_sees() -> Result<()> {
     copy_load_newer_shape(PgMajor::V18)
+}
+
+fn key_set_later(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(major, "laterkey", &["public.k", "public.n"], "")?;
+    h.init()?;
+    h.start_run()?;
+    h.source.psql(
+        "create table k (a int, b text);
+         insert into k values (1, 'x'), (2, 'y');
+         update k set b = 'y2' where a = 2;
+         create table n (id int not null, v text);
+         insert into n select g, 'n' || g from generate_series(1, 20) g;",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    let st = status_json(&h)?;
+    for key in ["public.k", "public.n"] {
+        let t = &st["tables"][key];
+        ensure!(
+            t["stopped"].is_null()
+                && t["waiting"]
+                    .as_str()
+                    .is_some_and(|w| w.contains("no primary key or replica identity")),
+            "{key}: {t}"
+        );
+    }
+    h.source.psql(
+        "alter table k replica identity full;
+         insert into k values (3, 'z');
+         update k set b = 'x2' where a = 1;
+         alter table n add primary key (id);
+         update n set v = 'changed' where id = 5;
+         delete from n where id = 6;",
+    )?;
+    common::loads::wait_loaded(&mut h, "public.k")?;
+    common::loads::wait_loaded(&mut h, "public.n")?;
+    h.source
+        .psql("delete from k where a = 2; update n set v = 'later' where id = 7;")?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure_streaming(&h, "public.k")?;
+    ensure_streaming(&h, "public.n")?;
+    let n = h.assert_equal("k", "k", &[same("a"), same("b")])?;
+    ensure!(n == 2, "{n} rows in k");
+    let n = h.assert_equal("n", "n", &[same("id"), same("v")])?;
+    ensure!(n == 19, "{n} rows in n");
+    h.stop_run()?;
+    Ok(())
+}
+
+#[test]
+fn pg15_a_key_set_in_a_later_transaction_is_waited_for() -> Result<()> {
+    key_set_later(PgMajor::V15)
+}
+
+#[test]
+fn pg18_a_key_set_in_a_later_transaction_is_waited_for() -> Result<()> {
+    key_set_later(PgMajor::V18)
 }

@@ -63,6 +63,11 @@ pub struct TableProgress {
     /// (ATTACH) changes the table's rows without a row change in the WAL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leaves: Option<std::collections::BTreeSet<walshadow_types::Oid>>,
+    /// Since when a table in scope that has no ClickHouse table yet waits
+    /// for a primary key or replica identity (its rows meanwhile are not
+    /// streamed; they are loaded once it has one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for_key: Option<Lsn>,
 }
 
 /// A resync (`walshadow table resync`): from its `s` the table streams into
@@ -100,6 +105,7 @@ impl TableProgress {
             resync: None,
             resync_seen: 0,
             leaves: None,
+            waiting_for_key: None,
         }
     }
 }

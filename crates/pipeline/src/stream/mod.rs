@@ -284,6 +284,13 @@ impl Streamer {
             }
             keep
         });
+        for (key, t) in &self.progress.tables {
+            if let (Some(since), Some(st)) = (t.waiting_for_key, all.get_mut(key)) {
+                st.waiting = Some(format!(
+                    "no primary key or replica identity (since {since}): nothing is streamed until it has one (ALTER TABLE … ADD PRIMARY KEY, or REPLICA IDENTITY FULL), then its rows are loaded"
+                ));
+            }
+        }
         for (key, why) in &self.source_waits {
             if let Some(t) = all.get_mut(key) {
                 t.waiting = Some(why.clone());

@@ -102,7 +102,9 @@ impl Streamer {
         // Each round resolves one more value (a row has a bounded number
         // of columns, each at most one pointer).
         for _ in 0..=desc.attributes.len() {
-            if self.is_stopped(key) {
+            // A table waiting for a key gets its rows from the load that
+            // follows.
+            if self.is_stopped(key) || self.waits_for_key(key) {
                 return Ok(());
             }
             let fault = match self.rows_of(c, seq, key, desc, change) {

@@ -21,6 +21,7 @@ impl Streamer {
         // Changes ClickHouse cannot follow in place that a load of the
         // table at this commit does: (key, reason code, why).
         let mut reloads: Vec<(String, &'static str, String)> = Vec::new();
+        let mut loads = false;
         for key in keys {
             if self.is_stopped(&key) {
                 continue;
@@ -45,19 +46,33 @@ impl Streamer {
                 );
                 continue;
             }
+            let old_schema = self
+                .progress
+                .tables
+                .get(&key)
+                .and_then(|t| t.schema.clone());
             let new = match DestTable::new(&desc, &self.meta) {
                 Ok(d) => d,
+                // Created without a key, given one by a later transaction
+                // (a table made, then its primary key or replica identity
+                // set): until then nothing is written; its rows are loaded
+                // when it has one.
+                Err(e @ walshadow_emitter::SchemaError::NoKey { .. }) if old_schema.is_none() => {
+                    if let Some(t) = self.progress.tables.get_mut(&key)
+                        && t.waiting_for_key.is_none()
+                    {
+                        tracing::warn!(table = %key, lsn = %lsn, "{e}; the table waits: nothing of it is streamed until it has a key, then its rows are loaded (copy)");
+                        t.waiting_for_key = Some(lsn);
+                        self.progress_dirty = true;
+                    }
+                    continue;
+                }
                 Err(e) => {
                     self.stop_table(&key, lsn, crate::stop::StopKind::NoKey, e.to_string());
                     continue;
                 }
             };
             let dest_name = self.dest_of(&key);
-            let old_schema = self
-                .progress
-                .tables
-                .get(&key)
-                .and_then(|t| t.schema.clone());
             let statements = match &old_schema {
                 None => {
                     let sql =
@@ -207,6 +222,11 @@ impl Streamer {
             }
             if let Some(t) = self.progress.tables.get_mut(&key) {
                 t.schema = Some((*desc).clone());
+                if let Some(since) = t.waiting_for_key.take() {
+                    tracing::info!(table = %key, lsn = %lsn, since = %since, "the table has a key now: its rows are loaded (copy) and it streams from here");
+                    self.backfills.request(&key, "copy", lsn)?;
+                    loads = true;
+                }
             }
             self.progress_dirty = true;
             let unchanged = self
@@ -230,10 +250,22 @@ impl Streamer {
                 t.batch = Some(TableBatch::new(dest_name, encoder, self.batch.clone()));
             }
         }
+        if loads {
+            self.start_loads();
+        }
         if !reloads.is_empty() {
             self.reload(lsn, reloads).await?;
         }
         Ok(())
+    }
+
+    /// Whether table `key` waits for a key (see `refresh_tables`): its
+    /// changes are not streamed yet.
+    pub(super) fn waits_for_key(&self, key: &str) -> bool {
+        self.progress
+            .tables
+            .get(key)
+            .is_some_and(|t| t.waiting_for_key.is_some())
     }
 
     /// Records the leaf partitions of partitioned table `key` and says
@@ -352,7 +384,7 @@ impl Streamer {
         for (key, whole) in tables {
             self.refresh_pending(Some(&key)).await?;
             self.changed(&key, c.end);
-            if self.is_stopped(&key) {
+            if self.is_stopped(&key) || self.waits_for_key(&key) {
                 continue;
             }
             if !whole {
