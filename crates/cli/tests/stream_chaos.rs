@@ -25,10 +25,10 @@
 //!   `walshadow table resync` brings it back as `Decimal(19, 2)`.
 //! - partitions that change a table's rows without row changes in the WAL:
 //!   a TRUNCATE of one partition, a DETACH, the ATTACH of a filled table,
-//!   a DROP of a partition: each makes walshadow load the table again by
-//!   itself (a resync at that commit), so the detached and dropped rows go
-//!   and the attached ones arrive; a partition created as one (a new
-//!   range) reloads nothing.
+//!   a DROP of a partition, a re-ATTACH after a TRUNCATE of the root: each
+//!   makes walshadow load the table again by itself (a resync at that
+//!   commit), so the detached and dropped rows go and the attached ones
+//!   arrive; a partition created as one (a new range) reloads nothing.
 //! - a `copy` load whose snapshot sees a newer shape than its ClickHouse
 //!   table has (the stream still behind a backlog and a `DROP NOT NULL`,
 //!   an `ADD COLUMN`): it waits for the stream to apply the DDL instead of
@@ -522,7 +522,15 @@ fn partitions_change_rows(major: PgMajor) -> Result<()> {
     wait_reloaded(&mut h, "public.pm", 4)?;
     h.source.psql("update pm set v = 'later' where id = 460")?;
     h.wait_caught_up(CATCH_UP)?;
-    let n = equal(&h, "after a DROP of a partition")?;
+    equal(&h, "after a DROP of a partition")?;
+    // The root emptied, then the detached partition (holding rows) back.
+    h.source.psql(
+        "truncate pm;
+         alter table pm attach partition pm_b for values from (100) to (200);",
+    )?;
+    wait_reloaded(&mut h, "public.pm", 5)?;
+    let n = equal(&h, "after a TRUNCATE of the root and a re-ATTACH")?;
+    ensure!(n > 30, "{n} rows: the re-attached partition's rows are missing");
     let expected = h.source.query_one("select count(*) from pm")?;
     ensure!(
         n.to_string() == expected,
