@@ -72,6 +72,9 @@ AUTHENTICATION_FAILED = 516
 UNSUPPORTED_METHOD = 1  # ClickHouse's code for an unsupported HTTP method/compression
 STD_EXCEPTION = 1001
 
+# Raised by the engine's background work (merges, part cleanup), which system.errors counts too.
+BACKGROUND_CODES = {236, 394, 999}  # ABORTED, QUERY_WAS_CANCELLED, KEEPER_EXCEPTION
+
 # exceptionCodeToHTTPStatus (src/Server/HTTP/exceptionCodeToHTTPStatus.cpp); every other code is 500.
 HTTP_STATUS_BY_CODE = {
     **dict.fromkeys([192, 193, 497, 512, 516], 403),  # UNKNOWN_USER, WRONG_PASSWORD, ACCESS_DENIED, ...
@@ -420,7 +423,10 @@ class Engine:
         that insert with the error, so this engine does too. Queries are serialized, so an
         error counted since `before` is this insert's."""
         after = self.error_counts()
-        raised = [code for code, n in after.items() if n > before.get(code, 0)]
+        # ABORTED and the like come from background merges and cleanup, not
+        # from the insert.
+        raised = [code for code, n in after.items()
+                  if n > before.get(code, 0) and code not in BACKGROUND_CODES]
         if not raised:
             return
         codes = ", ".join(str(c) for c in raised)

@@ -324,8 +324,11 @@ impl CopyLoad {
             })?;
         let leader = catalog.into_client();
         let decoder = CopyDecoder::new(&desc).map_err(|e| AttemptError::Failed(e.to_string()))?;
-        let dest =
-            DestTable::new(&desc, &self.meta).map_err(|e| AttemptError::Failed(e.to_string()))?;
+        let dest = DestTable::new(&desc, &self.meta).map_err(|e| match e {
+            // The stream loads it again once it has a key.
+            walshadow_emitter::SchemaError::NoKey { .. } => AttemptError::Waiting(e.to_string()),
+            e => AttemptError::Failed(e.to_string()),
+        })?;
         let work = self.plan(&sources)?;
         let select = decoder.select_list();
         let queue = Arc::new(Mutex::new(work));
@@ -695,7 +698,7 @@ impl CopyLoad {
         let Some(sealed) = batch.seal() else {
             return Ok(());
         };
-        let _guard = self.dest_locks.lock(&self.dest_name).await;
+        let _guard = self.dest_locks.share(&self.dest_name).await;
         let found = self
             .ch
             .column_types(&self.database, &self.dest_name)
@@ -709,7 +712,7 @@ impl CopyLoad {
             })?;
         if let Some(diff) = dest.layout_mismatch(&found) {
             return Err(AttemptError::Waiting(format!(
-                "ClickHouse table {}.{} is not laid out as the rows at the load's snapshot ({diff}): waiting for the stream to apply the table's DDL",
+                "ClickHouse table {}.{} is not laid out as the rows at the load's snapshot ({diff}): waiting for the stream to apply the table's DDL (a table the stream stopped gets a new load with its resync)",
                 self.database, self.dest_name
             )));
         }

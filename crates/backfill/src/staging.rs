@@ -348,22 +348,31 @@ impl StagingError {
 /// timeout because it assumes no such coordination; inserts of a crashed
 /// process are replayed from its durable progress, so recovery needs none
 /// either). Also keeps the stream's DDL off the storage being swapped out.
+/// Inserts share the lock; DDL, truncates and swaps take it alone.
 #[derive(Debug, Clone, Default)]
 pub struct DestLocks(
-    Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::RwLock<()>>>>>,
 );
 
 impl DestLocks {
-    /// Waits for and takes the lock of ClickHouse table `dest`.
-    pub async fn lock(&self, dest: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        let m = {
-            let mut map = match self.0.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            Arc::clone(map.entry(dest.to_owned()).or_default())
+    fn of(&self, dest: &str) -> Arc<tokio::sync::RwLock<()>> {
+        let mut map = match self.0.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
         };
-        m.lock_owned().await
+        Arc::clone(map.entry(dest.to_owned()).or_default())
+    }
+
+    /// Waits for and takes the lock of ClickHouse table `dest` alone (its
+    /// DDL, a truncate, a swap).
+    pub async fn lock(&self, dest: &str) -> tokio::sync::OwnedRwLockWriteGuard<()> {
+        self.of(dest).write_owned().await
+    }
+
+    /// Waits for and takes a share of the lock of ClickHouse table `dest`
+    /// (an insert: inserts do not wait for each other).
+    pub async fn share(&self, dest: &str) -> tokio::sync::OwnedRwLockReadGuard<()> {
+        self.of(dest).read_owned().await
     }
 }
 

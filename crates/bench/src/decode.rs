@@ -500,8 +500,9 @@ fn decode_ours(
                 }
                 Event::Prepare { xid, subxacts } => asm.prepare(xid, &subxacts),
                 Event::RunningXacts { oldest_running } => asm.forget_older_than(oldest_running),
-                // The TOAST mirror's upkeep: not part of decoding rows.
-                Event::Pruned { .. } => {}
+                // The TOAST mirror's and partitions' upkeep: not part of
+                // decoding rows.
+                Event::Pruned { .. } | Event::FileCreated { .. } => {}
                 Event::Commit(commit) => {
                     let txn = if commit.prepared {
                         asm.commit_prepared(commit.xid)?

@@ -28,7 +28,10 @@
 //!   a DROP of a partition, a re-ATTACH after a TRUNCATE of the root: each
 //!   makes walshadow load the table again by itself (a resync at that
 //!   commit), so the detached and dropped rows go and the attached ones
-//!   arrive; a partition created as one (a new range) reloads nothing.
+//!   arrive; so do the ATTACH of a filled partitioned table, a RENAME and
+//!   ATTACH in one transaction, and a DETACH, change and ATTACH in quick
+//!   succession; a partition created as one (a new range), or made, filled
+//!   and attached in one transaction, reloads nothing.
 //! - a `copy` load whose snapshot sees a newer shape than its ClickHouse
 //!   table has (the stream still behind a backlog and a `DROP NOT NULL`,
 //!   an `ADD COLUMN`): it waits for the stream to apply the DDL instead of
@@ -462,14 +465,25 @@ fn pg18_money_at_its_limits_never_goes_into_an_older_layout() -> Result<()> {
 /// Waits until walshadow has loaded `key` again by itself `n` times in all
 /// and streams it.
 fn wait_reloaded(h: &mut StreamHarness, key: &str, n: usize) -> Result<()> {
+    wait_reloads(h, key, n, n)
+}
+
+/// [`wait_reloaded`] when reloads overlap: `n` started, at least `done`
+/// swapped in (a reload started while another loads replaces it).
+fn wait_reloads(h: &mut StreamHarness, key: &str, n: usize, done: usize) -> Result<()> {
+    h.wait_caught_up(CATCH_UP)?;
     wait_until(CATCH_UP, &format!("reload {n} of {key}"), || {
         h.check_running()?;
-        Ok(h.run_log().matches("resync done").count() >= n
+        Ok(h.run_log().matches("resync done").count() >= done
             && table_state(h, key)?["state"] == "streaming")
     })
     .with_context(|| common::tail(&h.run_log(), 30))?;
     let reloads = h.run_log().matches("loads the table again").count();
-    ensure!(reloads == n, "{reloads} reloads, expected {n}");
+    ensure!(
+        reloads == n,
+        "{reloads} reloads, expected {n}\n{}",
+        common::tail(&h.run_log(), 30)
+    );
     h.wait_caught_up(CATCH_UP)
 }
 
@@ -530,7 +544,53 @@ fn partitions_change_rows(major: PgMajor) -> Result<()> {
     )?;
     wait_reloaded(&mut h, "public.pm", 5)?;
     let n = equal(&h, "after a TRUNCATE of the root and a re-ATTACH")?;
-    ensure!(n > 30, "{n} rows: the re-attached partition's rows are missing");
+    ensure!(
+        n > 30,
+        "{n} rows: the re-attached partition's rows are missing"
+    );
+    // Made, filled and attached in one transaction: the stream has every
+    // row of it, nothing to load.
+    h.source.psql(
+        "begin;
+         create table pm_f (id int not null, v text);
+         insert into pm_f values (550, 'f');
+         alter table pm attach partition pm_f for values from (500) to (600);
+         commit;",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    equal(&h, "after a partition made and attached in one transaction")?;
+    let reloads = h.run_log().matches("loads the table again").count();
+    ensure!(reloads == 5, "{reloads} reloads, expected 5");
+    // A partitioned table with rows, attached: its leaves are old files.
+    h.source.psql(
+        "create table pm_g (id int not null, v text) partition by range (id);
+         create table pm_g1 partition of pm_g for values from (600) to (650);
+         insert into pm_g values (610, 'g');
+         alter table pm attach partition pm_g for values from (600) to (700);",
+    )?;
+    wait_reloaded(&mut h, "public.pm", 6)?;
+    equal(&h, "after the ATTACH of a filled partitioned table")?;
+    // Filled earlier, renamed and attached in one transaction.
+    h.source.psql(
+        "create table pm_h_src (id int not null, v text);
+         insert into pm_h_src values (710, 'h');
+         begin;
+         alter table pm_h_src rename to pm_h;
+         alter table pm attach partition pm_h for values from (700) to (800);
+         commit;",
+    )?;
+    wait_reloaded(&mut h, "public.pm", 7)?;
+    equal(&h, "after a RENAME and ATTACH in one transaction")?;
+    // Detached, changed and attached again in quick succession: each
+    // commit is judged on its own.
+    h.source.psql(
+        "alter table pm detach partition pm_h;
+         delete from pm_h;
+         insert into pm_h values (720, 'h2');
+         alter table pm attach partition pm_h for values from (700) to (800);",
+    )?;
+    wait_reloads(&mut h, "public.pm", 9, 8)?;
+    let n = equal(&h, "after a DETACH, a change and an ATTACH")?;
     let expected = h.source.query_one("select count(*) from pm")?;
     ensure!(
         n.to_string() == expected,

@@ -60,6 +60,12 @@ pub enum Event {
         lsn: Lsn,
         end: Lsn,
     },
+    /// `xid` made relation file `rel` (its main fork): it holds nothing
+    /// from before that transaction.
+    FileCreated {
+        xid: Xid,
+        rel: RelFileLocator,
+    },
 }
 
 /// A commit.
@@ -189,6 +195,13 @@ pub fn record_events(
             }
             Some(XactRecord::Invalidations(_)) => {}
         },
+        RmgrId::SMGR => {
+            if let Some(rel) = walshadow_wal_decode::decode_smgr_create(rec)
+                && db_oid.is_none_or(|o| o == rel.db_oid)
+            {
+                out.push(Event::FileCreated { xid, rel });
+            }
+        }
         RmgrId::STANDBY => {
             if let Some(r) = decode_running_xacts(rec)? {
                 out.push(Event::RunningXacts {

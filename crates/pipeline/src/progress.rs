@@ -68,6 +68,14 @@ pub struct TableProgress {
     /// streamed; they are loaded once it has one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_for_key: Option<Lsn>,
+    /// The `S` of the last load of the whole table into a fresh ClickHouse
+    /// table (a resync, or the load once a key appeared): changes of
+    /// commits up to it are in the loaded rows, so they are not streamed
+    /// again — a replay after a crash would otherwise send a commit's
+    /// changes from before a TRUNCATE into the new table, with versions
+    /// above the loaded rows'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loaded_at: Option<Lsn>,
 }
 
 /// A resync (`walshadow table resync`): from its `s` the table streams into
@@ -106,6 +114,7 @@ impl TableProgress {
             resync_seen: 0,
             leaves: None,
             waiting_for_key: None,
+            loaded_at: None,
         }
     }
 }

@@ -343,7 +343,7 @@ impl Relations {
         &mut self,
         feeder: &Feeder,
         oid: Oid,
-    ) -> Result<Vec<(Oid, bool)>, ResolveError> {
+    ) -> Result<Vec<(Oid, Oid)>, ResolveError> {
         self.ready(feeder).await?;
         Ok(self.catalog.partition_leaves(oid).await?)
     }

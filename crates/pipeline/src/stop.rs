@@ -23,7 +23,8 @@ pub enum StopKind {
     ValueOutOfRange,
     /// ClickHouse refused the rows (a definite error about their values).
     RowsRefused,
-    /// A TRUNCATE of some partitions only.
+    /// A TRUNCATE of some partitions only. No longer made (such a TRUNCATE
+    /// reloads the table); kept for tables an older version stopped.
     PartialTruncate,
     /// A TOAST value older than walshadow that the source would not let it
     /// read.

@@ -18,16 +18,19 @@
 //! `walshadow-toast-mirror` crate docs for why).
 //!
 //! A value the mirror lacks was written before walshadow read the table's
-//! WAL (a table pinned after its large values were written). Chunks of a
-//! live value never change, so reading them from the source's TOAST
-//! relation by value id gives the value the pointer names; its length is
-//! checked against the pointer by the row decoder. When the source no
-//! longer has the value, the row version that points at it was superseded
-//! by a commit before the source's current WAL position `F`: the row is
-//! not emitted, and it waits for a change of the same key committed up to
-//! `F` (which replaces it in ClickHouse). If the stream passes `F` without
-//! one, nothing can supply the value and the table stops, naming table,
-//! column, value and LSN. No path writes a stand-in value.
+//! WAL (a table pinned after its large values were written). A value id
+//! names one value while it lives, so reading its chunks from the source's
+//! TOAST relation by value id gives the value the pointer names — in the
+//! bytes the pointer describes, or stored anew by a rewrite (`VACUUM
+//! FULL`), which the row decoder accepts by the pointer's raw size. A
+//! source that cannot answer now is waited for. When the source no longer
+//! has the value, the row version that points at it was superseded by a
+//! commit before the source's current WAL position `F`: the row is not
+//! emitted, and it waits for a change of its row committed up to `F` (one
+//! of the same key, or a later version that waits in turn), which replaces
+//! it in ClickHouse. If the stream passes `F` without one, nothing can
+//! supply the value and the table stops, naming table, column, value and
+//! LSN. No path writes a stand-in value.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -117,17 +120,18 @@ pub enum SourceReadError {
 }
 
 impl SourceReadError {
-    /// Whether the source refused the read for good: walshadow's role may
-    /// not read this TOAST relation (`42501`), or its answer made no sense.
-    /// Every other failure (the source restarting, full, unreachable, a
-    /// password being rotated) is the environment's: the read is retried.
-    pub fn is_definite(&self) -> bool {
+    /// Whether the read may succeed by itself later: the source restarting,
+    /// full or unreachable (the replication client's transient errors), or
+    /// refusing the password while it is being rotated (the stream's own
+    /// session logged in with it). Anything else — no privilege (`42501`),
+    /// a damaged relation, an answer that makes no sense — is definite for
+    /// the table.
+    pub fn may_pass(&self) -> bool {
         match self {
             SourceReadError::Query { source, .. } => {
-                source.db_error().is_some_and(|e| e.code == "42501")
+                source.is_transient() || matches!(source, ReplicationError::Auth { .. })
             }
-            SourceReadError::Unexpected { .. } => true,
-            SourceReadError::Mirror(_) => false,
+            SourceReadError::Unexpected { .. } | SourceReadError::Mirror(_) => false,
         }
     }
 }
@@ -614,14 +618,25 @@ impl Toast {
         let Some((schema, name)) = self.names.get(&toast_relid) else {
             return Err(unexpected("no relation name".into()));
         };
-        let r = conn
+        let r = match conn
             .simple_query(&format!(
                 "select chunk_seq, chunk_data, ctid, pg_relation_filenode({toast_relid}) from {}.{} where chunk_id = {value_id} order by chunk_seq",
                 quote_ident(schema),
                 quote_ident(name)
             ))
             .await
-            .map_err(qerr)?;
+        {
+            Ok(r) => r,
+            // Dropped since its name was learned (the table with it): so is
+            // the value.
+            Err(e) if e.db_error().is_some_and(|d| d.code == "42P01") => {
+                self.names.remove(&toast_relid);
+                let lsn = current_lsn(conn).await.map_err(qerr)?;
+                self.counters.source_misses += 1;
+                return Ok(SourceValue::Gone { source_lsn: lsn });
+            }
+            Err(e) => return Err(qerr(e)),
+        };
         if r.rows.is_empty() {
             let lsn = current_lsn(conn).await.map_err(qerr)?;
             self.counters.source_misses += 1;
@@ -687,10 +702,24 @@ impl Toast {
 
     /// A row of table `key` with key `row_key` committed at `commit` was
     /// emitted: it supersedes waits of that key from earlier commits.
-    pub fn superseded(&mut self, key: &str, row_key: &[Option<String>], commit: Lsn) {
+    ///
+    /// A wait with columns that match anything (a FULL key holding the
+    /// gone value) is superseded only by a delete marker: the change that
+    /// ends that row version deletes it by its whole old row, while a row
+    /// written anew that happens to match its readable columns is another
+    /// row.
+    pub fn superseded(
+        &mut self,
+        key: &str,
+        row_key: &[Option<String>],
+        commit: Lsn,
+        deleted: bool,
+    ) {
         if let Some(list) = self.waits.get_mut(key) {
             let n = list.len();
-            list.retain(|w| !(w.commit < commit && w.matches(row_key, &[])));
+            list.retain(|w| {
+                !(w.commit < commit && w.matches(row_key, &[]) && (deleted || w.any.is_empty()))
+            });
             if list.len() != n {
                 self.waits_dirty = true;
             }

@@ -278,23 +278,17 @@ impl ShadowCatalog {
             .collect())
     }
 
-    /// The leaf partitions of partitioned table `oid`, each with whether it
-    /// was made in the transaction that last changed its `pg_class` row
-    /// (its row type's `xmin` is that row's): a partition created as one
-    /// (`CREATE TABLE … PARTITION OF`) holds no rows from before it joined,
-    /// while one attached later may.
-    pub async fn partition_leaves(&mut self, oid: Oid) -> Result<Vec<(Oid, bool)>, CatalogError> {
+    /// The leaf partitions of partitioned table `oid`, each with its
+    /// relation file (0 for one without: a foreign table).
+    pub async fn partition_leaves(&mut self, oid: Oid) -> Result<Vec<(Oid, Oid)>, CatalogError> {
         let r = self
             .query(&format!(
-                "select t.relid::oid, coalesce(c.xmin = y.xmin, false)
-                   from pg_partition_tree({oid}) t
-                   join pg_class c on c.oid = t.relid
-                   left join pg_type y on y.oid = c.reltype
-                  where t.isleaf and t.relid <> {oid}"
+                "select t.relid::oid, coalesce(pg_relation_filenode(t.relid), 0)
+                   from pg_partition_tree({oid}) t where t.isleaf and t.relid <> {oid}"
             ))
             .await?;
         Ok((0..r.rows.len())
-            .filter_map(|i| Some((r.text(i, 0)?.parse().ok()?, r.text(i, 1)? == "t")))
+            .filter_map(|i| Some((r.text(i, 0)?.parse().ok()?, r.text(i, 1)?.parse().ok()?)))
             .collect())
     }
 
@@ -418,8 +412,9 @@ impl ShadowCatalog {
         let num = |c| r.text(0, c).and_then(|s| s.parse::<Oid>().ok());
         let replica_identity_kind = t(6);
         // A partitioned table stores no rows, so an added column's default
-        // for the rows before it lives in its leaves (the same value in
-        // each: the default is evaluated once).
+        // for the rows before it lives in its leaves: the same value in
+        // each leaf the ADD COLUMN reached (the default is evaluated once),
+        // which is the only time it is read (an added column's DEFAULT).
         let attrs = self
             .query(&format!(
                 "select a.attnum, a.attname, a.atttypid, a.atttypmod, a.attlen, a.attbyval, a.attalign,
@@ -428,7 +423,7 @@ impl ShadowCatalog {
                              when c.relkind = 'p' then
                                (select l.attmissingval::text from pg_partition_tree(c.oid) t
                                   join pg_attribute l on l.attrelid = t.relid and l.attname = a.attname
-                                 where t.isleaf and l.atthasmissing limit 1)
+                                 where t.isleaf and l.atthasmissing order by t.relid limit 1)
                         end, a.attndims
                    from pg_attribute a join pg_class c on c.oid = a.attrelid
                   where a.attrelid = {oid} and a.attnum > 0 order by a.attnum"

@@ -106,6 +106,9 @@ pub enum StreamError {
     Stopping,
 }
 
+/// How many relation files made by open transactions are remembered.
+const CREATED_FILES_KEPT: usize = 4096;
+
 /// A relation's row decoder, with the position in the destination's live
 /// columns of each value it decodes (partitions may order columns
 /// differently from their root).
@@ -232,6 +235,17 @@ pub struct Streamer {
     /// Tables whose row waits for a TOAST read the source cannot serve
     /// now, with what status shows.
     source_waits: BTreeMap<String, String>,
+    /// Partitioned tables whose leaf partitions changed, with the new set,
+    /// until their reload records it.
+    new_leaves: HashMap<String, BTreeSet<Oid>>,
+    /// Relation files made by transactions not ended yet (the newest
+    /// [`CREATED_FILES_KEPT`]): a partition that joins a table on a file its
+    /// own transaction made holds only rows that transaction wrote, which
+    /// the stream has.
+    created_files: std::collections::VecDeque<(walshadow_types::Xid, Oid)>,
+    /// The transaction whose commit is being applied, with its
+    /// subtransactions.
+    committing: Vec<walshadow_types::Xid>,
     /// `[source]`, for `config_table_allow`.
     config_allow: walshadow_config::SourceConfig,
     /// What each table in scope (and the config table) depends on in the
@@ -534,6 +548,9 @@ impl Streamer {
             destination: Default::default(),
             missing: BTreeSet::new(),
             source_waits: BTreeMap::new(),
+            new_leaves: HashMap::new(),
+            created_files: std::collections::VecDeque::new(),
+            committing: Vec::new(),
             interest: crate::catalog_reach::CatalogInterest::default(),
             refresh_every: std::env::var_os(REFRESH_EVERY_ENV).is_some(),
             load_seen: HashMap::new(),
@@ -867,10 +884,20 @@ impl Streamer {
                 } else {
                     self.assembler.abort(xid, &subxacts);
                 }
+                self.created_files
+                    .retain(|(x, _)| *x != xid && !subxacts.contains(x));
             }
             Event::Prepare { xid, subxacts } => self.assembler.prepare(xid, &subxacts),
             Event::RunningXacts { oldest_running } => {
                 self.assembler.forget_older_than(oldest_running)
+            }
+            Event::FileCreated { xid, rel } => {
+                if self.created_files.len() >= CREATED_FILES_KEPT {
+                    // Forgotten: a partition on that file counts as one that
+                    // may hold older rows (a reload, never a lost row).
+                    self.created_files.pop_front();
+                }
+                self.created_files.push_back((xid, rel.rel_number));
             }
             Event::Commit(c) => self.on_commit(c).await?,
             Event::Pruned {
@@ -885,6 +912,16 @@ impl Streamer {
     }
 
     async fn on_commit(&mut self, c: CommitEvent) -> Result<(), StreamError> {
+        self.committing = std::iter::once(c.xid)
+            .chain(c.subxacts.iter().copied())
+            .collect();
+        let r = self.apply_commit(c).await;
+        let ended = std::mem::take(&mut self.committing);
+        self.created_files.retain(|(x, _)| !ended.contains(x));
+        r
+    }
+
+    async fn apply_commit(&mut self, c: CommitEvent) -> Result<(), StreamError> {
         // Loads check their snapshots against the commits seen.
         self.backfills.recent().record(c.xid, c.end);
         let txn = if c.prepared {
@@ -946,9 +983,27 @@ impl Streamer {
             }
             // A table's descriptor is read again, and its ClickHouse table
             // changed, at its next change or the next tick, whichever comes
-            // first: a run of catalog commits costs one read.
+            // first: a run of catalog commits costs one read. Not so for a
+            // partitioned table: its partitions are judged at each commit
+            // that reaches it (a DETACH, a change to the detached table and
+            // its ATTACH again would look like nothing at the end of the run).
             if self.refresh_every {
                 self.refresh_pending(None).await?;
+            } else {
+                let partitioned: Vec<String> = self
+                    .pending_refresh
+                    .iter()
+                    .filter(|k| {
+                        self.progress
+                            .tables
+                            .get(*k)
+                            .is_some_and(|t| t.leaves.is_some())
+                    })
+                    .cloned()
+                    .collect();
+                for key in partitioned {
+                    self.refresh_pending(Some(&key)).await?;
+                }
             }
         }
         if let Some(txn) = txn {

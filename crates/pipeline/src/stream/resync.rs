@@ -1,6 +1,9 @@
-//! Resyncs: a table loaded again from scratch and swapped in, the way back
+//! Resyncs: a table loaded again from scratch and swapped in — the way back
 //! for a stopped table (`walshadow table resync`, or raising the config
-//! table's `resync` column).
+//! table's `resync` column), and how walshadow follows a change ClickHouse
+//! cannot follow in place by itself (`Streamer::reload`: a TRUNCATE of
+//! some partitions, partitions leaving or joining with rows, column DDL on
+//! a REPLICA IDENTITY FULL table).
 //!
 //! ```text
 //!  resync at S (the request's commit):
@@ -74,6 +77,13 @@ impl Streamer {
                 reason,
             });
             t.resync_seen = counter;
+        }
+        if let Some(t) = self.progress.tables.get_mut(key) {
+            // Every change up to `s` is in the rows the load writes.
+            t.loaded_at = Some(s);
+            if let Some(leaves) = self.new_leaves.remove(key) {
+                t.leaves = Some(leaves);
+            }
         }
         self.metrics.set_table_stopped(key, None);
         self.toast.clear_waits(key);

@@ -78,6 +78,9 @@ impl Streamer {
                     self.refresh_pending(Some(&key)).await?;
                 }
                 self.changed(&key, c.end);
+                if self.covered_by_load(&key, c.end) {
+                    return Ok(());
+                }
                 self.apply_row_change(c, seq, &key, &desc, &change).await
             }
             Resolved::Config { desc } => {
@@ -125,6 +128,9 @@ impl Streamer {
                     Ok(SourceValue::Stored) => continue,
                     Ok(SourceValue::Gone { source_lsn }) => {
                         self.skip_gone_version(c, seq, key, desc, change).await?;
+                        if self.is_stopped(key) {
+                            return Ok(());
+                        }
                         let Some(new) = change
                             .new
                             .as_ref()
@@ -189,7 +195,7 @@ impl Streamer {
         loop {
             match self.toast.read_from_source(toast_relid, value_id).await {
                 Err(SourceReadError::Mirror(e)) => return Err(e.into()),
-                Err(e) if !e.is_definite() => {
+                Err(e) if e.may_pass() => {
                     failures += 1;
                     let why = format!(
                         "a row waits for TOAST value {value_id} of TOAST relation {toast_relid}, which the source cannot serve now ({failures} failed reads in {:.0?}): {e}; retrying in {backoff:?}",
@@ -235,7 +241,7 @@ impl Streamer {
         for (row, meta) in rows {
             if self.toast.has_waits(key) {
                 let k = self.key_text(key, &row);
-                self.toast.superseded(key, &k, c.end);
+                self.toast.superseded(key, &k, c.end, meta.deleted);
             }
             self.push_row(key, c.lsn, &row, &meta).await?;
         }
@@ -279,7 +285,7 @@ impl Streamer {
             Ok(rows) => self.emit_rows(c, key, rows).await?,
             Err(RowsFault::Mirror(e)) => return Err(e.into()),
             Err(RowsFault::Table((kind, reason))) => self.stop_table(key, c.lsn, kind, reason),
-            // Its old key holds a value gone too: the wait below covers it.
+            // Its old key holds a value gone too: the wait covers it.
             Err(RowsFault::Unresolved { .. }) => {}
         }
         Ok(())
@@ -319,12 +325,18 @@ impl Streamer {
                         *slot = v;
                     }
                 }
-                Err(_) => unread.push(p),
+                // Only a value neither the mirror nor the source has makes
+                // a column match anything; any other fault leaves the key
+                // unreadable.
+                Err(RowError::UnresolvedToast { .. }) if source.take_error().is_none() => {
+                    unread.push(p)
+                }
+                Err(_) => return None,
             }
         }
-        // A mirror fault shows again when the row itself is decoded.
-        let _ = source.take_error();
-        if !key_positions.is_empty() && unread.len() == key_positions.len() {
+        if source.take_error().is_some()
+            || !key_positions.is_empty() && unread.len() == key_positions.len()
+        {
             return None;
         }
         // `any` indexes the key as key_text lays it out.

@@ -113,7 +113,7 @@ impl Streamer {
                             reloads.push((
                                 key.clone(),
                                 "full_identity_columns",
-                                format!("a column of REPLICA IDENTITY FULL table {key} was added or dropped ({reason}), and ClickHouse keys such a table by every column"),
+                                format!("a column of REPLICA IDENTITY FULL table {key} was added, dropped or renamed ({reason}), and ClickHouse keys such a table by every column"),
                             ));
                             continue;
                         }
@@ -224,6 +224,7 @@ impl Streamer {
                 t.schema = Some((*desc).clone());
                 if let Some(since) = t.waiting_for_key.take() {
                     tracing::info!(table = %key, lsn = %lsn, since = %since, "the table has a key now: its rows are loaded (copy) and it streams from here");
+                    t.loaded_at = Some(lsn);
                     self.backfills.request(&key, "copy", lsn)?;
                     loads = true;
                 }
@@ -259,6 +260,16 @@ impl Streamer {
         Ok(())
     }
 
+    /// Whether the changes of table `key` in the commit ending at `end` are
+    /// in the rows a load of the whole table at its `S` (≥ `end`) wrote.
+    pub(super) fn covered_by_load(&self, key: &str, end: Lsn) -> bool {
+        self.progress
+            .tables
+            .get(key)
+            .and_then(|t| t.loaded_at)
+            .is_some_and(|s| end <= s)
+    }
+
     /// Whether table `key` waits for a key (see `refresh_tables`): its
     /// changes are not streamed yet.
     pub(super) fn waits_for_key(&self, key: &str) -> bool {
@@ -271,8 +282,11 @@ impl Streamer {
     /// Records the leaf partitions of partitioned table `key` and says
     /// why its rows changed without row changes in the WAL, if they did: a
     /// partition left (DETACH, DROP: its rows are no longer the table's),
-    /// or one joined that was not made as a partition (ATTACH of a table
-    /// that may hold rows). A partition created as one holds none yet.
+    /// or one joined on a file older than the transaction that made it a
+    /// partition (ATTACH of a table that may hold rows). One on a file its
+    /// own transaction made (`CREATE TABLE … PARTITION OF`, a table created
+    /// or truncated and filled in the attaching transaction) holds only
+    /// rows of that transaction, which the stream delivers as the table's.
     async fn partitions_changed(
         &mut self,
         key: &str,
@@ -284,28 +298,48 @@ impl Streamer {
         };
         let leaves = relations.partition_leaves(feeder, desc.oid).await?;
         let now: BTreeSet<Oid> = leaves.iter().map(|(oid, _)| *oid).collect();
+        let made_here = |file: Oid| {
+            file != 0
+                && self
+                    .created_files
+                    .iter()
+                    .any(|(x, f)| *f == file && self.committing.contains(x))
+        };
+        let made: BTreeSet<Oid> = leaves
+            .iter()
+            .filter(|(_, file)| made_here(*file))
+            .map(|(oid, _)| *oid)
+            .collect();
         let Some(t) = self.progress.tables.get_mut(key) else {
             return Ok(None);
         };
-        let before = t.leaves.replace(now.clone());
-        if before.as_ref() != Some(&now) {
+        let Some(before) = t.leaves.clone() else {
+            t.leaves = Some(now);
             self.progress_dirty = true;
-        }
-        let Some(before) = before else {
             return Ok(None);
         };
+        if before == now {
+            return Ok(None);
+        }
         let left: Vec<Oid> = before.difference(&now).copied().collect();
-        let joined: Vec<Oid> = leaves
+        let joined: Vec<Oid> = now
             .iter()
-            .filter(|(oid, made_as_partition)| !before.contains(oid) && !made_as_partition)
-            .map(|(oid, _)| *oid)
+            .filter(|oid| !before.contains(oid) && !made.contains(oid))
+            .copied()
             .collect();
-        Ok(match (left.is_empty(), joined.is_empty()) {
-            (true, true) => None,
-            _ => Some(format!(
-                "partitions of {key} changed without row changes in the WAL (relations {left:?} left it, {joined:?} were attached with rows they may hold)"
-            )),
-        })
+        if left.is_empty() && joined.is_empty() {
+            if let Some(t) = self.progress.tables.get_mut(key) {
+                t.leaves = Some(now);
+            }
+            self.progress_dirty = true;
+            return Ok(None);
+        }
+        // Recorded with the reload (`start_resync` makes both durable at
+        // once): a crash before it finds the change again.
+        self.new_leaves.insert(key.to_owned(), now);
+        Ok(Some(format!(
+            "partitions of {key} changed without row changes in the WAL (relations {left:?} left it, {joined:?} were attached with rows they may hold)"
+        )))
     }
 
     pub(super) fn is_stopped(&self, key: &str) -> bool {
@@ -384,7 +418,10 @@ impl Streamer {
         for (key, whole) in tables {
             self.refresh_pending(Some(&key)).await?;
             self.changed(&key, c.end);
-            if self.is_stopped(&key) || self.waits_for_key(&key) {
+            if self.is_stopped(&key)
+                || self.waits_for_key(&key)
+                || self.covered_by_load(&key, c.end)
+            {
                 continue;
             }
             if !whole {
@@ -455,7 +492,7 @@ impl Streamer {
             sealed.range_token(),
             crc32c::crc32c(&sealed.body)
         );
-        let guard = self.dest_locks.lock(&sealed.table).await;
+        let guard = self.dest_locks.share(&sealed.table).await;
         let what = format!(
             "inserting {} rows into {}.{}",
             sealed.rows,
