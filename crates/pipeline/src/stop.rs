@@ -104,9 +104,7 @@ impl StopKind {
             StopKind::RowsRefused => {
                 "fix what ClickHouse names (the column, or the source value), then run `walshadow table resync SCHEMA.TABLE`"
             }
-            StopKind::PartialTruncate => {
-                "run `walshadow table resync SCHEMA.TABLE` (DELETE instead of TRUNCATE on single partitions avoids this)"
-            }
+            StopKind::PartialTruncate => "run `walshadow table resync SCHEMA.TABLE`",
             StopKind::ToastUnreadable => {
                 "give walshadow's source role read access to TOAST relations (a superuser, or GRANT pg_read_all_data), then run `walshadow table resync SCHEMA.TABLE`"
             }

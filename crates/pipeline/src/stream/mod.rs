@@ -242,7 +242,7 @@ pub struct Streamer {
     /// [`CREATED_FILES_KEPT`]): a partition that joins a table on a file its
     /// own transaction made holds only rows that transaction wrote, which
     /// the stream has.
-    created_files: std::collections::VecDeque<(walshadow_types::Xid, Oid)>,
+    created_files: HashMap<walshadow_types::Xid, Vec<Oid>>,
     /// The transaction whose commit is being applied, with its
     /// subtransactions.
     committing: Vec<walshadow_types::Xid>,
@@ -549,7 +549,7 @@ impl Streamer {
             missing: BTreeSet::new(),
             source_waits: BTreeMap::new(),
             new_leaves: HashMap::new(),
-            created_files: std::collections::VecDeque::new(),
+            created_files: HashMap::new(),
             committing: Vec::new(),
             interest: crate::catalog_reach::CatalogInterest::default(),
             refresh_every: std::env::var_os(REFRESH_EVERY_ENV).is_some(),
@@ -884,20 +884,25 @@ impl Streamer {
                 } else {
                     self.assembler.abort(xid, &subxacts);
                 }
-                self.created_files
-                    .retain(|(x, _)| *x != xid && !subxacts.contains(x));
+                for x in std::iter::once(&xid).chain(&subxacts) {
+                    self.created_files.remove(x);
+                }
             }
             Event::Prepare { xid, subxacts } => self.assembler.prepare(xid, &subxacts),
             Event::RunningXacts { oldest_running } => {
                 self.assembler.forget_older_than(oldest_running)
             }
             Event::FileCreated { xid, rel } => {
-                if self.created_files.len() >= CREATED_FILES_KEPT {
-                    // Forgotten: a partition on that file counts as one that
-                    // may hold older rows (a reload, never a lost row).
-                    self.created_files.pop_front();
+                // Past the bound new files are forgotten: a partition on
+                // one counts as one that may hold older rows (a reload,
+                // never a lost row).
+                let kept: usize = self.created_files.values().map(Vec::len).sum();
+                if kept < CREATED_FILES_KEPT {
+                    self.created_files
+                        .entry(xid)
+                        .or_default()
+                        .push(rel.rel_number);
                 }
-                self.created_files.push_back((xid, rel.rel_number));
             }
             Event::Commit(c) => self.on_commit(c).await?,
             Event::Pruned {
@@ -916,8 +921,9 @@ impl Streamer {
             .chain(c.subxacts.iter().copied())
             .collect();
         let r = self.apply_commit(c).await;
-        let ended = std::mem::take(&mut self.committing);
-        self.created_files.retain(|(x, _)| !ended.contains(x));
+        for x in std::mem::take(&mut self.committing) {
+            self.created_files.remove(&x);
+        }
         r
     }
 

@@ -301,9 +301,10 @@ impl Streamer {
         let made_here = |file: Oid| {
             file != 0
                 && self
-                    .created_files
+                    .committing
                     .iter()
-                    .any(|(x, f)| *f == file && self.committing.contains(x))
+                    .filter_map(|x| self.created_files.get(x))
+                    .any(|files| files.contains(&file))
         };
         let made: BTreeSet<Oid> = leaves
             .iter()
