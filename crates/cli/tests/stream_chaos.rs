@@ -57,13 +57,8 @@ use walshadow_testkit::{PgMajor, wait_until};
 
 const CATCH_UP: Duration = Duration::from_secs(180);
 
-fn status_json(h: &StreamHarness) -> Result<serde_json::Value> {
-    let out = h.cli_ok(&["status", "--json", "--config", h.config()])?;
-    Ok(serde_json::from_str(&out)?)
-}
-
 fn ensure_streaming(h: &StreamHarness, table: &str) -> Result<()> {
-    let st = status_json(h)?;
+    let st = h.status_json()?;
     let stopped = &st["tables"][table]["stopped"];
     ensure!(
         stopped.is_null(),
@@ -133,7 +128,7 @@ fn source_refusing_sessions(major: PgMajor) -> Result<()> {
     signal(pid, "-CONT")?;
     let holders = filled?;
     let waiting = |h: &StreamHarness| -> Result<String> {
-        let st = status_json(h)?;
+        let st = h.status_json()?;
         ensure!(
             st["tables"]["public.t"]["stopped"].is_null(),
             "stopped: {}",
@@ -270,7 +265,7 @@ fn waiting_supersedes(major: PgMajor) -> Result<()> {
     .with_context(|| common::tail(&h.run_log(), 30))?;
     h.wait_caught_up(CATCH_UP)?;
     ensure_streaming(&h, "public.t")?;
-    let st = status_json(&h)?;
+    let st = h.status_json()?;
     ensure!(
         st["toast"]["waiting_rows"] == 0,
         "rows still wait: {}",
@@ -381,14 +376,6 @@ fn pg18_add_column_default_on_a_partitioned_table() -> Result<()> {
     partitioned_add_column_default(PgMajor::V18)
 }
 
-fn table_state(h: &StreamHarness, key: &str) -> Result<serde_json::Value> {
-    let out = h.cli_ok(&["table", "list", "--json", "--config", h.config()])?;
-    let rows: Vec<serde_json::Value> = serde_json::from_str(&out)?;
-    rows.into_iter()
-        .find(|r| r["table"] == key)
-        .with_context(|| format!("{key} not in the table list: {out}"))
-}
-
 fn money_into_an_older_layout(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(major, "money", &["public.m"], "")?;
     h.source
@@ -409,7 +396,7 @@ fn money_into_an_older_layout(major: PgMajor) -> Result<()> {
     let mut last = serde_json::Value::Null;
     wait_until(CATCH_UP, "public.m to stop", || {
         h.check_running()?;
-        last = status_json(&h)?["tables"]["public.m"]["stopped"].clone();
+        last = h.status_json()?["tables"]["public.m"]["stopped"].clone();
         Ok(!last.is_null())
     })
     .with_context(|| common::tail(&h.run_log(), 30))?;
@@ -429,7 +416,7 @@ fn money_into_an_older_layout(major: PgMajor) -> Result<()> {
     h.cli_ok(&["table", "resync", "public.m", "--config", h.config()])?;
     wait_until(CATCH_UP, "public.m to stream again", || {
         h.check_running()?;
-        Ok(table_state(&h, "public.m")?["state"] == "streaming")
+        Ok(h.table_state("public.m")?["state"] == "streaming")
     })
     .with_context(|| common::tail(&h.run_log(), 30))?;
     h.source
@@ -475,7 +462,7 @@ fn wait_reloads(h: &mut StreamHarness, key: &str, n: usize, done: usize) -> Resu
     wait_until(CATCH_UP, &format!("reload {n} of {key}"), || {
         h.check_running()?;
         Ok(h.run_log().matches("resync done").count() >= done
-            && table_state(h, key)?["state"] == "streaming")
+            && h.table_state(key)?["state"] == "streaming")
     })
     .with_context(|| common::tail(&h.run_log(), 30))?;
     let reloads = h.run_log().matches("loads the table again").count();
@@ -740,7 +727,7 @@ fn key_set_later(major: PgMajor) -> Result<()> {
          insert into n select g, 'n' || g from generate_series(1, 20) g;",
     )?;
     h.wait_caught_up(CATCH_UP)?;
-    let st = status_json(&h)?;
+    let st = h.status_json()?;
     for key in ["public.k", "public.n"] {
         let t = &st["tables"][key];
         ensure!(

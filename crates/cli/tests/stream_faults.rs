@@ -40,11 +40,6 @@ fn harness(major: PgMajor, tag: &str, extra: &str) -> Result<StreamHarness> {
     Ok(h)
 }
 
-fn status_json(h: &StreamHarness) -> Result<serde_json::Value> {
-    let out = h.cli_ok(&["status", "--json", "--config", h.config()])?;
-    Ok(serde_json::from_str(&out)?)
-}
-
 /// CPU seconds (user + system) a process used so far.
 fn cpu_secs(pid: u32) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
@@ -132,11 +127,11 @@ fn shutdown_while_behind(major: PgMajor) -> Result<()> {
         Duration::from_secs(60),
         "the stream to see ClickHouse down",
         || {
-            let s = status_json(&h)?;
+            let s = h.status_json()?;
             Ok(s["destination"]["failing_since_unix_ms"].is_u64())
         },
     )?;
-    let applied: Lsn = status_json(&h)?["applied"]
+    let applied: Lsn = h.status_json()?["applied"]
         .as_str()
         .context("applied")?
         .parse()?;
@@ -407,7 +402,7 @@ fn prompt_stop(major: PgMajor) -> Result<()> {
         Duration::from_secs(60),
         "the stream to wait for ClickHouse",
         || {
-            let s = status_json(&h)?;
+            let s = h.status_json()?;
             Ok(s["destination"]["failures"]
                 .as_u64()
                 .is_some_and(|n| n >= 2))
@@ -536,13 +531,13 @@ fn errors_pause(major: PgMajor) -> Result<()> {
             Duration::from_secs(60),
             &format!("{mode:?} to be retried"),
             || {
-                let s = status_json(&h)?;
+                let s = h.status_json()?;
                 Ok(s["destination"]["failures"]
                     .as_u64()
                     .is_some_and(|n| n >= 2))
             },
         )?;
-        let s = status_json(&h)?;
+        let s = h.status_json()?;
         let applied: Lsn = s["applied"].as_str().context("applied")?.parse()?;
         ensure!(
             applied < written,
@@ -597,7 +592,7 @@ fn errors_pause(major: PgMajor) -> Result<()> {
     h.wait_caught_up(CATCH_UP)?;
     let n = h.assert_equal("t", "t", &cols())?;
     ensure!(n == 800, "{n} rows");
-    let s = status_json(&h)?;
+    let s = h.status_json()?;
     ensure!(s["tables"]["public.t"]["stopped"].is_null(), "{s}");
     ensure!(s["destination"]["failing_since_unix_ms"].is_null(), "{s}");
     let metrics = common::loads::scrape(metrics_port)?;
@@ -800,7 +795,7 @@ fn catalog_coalescing(major: PgMajor) -> Result<()> {
     h.source.psql("vacuum full t")?;
     wait_until(CATCH_UP, "the shadow past VACUUM FULL", || {
         h.check_running()?;
-        let s = status_json(&h)?;
+        let s = h.status_json()?;
         let replayed: Lsn = s["shadow_replayed"]
             .as_str()
             .and_then(|v| v.parse().ok())

@@ -19,19 +19,11 @@ fn cols() -> Vec<OracleColumn> {
     vec![same("id"), same("v"), same("n")]
 }
 
-fn table_state(h: &StreamHarness, key: &str) -> Result<serde_json::Value> {
-    let out = h.cli_ok(&["table", "list", "--json", "--config", h.config()])?;
-    let rows: Vec<serde_json::Value> = serde_json::from_str(&out)?;
-    rows.into_iter()
-        .find(|r| r["table"] == key)
-        .with_context(|| format!("{key} not in the table list: {out}"))
-}
-
 fn wait_state(h: &mut StreamHarness, key: &str, state: &str) -> Result<serde_json::Value> {
     let mut last = serde_json::Value::Null;
     let r = wait_until(CATCH_UP, &format!("{key} to be {state}"), || {
         h.check_running()?;
-        last = table_state(h, key)?;
+        last = h.table_state(key)?;
         Ok(last["state"] == state)
     });
     r.with_context(|| format!("last: {last}\nrun log:\n{}", common::tail(&h.run_log(), 40)))?;

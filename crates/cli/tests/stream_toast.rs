@@ -146,11 +146,6 @@ fn source_value_ids(h: &StreamHarness, toast: &str) -> Result<BTreeSet<u32>> {
         .collect()
 }
 
-fn status_json(h: &StreamHarness) -> Result<serde_json::Value> {
-    let out = h.cli_ok(&["status", "--json", "--config", h.config()])?;
-    serde_json::from_str(&out).context("status --json is not JSON")
-}
-
 fn fidelity(major: PgMajor) -> Result<()> {
     let tables = ["public.docs", "public.docs_after", "public.scratch"];
     let mut h = StreamHarness::new(major, "toast", &tables, "")?;
@@ -200,7 +195,7 @@ fn fidelity(major: PgMajor) -> Result<()> {
         "too few rows to mean anything: {n}, {m}"
     );
 
-    let status = status_json(&h)?;
+    let status = h.status_json()?;
     let toast = &status["toast"];
     eprintln!("TOAST status: {toast:#}");
     ensure!(
@@ -237,7 +232,7 @@ fn fidelity(major: PgMajor) -> Result<()> {
     for table in ["docs", "docs_after", "scratch"] {
         live += source_value_ids(&h, &toast_relation(&h, table)?.1)?.len() as u64;
     }
-    let status = status_json(&h)?;
+    let status = h.status_json()?;
     ensure!(
         status["toast"]["values"].as_u64() == Some(live),
         "before VACUUM the mirror holds {} values, the source {live} live ones: {:#}",
@@ -364,7 +359,7 @@ fn unresolvable(major: PgMajor) -> Result<()> {
         .psql("insert into fine values (2, 'b'); update fine set v = 'c' where id = 1;")?;
     h.wait_caught_up(CATCH_UP)?;
     h.assert_equal("public.fine", "fine", &[same("id"), same("v")])?;
-    let status = status_json(&h)?;
+    let status = h.status_json()?;
     let stopped = &status["tables"]["public.locked"]["stopped"];
     let reason = stopped["reason"].as_str().unwrap_or_default();
     let value_id = h.source.query_one(&format!(

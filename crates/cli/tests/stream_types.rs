@@ -694,11 +694,6 @@ fn status_text(h: &StreamHarness) -> Result<String> {
     h.cli_ok(&["status", "--config", h.config()])
 }
 
-fn status_json(h: &StreamHarness) -> Result<serde_json::Value> {
-    let out = h.cli_ok(&["status", "--json", "--config", h.config()])?;
-    serde_json::from_str(&out).context("status --json is not JSON")
-}
-
 fn ensure_none_stopped(h: &StreamHarness) -> Result<()> {
     let status = status_text(h)?;
     ensure!(!status.contains("STOPPED"), "a table stopped:\n{status}");
@@ -1029,7 +1024,7 @@ fn stops_alone(major: PgMajor) -> Result<()> {
     h.assert_equal("public.toasty", "toasty", &toasty)?;
 
     // (a) point: refused from the start, naming the column and its type.
-    let status = status_json(&h)?;
+    let status = h.status_json()?;
     let geo = stopped_json(&status, "public.geo")?;
     let reason = geo["reason"].as_str().unwrap_or_default();
     ensure!(
@@ -1081,7 +1076,7 @@ fn stops_alone(major: PgMajor) -> Result<()> {
     );
     h.assert_equal("public.toasty", "toasty", &toasty)?;
 
-    let status = status_json(&h)?;
+    let status = h.status_json()?;
     let rt = stopped_json(&status, "public.retype")?;
     let reason = rt["reason"].as_str().unwrap_or_default();
     ensure!(
@@ -1152,7 +1147,7 @@ fn stops_alone(major: PgMajor) -> Result<()> {
     h.wait_caught_up(CATCH_UP)?;
     h.assert_equal("public.good", "good", &good)?;
     h.assert_equal("public.toasty", "toasty", &toasty)?;
-    let status = status_json(&h)?;
+    let status = h.status_json()?;
     for key in ["public.geo", "public.retype"] {
         stopped_json(&status, key)?;
     }

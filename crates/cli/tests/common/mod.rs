@@ -246,6 +246,21 @@ impl StreamHarness {
         )
     }
 
+    /// `walshadow status --json`.
+    pub fn status_json(&self) -> Result<serde_json::Value> {
+        let out = self.cli_ok(&["status", "--json", "--config", self.config()])?;
+        serde_json::from_str(&out).context("status --json is not JSON")
+    }
+
+    /// Table `key`'s row of `walshadow table list --json`.
+    pub fn table_state(&self, key: &str) -> Result<serde_json::Value> {
+        let out = self.cli_ok(&["table", "list", "--json", "--config", self.config()])?;
+        let rows: Vec<serde_json::Value> = serde_json::from_str(&out)?;
+        rows.into_iter()
+            .find(|r| r["table"] == key)
+            .with_context(|| format!("{key} not in the table list: {out}"))
+    }
+
     /// The applied position `walshadow status --json` reports.
     pub fn applied(&self) -> Result<Option<Lsn>> {
         let out = self.cli(&["status", "--json", "--config", self.config()])?;
