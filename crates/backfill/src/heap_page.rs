@@ -11,7 +11,7 @@
 //!
 //! Layouts: `PageHeaderData` (storage/bufpage.h), `ItemIdData`
 //! (storage/itemid.h), `HeapTupleHeaderData` (access/htup_details.h); all
-//! three are the same in PostgreSQL 15 and 18. A heap page has no special
+//! three are the same in PostgreSQL 15 to 18. A heap page has no special
 //! space (`pd_special == BLCKSZ`, heap's `PageInit(page, BLCKSZ, 0)`).
 //!
 //! Checks, so that no hostile page can make a tuple slice point outside it:

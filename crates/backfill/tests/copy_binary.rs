@@ -22,6 +22,7 @@
 //! --nocapture`) prints the decoder's MB/s over a 100k-row mixed table.
 
 use std::time::{Duration, Instant};
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, bail, ensure};
 use walshadow_backfill::copy_binary::{CopyDecodeError, CopyDecoder};
@@ -348,15 +349,7 @@ async fn refusals(pg: &Cluster) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg15_every_type_matches_server_and_heap() -> Result<()> {
-    every_type(PgMajor::V15).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg18_every_type_matches_server_and_heap() -> Result<()> {
-    every_type(PgMajor::V18).await
-}
+per_major!(async every_type => every_type_matches_server_and_heap: pg15, pg16, pg17, pg18);
 
 /// Decoding speed over a 100k-row mixed table (the COPY is read into
 /// memory first: only the decoder is timed).

@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_backfill::heap_page::{BLCKSZ, HeapPage};
@@ -429,12 +430,4 @@ fn corrupt_pages(c: &Collector, decoder: &RowDecoder) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg15_walks_only_the_table_and_decodes_every_version() -> Result<()> {
-    walk(PgMajor::V15).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg18_walks_only_the_table_and_decodes_every_version() -> Result<()> {
-    walk(PgMajor::V18).await
-}
+per_major!(async walk => walks_only_the_table_and_decodes_every_version: pg15, pg16, pg17, pg18);

@@ -62,7 +62,7 @@ use walshadow_wal_reader::segments::SegmentSet;
     about = "Decode throughput and source CPU: walshadow vs pgoutput/test_decoding vs a physical walsender"
 )]
 struct Args {
-    /// PostgreSQL major of the throwaway source (15 or 18).
+    /// PostgreSQL major of the throwaway source (15 to 18).
     #[arg(long, default_value_t = 15)]
     major: u32,
     /// Row changes the workload makes (rounded up to whole transactions).

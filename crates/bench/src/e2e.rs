@@ -74,7 +74,7 @@ use walshadow_testkit::{ClickHouseEngine, Cluster, WorkDir, wait_until, write_wa
     about = "End to end: sustained load on the source, walshadow streaming into the ClickHouse engine; rows/s, commit-to-visible lag, RSS"
 )]
 struct Args {
-    /// PostgreSQL major of the throwaway source (15 or 18).
+    /// PostgreSQL major of the throwaway source (15 to 18).
     #[arg(long, default_value_t = 15)]
     major: u32,
     /// Seconds of offered load.

@@ -82,7 +82,7 @@ use walshadow_wal_reader::replication::ReplicationClient;
     about = "Initial load of a large table, copy (1 and N workers) and base_backup side by side: time from opt-in to done, rows/s, MB/s, source CPU, walshadow RSS"
 )]
 struct Args {
-    /// PostgreSQL major of the throwaway source (15 or 18).
+    /// PostgreSQL major of the throwaway source (15 to 18).
     #[arg(long, default_value_t = 15)]
     major: u32,
     /// Heap size of the table to load, GB (10^9 bytes of `pg_relation_size`).

@@ -42,6 +42,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, bail, ensure};
 use common::{OracleColumn, StreamHarness, same};
@@ -563,42 +564,7 @@ fn clickhouse_over_tls(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_clickhouse_over_tls_verifies_both_ends() -> Result<()> {
-    clickhouse_over_tls(PgMajor::V15)
-}
-
-#[test]
-fn pg18_clickhouse_over_tls_verifies_both_ends() -> Result<()> {
-    clickhouse_over_tls(PgMajor::V18)
-}
-
-#[test]
-fn pg15_the_config_table_is_walshadows_and_bounded() -> Result<()> {
-    config_table_trust(PgMajor::V15)
-}
-
-#[test]
-fn pg18_the_config_table_is_walshadows_and_bounded() -> Result<()> {
-    config_table_trust(PgMajor::V18)
-}
-
-#[test]
-fn pg15_a_database_owner_cannot_steer_walshadows_sessions() -> Result<()> {
-    hostile_owner(PgMajor::V15)
-}
-
-#[test]
-fn pg18_a_database_owner_cannot_steer_walshadows_sessions() -> Result<()> {
-    hostile_owner(PgMajor::V18)
-}
-
-#[test]
-fn pg15_other_users_and_processes_get_nothing() -> Result<()> {
-    drill(PgMajor::V15)
-}
-
-#[test]
-fn pg18_other_users_and_processes_get_nothing() -> Result<()> {
-    drill(PgMajor::V18)
-}
+per_major!(clickhouse_over_tls => clickhouse_over_tls_verifies_both_ends: pg15, pg18);
+per_major!(config_table_trust => the_config_table_is_walshadows_and_bounded: pg15, pg18);
+per_major!(hostile_owner => a_database_owner_cannot_steer_walshadows_sessions: pg15, pg18);
+per_major!(drill => other_users_and_processes_get_nothing: pg15, pg18);

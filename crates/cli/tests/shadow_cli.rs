@@ -14,6 +14,7 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
@@ -817,55 +818,12 @@ fn init_twice_and_help(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_catalog_show_follows_ddl_drill() -> Result<()> {
-    drill(PgMajor::V15)
-}
-
-#[test]
-fn pg18_catalog_show_follows_ddl_drill() -> Result<()> {
-    drill(PgMajor::V18)
-}
-
-#[test]
-fn pg15_run_and_shadow_restarts() -> Result<()> {
-    restarts(PgMajor::V15)
-}
-
-#[test]
-fn pg18_run_and_shadow_restarts() -> Result<()> {
-    restarts(PgMajor::V18)
-}
-
-#[test]
-fn pg15_export_schema_loads_into_fresh_cluster() -> Result<()> {
-    export(PgMajor::V15)
-}
-
-#[test]
-fn pg18_export_schema_loads_into_fresh_cluster() -> Result<()> {
-    export(PgMajor::V18)
-}
-
-#[test]
-fn pg15_init_twice_and_export_help() -> Result<()> {
-    init_twice_and_help(PgMajor::V15)
-}
-
-#[test]
-fn pg18_init_twice_and_export_help() -> Result<()> {
-    init_twice_and_help(PgMajor::V18)
-}
+per_major!(drill => catalog_show_follows_ddl_drill: pg15, pg16, pg17, pg18);
+per_major!(restarts => run_and_shadow_restarts: pg15, pg18);
+per_major!(export => export_schema_loads_into_fresh_cluster: pg15, pg18);
+per_major!(init_twice_and_help => init_twice_and_export_help: pg15, pg18);
 
 // WAL_LOG copies the template's statistics catalogs page by page: the filter
 // drops their rows and replaces the image of each statistics index's
 // metapage by an empty btree's, so the new database's catalog lookups work.
-#[test]
-fn pg15_create_database_wal_log() -> Result<()> {
-    new_database_wal_log(PgMajor::V15)
-}
-
-#[test]
-fn pg18_create_database_wal_log() -> Result<()> {
-    new_database_wal_log(PgMajor::V18)
-}
+per_major!(new_database_wal_log => create_database_wal_log: pg15, pg18);

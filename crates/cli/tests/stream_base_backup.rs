@@ -23,6 +23,7 @@ mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use common::loads::*;
@@ -499,32 +500,6 @@ fn partitions_and_pinned(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_base_backup_partitions_and_pinned() -> Result<()> {
-    partitions_and_pinned(PgMajor::V15)
-}
-
-#[test]
-fn pg18_base_backup_partitions_and_pinned() -> Result<()> {
-    partitions_and_pinned(PgMajor::V18)
-}
-
-#[test]
-fn pg15_base_backup_under_load() -> Result<()> {
-    opt_in_under_load(PgMajor::V15)
-}
-
-#[test]
-fn pg18_base_backup_under_load() -> Result<()> {
-    opt_in_under_load(PgMajor::V18)
-}
-
-#[test]
-fn pg15_base_backup_failures_recover() -> Result<()> {
-    failures_recover(PgMajor::V15)
-}
-
-#[test]
-fn pg18_base_backup_failures_recover() -> Result<()> {
-    failures_recover(PgMajor::V18)
-}
+per_major!(partitions_and_pinned => base_backup_partitions_and_pinned: pg15, pg18);
+per_major!(opt_in_under_load => base_backup_under_load: pg15, pg16, pg17, pg18);
+per_major!(failures_recover => base_backup_failures_recover: pg15, pg18);

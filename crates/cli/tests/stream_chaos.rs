@@ -50,6 +50,7 @@ mod common;
 
 use std::process::Command;
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use common::{OracleColumn, StreamHarness, same};
@@ -169,15 +170,7 @@ fn source_refusing_sessions(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_a_toast_read_waits_out_a_source_refusing_sessions() -> Result<()> {
-    source_refusing_sessions(PgMajor::V15)
-}
-
-#[test]
-fn pg18_a_toast_read_waits_out_a_source_refusing_sessions() -> Result<()> {
-    source_refusing_sessions(PgMajor::V18)
-}
+per_major!(source_refusing_sessions => a_toast_read_waits_out_a_source_refusing_sessions: pg15, pg18);
 
 fn full_identity_old_value(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(major, "fullgone", &["public.f"], "")?;
@@ -204,15 +197,7 @@ fn full_identity_old_value(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_full_identity_row_with_a_gone_toast_value_is_superseded() -> Result<()> {
-    full_identity_old_value(PgMajor::V15)
-}
-
-#[test]
-fn pg18_full_identity_row_with_a_gone_toast_value_is_superseded() -> Result<()> {
-    full_identity_old_value(PgMajor::V18)
-}
+per_major!(full_identity_old_value => full_identity_row_with_a_gone_toast_value_is_superseded: pg15, pg18);
 
 fn waiting_supersedes(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(major, "waitchain", &["public.t"], "")?;
@@ -278,15 +263,7 @@ fn waiting_supersedes(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_a_waiting_newer_version_takes_over_the_wait() -> Result<()> {
-    waiting_supersedes(PgMajor::V15)
-}
-
-#[test]
-fn pg18_a_waiting_newer_version_takes_over_the_wait() -> Result<()> {
-    waiting_supersedes(PgMajor::V18)
-}
+per_major!(waiting_supersedes => a_waiting_newer_version_takes_over_the_wait: pg15, pg18);
 
 fn rewrite_stores_anew(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(major, "restored", &["public.t"], "")?;
@@ -329,15 +306,7 @@ fn rewrite_stores_anew(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_a_value_a_rewrite_stored_anew_is_delivered() -> Result<()> {
-    rewrite_stores_anew(PgMajor::V15)
-}
-
-#[test]
-fn pg18_a_value_a_rewrite_stored_anew_is_delivered() -> Result<()> {
-    rewrite_stores_anew(PgMajor::V18)
-}
+per_major!(rewrite_stores_anew => a_value_a_rewrite_stored_anew_is_delivered: pg15, pg18);
 
 fn partitioned_add_column_default(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(major, "ptdefault", &["public.pt"], "")?;
@@ -366,15 +335,7 @@ fn partitioned_add_column_default(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_add_column_default_on_a_partitioned_table() -> Result<()> {
-    partitioned_add_column_default(PgMajor::V15)
-}
-
-#[test]
-fn pg18_add_column_default_on_a_partitioned_table() -> Result<()> {
-    partitioned_add_column_default(PgMajor::V18)
-}
+per_major!(partitioned_add_column_default => add_column_default_on_a_partitioned_table: pg15, pg18);
 
 fn money_into_an_older_layout(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(major, "money", &["public.m"], "")?;
@@ -439,15 +400,7 @@ fn money_into_an_older_layout(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_money_at_its_limits_never_goes_into_an_older_layout() -> Result<()> {
-    money_into_an_older_layout(PgMajor::V15)
-}
-
-#[test]
-fn pg18_money_at_its_limits_never_goes_into_an_older_layout() -> Result<()> {
-    money_into_an_older_layout(PgMajor::V18)
-}
+per_major!(money_into_an_older_layout => money_at_its_limits_never_goes_into_an_older_layout: pg15, pg18);
 
 /// Waits until walshadow has loaded `key` again by itself `n` times in all
 /// and streams it.
@@ -546,8 +499,22 @@ fn partitions_change_rows(major: PgMajor) -> Result<()> {
     )?;
     h.wait_caught_up(CATCH_UP)?;
     equal(&h, "after a partition made and attached in one transaction")?;
-    let reloads = h.run_log().matches("loads the table again").count();
-    ensure!(reloads == 5, "{reloads} reloads, expected 5");
+    // On 16 the file of a transaction's first new table is logged before
+    // the transaction has an xid (XLOG_SMGR_CREATE with xid 0), so the
+    // stream cannot tell it was made here: it reloads once more.
+    let extra = usize::from(major == PgMajor::V16);
+    let log = h.run_log();
+    let reloads: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("loads the table again"))
+        .collect();
+    ensure!(
+        reloads.len() == 5 + extra,
+        "{} reloads, expected {}:\n{}",
+        reloads.len(),
+        5 + extra,
+        reloads.join("\n")
+    );
     // A partitioned table with rows, attached: its leaves are old files.
     h.source.psql(
         "create table pm_g (id int not null, v text) partition by range (id);
@@ -555,7 +522,7 @@ fn partitions_change_rows(major: PgMajor) -> Result<()> {
          insert into pm_g values (610, 'g');
          alter table pm attach partition pm_g for values from (600) to (700);",
     )?;
-    wait_reloaded(&mut h, "public.pm", 6)?;
+    wait_reloaded(&mut h, "public.pm", 6 + extra)?;
     equal(&h, "after the ATTACH of a filled partitioned table")?;
     // Filled earlier, renamed and attached in one transaction.
     h.source.psql(
@@ -566,7 +533,7 @@ fn partitions_change_rows(major: PgMajor) -> Result<()> {
          alter table pm attach partition pm_h for values from (700) to (800);
          commit;",
     )?;
-    wait_reloaded(&mut h, "public.pm", 7)?;
+    wait_reloaded(&mut h, "public.pm", 7 + extra)?;
     equal(&h, "after a RENAME and ATTACH in one transaction")?;
     // Detached, changed and attached again in quick succession: each
     // commit is judged on its own.
@@ -576,7 +543,7 @@ fn partitions_change_rows(major: PgMajor) -> Result<()> {
          insert into pm_h values (720, 'h2');
          alter table pm attach partition pm_h for values from (700) to (800);",
     )?;
-    wait_reloads(&mut h, "public.pm", 9, 8)?;
+    wait_reloads(&mut h, "public.pm", 9 + extra, 8 + extra)?;
     let n = equal(&h, "after a DETACH, a change and an ATTACH")?;
     let expected = h.source.query_one("select count(*) from pm")?;
     ensure!(
@@ -587,15 +554,7 @@ fn partitions_change_rows(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_partitions_that_move_rows_reload_the_table() -> Result<()> {
-    partitions_change_rows(PgMajor::V15)
-}
-
-#[test]
-fn pg18_partitions_that_move_rows_reload_the_table() -> Result<()> {
-    partitions_change_rows(PgMajor::V18)
-}
+per_major!(partitions_change_rows => partitions_that_move_rows_reload_the_table: pg15, pg18);
 
 fn full_identity_column_ddl(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(major, "fullddl", &["public.f"], "")?;
@@ -643,15 +602,7 @@ fn full_identity_column_ddl(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_column_ddl_on_a_full_identity_table_is_followed() -> Result<()> {
-    full_identity_column_ddl(PgMajor::V15)
-}
-
-#[test]
-fn pg18_column_ddl_on_a_full_identity_table_is_followed() -> Result<()> {
-    full_identity_column_ddl(PgMajor::V18)
-}
+per_major!(full_identity_column_ddl => column_ddl_on_a_full_identity_table_is_followed: pg15, pg18);
 
 fn copy_load_newer_shape(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(
@@ -705,15 +656,7 @@ fn copy_load_newer_shape(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_a_copy_load_waits_for_the_shape_its_snapshot_sees() -> Result<()> {
-    copy_load_newer_shape(PgMajor::V15)
-}
-
-#[test]
-fn pg18_a_copy_load_waits_for_the_shape_its_snapshot_sees() -> Result<()> {
-    copy_load_newer_shape(PgMajor::V18)
-}
+per_major!(copy_load_newer_shape => a_copy_load_waits_for_the_shape_its_snapshot_sees: pg15, pg18);
 
 fn key_set_later(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(major, "laterkey", &["public.k", "public.n"], "")?;
@@ -761,12 +704,4 @@ fn key_set_later(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_a_key_set_in_a_later_transaction_is_waited_for() -> Result<()> {
-    key_set_later(PgMajor::V15)
-}
-
-#[test]
-fn pg18_a_key_set_in_a_later_transaction_is_waited_for() -> Result<()> {
-    key_set_later(PgMajor::V18)
-}
+per_major!(key_set_later => a_key_set_in_a_later_transaction_is_waited_for: pg15, pg18);

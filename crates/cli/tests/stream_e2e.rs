@@ -9,6 +9,7 @@
 mod common;
 
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Result, ensure};
 use common::{OracleColumn, StreamHarness, col, same};
@@ -411,22 +412,5 @@ fn crashes(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_kill_9_and_clickhouse_down_stay_equal() -> Result<()> {
-    crashes(PgMajor::V15)
-}
-
-#[test]
-fn pg18_kill_9_and_clickhouse_down_stay_equal() -> Result<()> {
-    crashes(PgMajor::V18)
-}
-
-#[test]
-fn pg15_random_workload_equals_clickhouse_final() -> Result<()> {
-    oracle(PgMajor::V15)
-}
-
-#[test]
-fn pg18_random_workload_equals_clickhouse_final() -> Result<()> {
-    oracle(PgMajor::V18)
-}
+per_major!(crashes => kill_9_and_clickhouse_down_stay_equal: pg15, pg16, pg17, pg18);
+per_major!(oracle => random_workload_equals_clickhouse_final: pg15, pg18);

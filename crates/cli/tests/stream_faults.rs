@@ -22,6 +22,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, bail, ensure};
 use common::{BIN, OracleColumn, StreamHarness, same};
@@ -329,35 +330,9 @@ fn load_waits_out_the_source(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_a_load_waits_out_a_source_refusing_connections() -> Result<()> {
-    load_waits_out_the_source(PgMajor::V15)
-}
-
-#[test]
-fn pg18_a_load_waits_out_a_source_refusing_connections() -> Result<()> {
-    load_waits_out_the_source(PgMajor::V18)
-}
-
-#[test]
-fn pg15_a_stalled_pipeline_continues_where_it_was() -> Result<()> {
-    stall_continues(PgMajor::V15)
-}
-
-#[test]
-fn pg18_a_stalled_pipeline_continues_where_it_was() -> Result<()> {
-    stall_continues(PgMajor::V18)
-}
-
-#[test]
-fn pg15_source_shutdown_never_waits_on_walshadow() -> Result<()> {
-    shutdown_while_behind(PgMajor::V15)
-}
-
-#[test]
-fn pg18_source_shutdown_never_waits_on_walshadow() -> Result<()> {
-    shutdown_while_behind(PgMajor::V18)
-}
+per_major!(load_waits_out_the_source => a_load_waits_out_a_source_refusing_connections: pg15, pg18);
+per_major!(stall_continues => a_stalled_pipeline_continues_where_it_was: pg15, pg18);
+per_major!(shutdown_while_behind => source_shutdown_never_waits_on_walshadow: pg15, pg18);
 
 /// SIGTERM, timed.
 fn term_within(h: &mut StreamHarness, limit: Duration) -> Result<()> {
@@ -425,15 +400,7 @@ fn prompt_stop(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_sigterm_stops_run_promptly_with_clickhouse_down() -> Result<()> {
-    prompt_stop(PgMajor::V15)
-}
-
-#[test]
-fn pg18_sigterm_stops_run_promptly_with_clickhouse_down() -> Result<()> {
-    prompt_stop(PgMajor::V18)
-}
+per_major!(prompt_stop => sigterm_stops_run_promptly_with_clickhouse_down: pg15, pg18);
 
 fn one_run_per_state_dir(major: PgMajor) -> Result<()> {
     let mut h = harness(major, "lock", "")?;
@@ -480,15 +447,7 @@ fn one_run_per_state_dir(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_one_run_per_state_directory() -> Result<()> {
-    one_run_per_state_dir(PgMajor::V15)
-}
-
-#[test]
-fn pg18_one_run_per_state_directory() -> Result<()> {
-    one_run_per_state_dir(PgMajor::V18)
-}
+per_major!(one_run_per_state_dir => one_run_per_state_directory: pg15, pg18);
 
 fn errors_pause(major: PgMajor) -> Result<()> {
     let metrics_port = common::loads::free_port()?;
@@ -614,15 +573,7 @@ fn errors_pause(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_clickhouse_errors_pause_and_never_lose_rows() -> Result<()> {
-    errors_pause(PgMajor::V15)
-}
-
-#[test]
-fn pg18_clickhouse_errors_pause_and_never_lose_rows() -> Result<()> {
-    errors_pause(PgMajor::V18)
-}
+per_major!(errors_pause => clickhouse_errors_pause_and_never_lose_rows: pg15, pg18);
 
 /// `walshadow_catalog_commits_total{outcome="…"}` now.
 fn catalog_commits(port: u16, outcome: &str) -> Result<u64> {
@@ -855,22 +806,5 @@ fn catalog_coalescing(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_catalog_commits_coalesce_only_when_nothing_waits() -> Result<()> {
-    catalog_coalescing(PgMajor::V15)
-}
-
-#[test]
-fn pg18_catalog_commits_coalesce_only_when_nothing_waits() -> Result<()> {
-    catalog_coalescing(PgMajor::V18)
-}
-
-#[test]
-fn pg15_catalog_churn_refreshes_only_what_concerns_a_table() -> Result<()> {
-    catalog_churn(PgMajor::V15)
-}
-
-#[test]
-fn pg18_catalog_churn_refreshes_only_what_concerns_a_table() -> Result<()> {
-    catalog_churn(PgMajor::V18)
-}
+per_major!(catalog_coalescing => catalog_commits_coalesce_only_when_nothing_waits: pg15, pg18);
+per_major!(catalog_churn => catalog_churn_refreshes_only_what_concerns_a_table: pg15, pg18);

@@ -8,6 +8,7 @@
 mod common;
 
 use std::time::{Duration, Instant};
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use common::{StreamHarness, col, same};
@@ -104,12 +105,4 @@ fn big_transaction(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_transaction_ten_times_the_budget() -> Result<()> {
-    big_transaction(PgMajor::V15)
-}
-
-#[test]
-fn pg18_transaction_ten_times_the_budget() -> Result<()> {
-    big_transaction(PgMajor::V18)
-}
+per_major!(big_transaction => transaction_ten_times_the_budget: pg15, pg18);

@@ -14,6 +14,7 @@
 mod common;
 
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Result, ensure};
 use common::{OracleColumn, StreamHarness, same};
@@ -163,15 +164,7 @@ fn names(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_source_tables_map_one_to_one() -> Result<()> {
-    names(PgMajor::V15)
-}
-
-#[test]
-fn pg18_source_tables_map_one_to_one() -> Result<()> {
-    names(PgMajor::V18)
-}
+per_major!(names => source_tables_map_one_to_one: pg15, pg18);
 
 fn typos(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(major, "typos", &[], "")?;
@@ -303,15 +296,7 @@ fn typos(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_configuration_mistakes_are_refused() -> Result<()> {
-    typos(PgMajor::V15)
-}
-
-#[test]
-fn pg18_configuration_mistakes_are_refused() -> Result<()> {
-    typos(PgMajor::V18)
-}
+per_major!(typos => configuration_mistakes_are_refused: pg15, pg18);
 
 /// The README's source setup, run as written on a fresh cluster with
 /// password authentication: `init` as that role creates the slot and the
@@ -374,12 +359,4 @@ fn readme_setup(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_readme_source_setup_works_as_written() -> Result<()> {
-    readme_setup(PgMajor::V15)
-}
-
-#[test]
-fn pg18_readme_source_setup_works_as_written() -> Result<()> {
-    readme_setup(PgMajor::V18)
-}
+per_major!(readme_setup => readme_source_setup_works_as_written: pg15, pg18);

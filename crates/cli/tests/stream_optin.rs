@@ -21,6 +21,7 @@ mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use common::loads::*;
@@ -203,15 +204,7 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_tables_opted_in_at_runtime() -> Result<()> {
-    opt_in_under_load(PgMajor::V15)
-}
-
-#[test]
-fn pg18_tables_opted_in_at_runtime() -> Result<()> {
-    opt_in_under_load(PgMajor::V18)
-}
+per_major!(opt_in_under_load => tables_opted_in_at_runtime: pg15, pg16, pg17, pg18);
 
 fn wait_paused(
     h: &mut StreamHarness,
@@ -321,15 +314,7 @@ fn rewrites_retry(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_copy_load_retries_after_rewrites() -> Result<()> {
-    rewrites_retry(PgMajor::V15)
-}
-
-#[test]
-fn pg18_copy_load_retries_after_rewrites() -> Result<()> {
-    rewrites_retry(PgMajor::V18)
-}
+per_major!(rewrites_retry => copy_load_retries_after_rewrites: pg15, pg18);
 
 fn resumes_after_kill(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(
@@ -395,15 +380,7 @@ fn resumes_after_kill(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_copy_load_resumes_after_kill() -> Result<()> {
-    resumes_after_kill(PgMajor::V15)
-}
-
-#[test]
-fn pg18_copy_load_resumes_after_kill() -> Result<()> {
-    resumes_after_kill(PgMajor::V18)
-}
+per_major!(resumes_after_kill => copy_load_resumes_after_kill: pg15, pg18);
 
 fn toml_initial_load(major: PgMajor) -> Result<()> {
     // Pinned in the config file with `initial_load = "copy"`: its rows
@@ -468,12 +445,4 @@ fn toml_initial_load(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_pinned_table_initial_load() -> Result<()> {
-    toml_initial_load(PgMajor::V15)
-}
-
-#[test]
-fn pg18_pinned_table_initial_load() -> Result<()> {
-    toml_initial_load(PgMajor::V18)
-}
+per_major!(toml_initial_load => pinned_table_initial_load: pg15, pg18);

@@ -8,6 +8,7 @@
 mod common;
 
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use common::{OracleColumn, StreamHarness, same};
@@ -156,15 +157,7 @@ fn resync(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_stopped_table_comes_back_with_resync() -> Result<()> {
-    resync(PgMajor::V15)
-}
-
-#[test]
-fn pg18_stopped_table_comes_back_with_resync() -> Result<()> {
-    resync(PgMajor::V18)
-}
+per_major!(resync => stopped_table_comes_back_with_resync: pg15, pg18);
 
 /// A load's progress shows in `status` (fraction of blocks, ETA) and the
 /// metrics while it runs; once done, `status` counts its rows as loaded.
@@ -244,15 +237,7 @@ fn load_progress(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_load_progress_is_shown() -> Result<()> {
-    load_progress(PgMajor::V15)
-}
-
-#[test]
-fn pg18_load_progress_is_shown() -> Result<()> {
-    load_progress(PgMajor::V18)
-}
+per_major!(load_progress => load_progress_is_shown: pg15, pg18);
 
 /// `kill -9` at either side of a resync's exchange (the process ends there
 /// through a test hook): the next start finishes the resync exactly once,
@@ -302,12 +287,4 @@ fn resync_crashes(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_resync_survives_kill_9_around_its_exchange() -> Result<()> {
-    resync_crashes(PgMajor::V15)
-}
-
-#[test]
-fn pg18_resync_survives_kill_9_around_its_exchange() -> Result<()> {
-    resync_crashes(PgMajor::V18)
-}
+per_major!(resync_crashes => resync_survives_kill_9_around_its_exchange: pg15, pg18);

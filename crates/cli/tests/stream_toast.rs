@@ -28,6 +28,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use common::{OracleColumn, StreamHarness, col, same};
@@ -321,15 +322,7 @@ fn fidelity(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_toast_values_are_delivered_whole() -> Result<()> {
-    fidelity(PgMajor::V15)
-}
-
-#[test]
-fn pg18_toast_values_are_delivered_whole() -> Result<()> {
-    fidelity(PgMajor::V18)
-}
+per_major!(fidelity => toast_values_are_delivered_whole: pg15, pg16, pg17, pg18);
 
 fn unresolvable(major: PgMajor) -> Result<()> {
     let tables = ["public.locked", "public.fine"];
@@ -400,12 +393,4 @@ fn unresolvable(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_unresolvable_toast_pointer_stops_the_table() -> Result<()> {
-    unresolvable(PgMajor::V15)
-}
-
-#[test]
-fn pg18_unresolvable_toast_pointer_stops_the_table() -> Result<()> {
-    unresolvable(PgMajor::V18)
-}
+per_major!(unresolvable => unresolvable_toast_pointer_stops_the_table: pg15, pg18);

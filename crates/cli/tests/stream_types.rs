@@ -32,6 +32,7 @@
 mod common;
 
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, bail, ensure};
 use common::{OracleColumn, StreamHarness, col, same};
@@ -775,15 +776,7 @@ fn every_type(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_every_type_streams_exactly() -> Result<()> {
-    every_type(PgMajor::V15)
-}
-
-#[test]
-fn pg18_every_type_streams_exactly() -> Result<()> {
-    every_type(PgMajor::V18)
-}
+per_major!(every_type => every_type_streams_exactly: pg15, pg16, pg17, pg18);
 
 const PARTITIONED: &str = "
 create table public.measure (
@@ -888,15 +881,7 @@ fn partitions(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_partitioned_table_streams_into_its_root() -> Result<()> {
-    partitions(PgMajor::V15)
-}
-
-#[test]
-fn pg18_partitioned_table_streams_into_its_root() -> Result<()> {
-    partitions(PgMajor::V18)
-}
+per_major!(partitions => partitioned_table_streams_into_its_root: pg15, pg18);
 
 fn pinned_later(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(major, "later", &["public.later", "extra.later_too"], "")?;
@@ -965,15 +950,7 @@ fn pinned_later(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_table_created_mid_stream_is_streamed() -> Result<()> {
-    pinned_later(PgMajor::V15)
-}
-
-#[test]
-fn pg18_table_created_mid_stream_is_streamed() -> Result<()> {
-    pinned_later(PgMajor::V18)
-}
+per_major!(pinned_later => table_created_mid_stream_is_streamed: pg15, pg18);
 
 const STOPS_SCHEMA: &str = "
 create table public.good (id int primary key, v text);
@@ -1161,15 +1138,7 @@ fn stops_alone(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_a_table_stops_alone() -> Result<()> {
-    stops_alone(PgMajor::V15)
-}
-
-#[test]
-fn pg18_a_table_stops_alone() -> Result<()> {
-    stops_alone(PgMajor::V18)
-}
+per_major!(stops_alone => a_table_stops_alone: pg15, pg18);
 
 /// A TRUNCATE of one partition empties that partition only: the root's
 /// ClickHouse table keeps the other partitions' rows (or, if walshadow
@@ -1207,12 +1176,4 @@ fn truncate_partition(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_truncate_of_one_partition_keeps_the_others() -> Result<()> {
-    truncate_partition(PgMajor::V15)
-}
-
-#[test]
-fn pg18_truncate_of_one_partition_keeps_the_others() -> Result<()> {
-    truncate_partition(PgMajor::V18)
-}
+per_major!(truncate_partition => truncate_of_one_partition_keeps_the_others: pg15, pg18);

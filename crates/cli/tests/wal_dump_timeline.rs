@@ -5,6 +5,7 @@
 
 use std::process::Command;
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, bail, ensure};
 use walshadow_testkit::{
@@ -100,12 +101,4 @@ fn follow_timeline_switch(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_follows_a_timeline_switch() -> Result<()> {
-    follow_timeline_switch(PgMajor::V15)
-}
-
-#[test]
-fn pg18_follows_a_timeline_switch() -> Result<()> {
-    follow_timeline_switch(PgMajor::V18)
-}
+per_major!(follow_timeline_switch => follows_a_timeline_switch: pg15, pg16, pg17, pg18);

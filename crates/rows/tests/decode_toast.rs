@@ -6,6 +6,7 @@
 
 use anyhow::{Result, ensure};
 use walshadow_rows::{NoToast, RowDecoder, RowError, ToastChunk, ToastChunks, TupleRef};
+use walshadow_testkit::per_major;
 use walshadow_testkit::{Cluster, ClusterOptions, PgMajor};
 
 mod common;
@@ -146,12 +147,4 @@ async fn run(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg15_toast_and_compression_match_server_text() -> Result<()> {
-    run(PgMajor::V15).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg18_toast_and_compression_match_server_text() -> Result<()> {
-    run(PgMajor::V18).await
-}
+per_major!(async run => toast_and_compression_match_server_text: pg15, pg16, pg17, pg18);

@@ -11,6 +11,7 @@
 use anyhow::{Result, ensure};
 use walshadow_rows::{RowDecoder, RowError, TupleRef, Value};
 use walshadow_testkit::all_types::{self, EDGES, HUGE, MORE_EDGES, TYPICAL, insert};
+use walshadow_testkit::per_major;
 use walshadow_testkit::{Cluster, ClusterOptions, PgMajor};
 
 mod common;
@@ -192,22 +193,5 @@ async fn numbers(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg15_every_type_matches_server_text() -> Result<()> {
-    types(PgMajor::V15).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg18_every_type_matches_server_text() -> Result<()> {
-    types(PgMajor::V18).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg15_random_numbers_match_server_text() -> Result<()> {
-    numbers(PgMajor::V15).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg18_random_numbers_match_server_text() -> Result<()> {
-    numbers(PgMajor::V18).await
-}
+per_major!(async types => every_type_matches_server_text: pg15, pg16, pg17, pg18);
+per_major!(async numbers => random_numbers_match_server_text: pg15, pg16, pg17, pg18);

@@ -8,6 +8,7 @@
 //!   LSN, and no longer contains the marker written into user rows.
 
 use std::collections::HashMap;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_shadow::filter::classes::FileClass;
@@ -332,12 +333,4 @@ fn run(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pg15_ddl_drill() -> Result<()> {
-    run(PgMajor::V15)
-}
-
-#[test]
-fn pg18_ddl_drill() -> Result<()> {
-    run(PgMajor::V18)
-}
+per_major!(run => ddl_drill: pg15, pg16, pg17, pg18);

@@ -5,6 +5,7 @@
 //! file under the shadow's data directory, pg_wal included.
 
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_shadow::catalog::ShadowCatalog;
@@ -102,12 +103,4 @@ async fn run(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg15_shadow_follows_the_catalog() -> Result<()> {
-    run(PgMajor::V15).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg18_shadow_follows_the_catalog() -> Result<()> {
-    run(PgMajor::V18).await
-}
+per_major!(async run => shadow_follows_the_catalog: pg15, pg16, pg17, pg18);

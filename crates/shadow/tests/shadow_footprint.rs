@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_shadow::run::Shadow;
@@ -140,12 +141,4 @@ async fn run(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg15_shadow_stays_catalog_sized() -> Result<()> {
-    run(PgMajor::V15).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg18_shadow_stays_catalog_sized() -> Result<()> {
-    run(PgMajor::V18).await
-}
+per_major!(async run => shadow_stays_catalog_sized: pg15, pg18);

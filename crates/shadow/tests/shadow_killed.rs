@@ -5,6 +5,7 @@
 //! be behind that).
 
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_shadow::catalog::ShadowCatalog;
@@ -86,12 +87,4 @@ async fn run(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg15_killed_shadow_is_started_again() -> Result<()> {
-    run(PgMajor::V15).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg18_killed_shadow_is_started_again() -> Result<()> {
-    run(PgMajor::V18).await
-}
+per_major!(async run => killed_shadow_is_started_again: pg15, pg16, pg17, pg18);

@@ -3,6 +3,7 @@
 //! the new value, and the shadow goes on replaying the catalog.
 
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_shadow::catalog::ShadowCatalog;
@@ -70,12 +71,4 @@ async fn run(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg15_shadow_follows_raised_settings() -> Result<()> {
-    run(PgMajor::V15).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg18_shadow_follows_raised_settings() -> Result<()> {
-    run(PgMajor::V18).await
-}
+per_major!(async run => shadow_follows_raised_settings: pg15, pg16, pg17, pg18);

@@ -2,6 +2,7 @@
 //! feeding starts again from the last checkpoint, and the shadow catches up.
 
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result};
 use walshadow_shadow::run::{Shadow, feed_until_stopped};
@@ -50,12 +51,4 @@ async fn run(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg15_feeding_survives_a_lost_source_connection() -> Result<()> {
-    run(PgMajor::V15).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg18_feeding_survives_a_lost_source_connection() -> Result<()> {
-    run(PgMajor::V18).await
-}
+per_major!(async run => feeding_survives_a_lost_source_connection: pg15, pg16, pg17, pg18);

@@ -3,6 +3,7 @@
 //! longer starts at the base backup's segment — and the shadow still works.
 
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_config::Config;
@@ -112,12 +113,4 @@ fn shadow_psql(shadow: &Shadow, config: &Config, sql: &str) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg15_filtered_wal_is_recycled() -> Result<()> {
-    run(PgMajor::V15).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg18_filtered_wal_is_recycled() -> Result<()> {
-    run(PgMajor::V18).await
-}
+per_major!(async run => filtered_wal_is_recycled: pg15, pg16, pg17, pg18);

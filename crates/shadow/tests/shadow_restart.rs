@@ -11,6 +11,7 @@
 //! shadow's data directory or the filtered WAL.
 
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_config::Config;
@@ -240,12 +241,4 @@ async fn run(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg15_run_resumes_from_the_filter_checkpoint() -> Result<()> {
-    run(PgMajor::V15).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg18_run_resumes_from_the_filter_checkpoint() -> Result<()> {
-    run(PgMajor::V18).await
-}
+per_major!(async run => run_resumes_from_the_filter_checkpoint: pg15, pg16, pg17, pg18);

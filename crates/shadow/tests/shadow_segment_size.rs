@@ -3,6 +3,7 @@
 //! least twice wal_segment_size"), and it replays the catalog.
 
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Result, ensure};
 use walshadow_shadow::run::Shadow;
@@ -39,12 +40,4 @@ async fn run(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg15_shadow_runs_on_64mb_segments() -> Result<()> {
-    run(PgMajor::V15).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg18_shadow_runs_on_64mb_segments() -> Result<()> {
-    run(PgMajor::V18).await
-}
+per_major!(async run => shadow_runs_on_64mb_segments: pg15, pg16, pg17, pg18);

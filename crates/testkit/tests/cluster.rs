@@ -1,7 +1,7 @@
 //! The test kit on real servers of each major: clusters start configured as walshadow
 //! needs, standbys stream and promote onto a new timeline, pg_waldump output parses.
 
-use walshadow_testkit::{Auth, Cluster, ClusterOptions, Lsn, PgMajor};
+use walshadow_testkit::{Auth, Cluster, ClusterOptions, Lsn, PgMajor, per_major};
 
 fn basics(major: PgMajor) {
     let pg = Cluster::start(major, ClusterOptions::default()).unwrap();
@@ -174,50 +174,11 @@ fn password_auth(major: PgMajor, auth: Auth) {
     }
 }
 
-#[test]
-fn pg15_basics() {
-    basics(PgMajor::V15);
-}
-
-#[test]
-fn pg18_basics() {
-    basics(PgMajor::V18);
-}
-
-#[test]
-fn pg15_standby_promotes_to_timeline_2() {
-    standby_promotes_to_timeline_2(PgMajor::V15);
-}
-
-#[test]
-fn pg18_standby_promotes_to_timeline_2() {
-    standby_promotes_to_timeline_2(PgMajor::V18);
-}
-
-#[test]
-fn pg15_waldump() {
-    waldump_sees_the_workload(PgMajor::V15);
-}
-
-#[test]
-fn pg18_waldump() {
-    waldump_sees_the_workload(PgMajor::V18);
-}
-
-#[test]
-fn pg15_md5() {
-    password_auth(PgMajor::V15, Auth::md5("md5 pw/with:odd@chars"));
-}
-
-#[test]
-fn pg18_md5() {
-    password_auth(PgMajor::V18, Auth::md5("secret"));
-}
-
-#[test]
-fn pg18_scram() {
-    password_auth(PgMajor::V18, Auth::scram("scram pw/with:odd@chars"));
-}
+per_major!(basics => basics: pg15, pg16, pg17, pg18);
+per_major!(standby_promotes_to_timeline_2 => standby_promotes_to_timeline_2: pg15, pg16, pg17, pg18);
+per_major!(waldump_sees_the_workload => waldump: pg15, pg16, pg17, pg18);
+per_major!(|m| password_auth(m, Auth::md5("md5 pw/with:odd@chars")) => md5: pg15, pg16, pg17, pg18);
+per_major!(|m| password_auth(m, Auth::scram("scram pw/with:odd@chars")) => scram: pg15, pg16, pg17, pg18);
 
 #[test]
 fn pg15_tls_and_small_segments() {

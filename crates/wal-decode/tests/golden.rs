@@ -111,6 +111,16 @@ fn pg15_matches_pg_waldump() {
 }
 
 #[test]
+fn pg16_matches_pg_waldump() {
+    parity("pg16");
+}
+
+#[test]
+fn pg17_matches_pg_waldump() {
+    parity("pg17");
+}
+
+#[test]
 fn pg18_matches_pg_waldump() {
     parity("pg18");
 }
@@ -144,6 +154,16 @@ fn chunking(major: &str) {
 #[test]
 fn pg15_any_chunking_gives_the_same_records() {
     chunking("pg15");
+}
+
+#[test]
+fn pg16_any_chunking_gives_the_same_records() {
+    chunking("pg16");
+}
+
+#[test]
+fn pg17_any_chunking_gives_the_same_records() {
+    chunking("pg17");
 }
 
 #[test]
@@ -186,6 +206,16 @@ fn images(major: &str) {
 #[test]
 fn pg15_every_image_restores() {
     images("pg15");
+}
+
+#[test]
+fn pg16_every_image_restores() {
+    images("pg16");
+}
+
+#[test]
+fn pg17_every_image_restores() {
+    images("pg17");
 }
 
 #[test]

@@ -16,6 +16,7 @@
 mod common;
 
 use std::path::PathBuf;
+use walshadow_testkit::per_major;
 
 use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WaldumpRecord};
 use walshadow_wal_decode::{HeapChange, WalRecord, XactRecord, decode_heap, decode_xact};
@@ -59,15 +60,7 @@ fn run(major: PgMajor) {
     check_workload(major, &recs, &dump, &tables);
 }
 
-#[test]
-fn pg15_workload_decodes_as_pg_waldump_reads_it() {
-    run(PgMajor::V15);
-}
-
-#[test]
-fn pg18_workload_decodes_as_pg_waldump_reads_it() {
-    run(PgMajor::V18);
-}
+per_major!(run => workload_decodes_as_pg_waldump_reads_it: pg15, pg16, pg17, pg18);
 
 /// pg_waldump's line for `d`, as it printed it (`XLogDumpDisplayRecord`).
 fn waldump_line(d: &WaldumpRecord) -> String {

@@ -25,6 +25,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
+use walshadow_testkit::per_major;
 
 use walshadow_testkit::{Cluster, ClusterOptions, Lsn, PgMajor, WaldumpRecord};
 use walshadow_types::RelFileLocator;
@@ -292,12 +293,4 @@ fn run(major: PgMajor) {
     );
 }
 
-#[test]
-fn pg15_pruning_records_free_the_deleted_toast_tids() {
-    run(PgMajor::V15);
-}
-
-#[test]
-fn pg18_pruning_records_free_the_deleted_toast_tids() {
-    run(PgMajor::V18);
-}
+per_major!(run => pruning_records_free_the_deleted_toast_tids: pg15, pg16, pg17, pg18);

@@ -10,6 +10,7 @@
 
 mod common;
 
+use walshadow_testkit::per_major;
 use walshadow_testkit::{PgMajor, parse_waldump_output};
 
 use common::{
@@ -26,15 +27,7 @@ fn workload(major: PgMajor) {
     check_workload(major, &recs, &dump, &tables);
 }
 
-#[test]
-fn pg15_captured_workload() {
-    workload(PgMajor::V15);
-}
-
-#[test]
-fn pg18_captured_workload() {
-    workload(PgMajor::V18);
-}
+per_major!(workload => captured_workload: pg15, pg16, pg17, pg18);
 
 fn golden(major: PgMajor) {
     let (recs, dump_text) = golden_records(major);
@@ -93,12 +86,4 @@ fn golden(major: PgMajor) {
     assert!(n > 50, "PostgreSQL {major}: {n} pruning records");
 }
 
-#[test]
-fn pg15_golden_wal_records_agree_with_pg_waldump() {
-    golden(PgMajor::V15);
-}
-
-#[test]
-fn pg18_golden_wal_records_agree_with_pg_waldump() {
-    golden(PgMajor::V18);
-}
+per_major!(golden => golden_wal_records_agree_with_pg_waldump: pg15, pg16, pg17, pg18);

@@ -15,6 +15,7 @@
 mod common;
 
 use std::collections::BTreeSet;
+use walshadow_testkit::per_major;
 
 use walshadow_testkit::PgMajor;
 use walshadow_types::Lsn;
@@ -385,12 +386,4 @@ fn mutations(major: PgMajor) {
     assert!(runs > 50_000, "{runs}");
 }
 
-#[test]
-fn pg15_damaged_records_never_panic() {
-    mutations(PgMajor::V15);
-}
-
-#[test]
-fn pg18_damaged_records_never_panic() {
-    mutations(PgMajor::V18);
-}
+per_major!(mutations => damaged_records_never_panic: pg15, pg16, pg17, pg18);

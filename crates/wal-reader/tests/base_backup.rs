@@ -13,7 +13,7 @@ use walshadow_wal_reader::replication::{
     FileAction, ReplicationClient, ReplicationError, SinkError, TarEntry,
 };
 
-const MAJORS: [PgMajor; 2] = [PgMajor::V15, PgMajor::V18];
+const MAJORS: [PgMajor; 4] = PgMajor::ALL;
 
 fn cluster(major: PgMajor, opts: ClusterOptions) -> Cluster {
     // No autovacuum: the "quiet" tables must not change under the test.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use walshadow_testkit::{Cluster, ClusterOptions, PgMajor};
 use walshadow_wal_reader::replication::{ConnConfig, CopyOut, ReplicationClient, ReplicationError};
 
-const MAJORS: [PgMajor; 2] = [PgMajor::V15, PgMajor::V18];
+const MAJORS: [PgMajor; 4] = PgMajor::ALL;
 
 async fn sql_session(pg: &Cluster) -> ReplicationClient {
     let mut cfg = ConnConfig::from_url(&pg.socket_url("postgres")).unwrap();

@@ -9,7 +9,7 @@ use walshadow_wal_reader::replication::{
     ConnConfig, FollowEvent, ReplicationClient, ReplicationError, SslMode, WalEvent, WalFollower,
 };
 
-const MAJORS: [PgMajor; 2] = [PgMajor::V15, PgMajor::V18];
+const MAJORS: [PgMajor; 4] = PgMajor::ALL;
 const WAIT: Duration = Duration::from_secs(60);
 
 fn cluster(major: PgMajor, opts: ClusterOptions) -> Cluster {

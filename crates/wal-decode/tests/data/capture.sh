@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Captures the golden WAL used by tests/golden.rs. Run as a user that may
 # start PostgreSQL (not root):  capture.sh BIN_DIR OUT_DIR
-# BIN_DIR holds initdb/pg_ctl/psql/pg_waldump of one major (15 or 18).
+# BIN_DIR holds initdb/pg_ctl/psql/pg_waldump of one major (15 to 18).
 # It writes OUT_DIR/wal.tar.zst (the segments, 1 MiB each) and
 # OUT_DIR/waldump.txt.zst (pg_waldump's view of the same range) and
 # OUT_DIR/range (start and end LSN).
