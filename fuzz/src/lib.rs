@@ -65,17 +65,17 @@
 
 use std::sync::OnceLock;
 
-use walshadow_backfill::heap_page::{
+use walshadow_heap::heap_page::{
     BLCKSZ, HeapPage, LpFlags, MAX_HEAP_TUPLES_PER_PAGE, PageDamage, SIZE_OF_PAGE_HEADER_DATA,
 };
-use walshadow_backfill::visibility::{
+use walshadow_heap::visibility::{
     DropReason, Gate, HEAP_XMAX_INVALID, HEAP_XMIN_COMMITTED, HEAP_XMIN_FROZEN, HEAP_XMIN_INVALID,
     MultiXacts, Resolved, Slru, TupleHeader, Verdict, XactLog,
 };
+use walshadow_pg_format::page::checksum_page as pg_checksum_page;
 use walshadow_rows::{
     RowDecoder, SIZEOF_HEAP_TUPLE_HEADER, ToastChunk, ToastChunks, ToastSource, Value,
 };
-use walshadow_shadow::bootstrap::page::pg_checksum_page;
 use walshadow_types::catalog::RelationDesc;
 use walshadow_types::{Lsn, Oid, PgMajor};
 use walshadow_wal_decode::{

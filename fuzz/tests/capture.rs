@@ -23,13 +23,13 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, ensure};
-use walshadow_backfill::heap_page::{BLCKSZ, HeapPage};
-use walshadow_backfill::visibility::{
+use walshadow_fuzz::{GateInputBuilder, PageInput, run_visibility_gate};
+use walshadow_heap::heap_page::{BLCKSZ, HeapPage};
+use walshadow_heap::visibility::{
     HEAP_MOVED_IN, HEAP_MOVED_OFF, HEAP_XMAX_COMMITTED, HEAP_XMAX_EXCL_LOCK, HEAP_XMAX_INVALID,
     HEAP_XMAX_IS_MULTI, HEAP_XMAX_LOCK_ONLY, HEAP_XMIN_COMMITTED, HEAP_XMIN_FROZEN,
     HEAP_XMIN_INVALID, Slru,
 };
-use walshadow_fuzz::{GateInputBuilder, PageInput, run_visibility_gate};
 use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_testkit::all_types::{
     EDGES, HUGE, MORE_EDGES, TYPES_SQL, TYPICAL, create_table_sql, insert, without_dropped,

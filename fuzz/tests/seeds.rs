@@ -7,12 +7,12 @@
 use std::fs;
 use std::path::Path;
 
-use walshadow_backfill::heap_page::HeapPage;
-use walshadow_backfill::visibility::{HEAP_XMAX_IS_MULTI, TupleHeader};
 use walshadow_fuzz::{
     GateInput, Outcome, PageInput, StreamInput, all_types_decoder, decode_whole, run_decode_record,
     run_heap_page, run_heap_xact, run_pglz, run_visibility_gate, run_wal_stream,
 };
+use walshadow_heap::heap_page::HeapPage;
+use walshadow_heap::visibility::{HEAP_XMAX_IS_MULTI, TupleHeader};
 use walshadow_rows::{ToastChunk, ToastChunks, ToastSource};
 use walshadow_types::Lsn;
 use walshadow_wal_decode::{decode_record, pglz_decompress};

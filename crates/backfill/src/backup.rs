@@ -63,10 +63,10 @@ use walshadow_wal_reader::replication::{
 
 use crate::ledger::{Ledger, LedgerError, Pass, Phase};
 use crate::staging::{DestLocks, Gate as SchemaGate, StagingTable, SwapMark};
-use crate::visibility::{
+use crate::walk_sink::{PageConsumer, PageWalkSink, SlruKind, WalkOptions, WalkStats, WalkedPage};
+use walshadow_heap::visibility::{
     DeferredSpool, Gate, GateCounters, MultiXacts, SpoolConfig, TupleHeader, Verdict, XactLog,
 };
-use crate::walk_sink::{PageConsumer, PageWalkSink, SlruKind, WalkOptions, WalkStats, WalkedPage};
 
 /// How long the first due `base_backup` request waits for siblings (more
 /// opt-ins in the same transaction or burst) before its pass starts: one
@@ -1196,7 +1196,8 @@ impl Walker {
             .ok_or_else(|| AttemptError::Failed("the walk's spool is gone".into()))?;
         self.spilled_bytes = spool.spilled_bytes();
         let mut walked = gate.finish_walk();
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<crate::visibility::DeferredTuple>(256);
+        let (tx, mut rx) =
+            tokio::sync::mpsc::channel::<walshadow_heap::visibility::DeferredTuple>(256);
         let resolver = tokio::task::spawn_blocking(move || {
             let r = spool.resolve(&mut walked, |t| tx.blocking_send(t).map_err(|_| "stopped"));
             (r.map(|_| ()).map_err(|e| e.to_string()), walked.counters())

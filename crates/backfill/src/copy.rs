@@ -53,9 +53,9 @@ use walshadow_types::Lsn;
 use walshadow_types::catalog::RelationDesc;
 use walshadow_wal_reader::replication::{ConnConfig, ReplicationClient};
 
-use crate::copy_binary::CopyDecoder;
 use crate::ledger::{BlockRange, Ledger, Phase, RelationMarks};
 use crate::snapshot::{PgSnapshot, RecentCommits};
+use walshadow_rows::copy_binary::CopyDecoder;
 
 /// Blocks read by one `COPY` (and marked at once): 8 MiB of heap.
 pub const CHUNK_BLOCKS: u32 = 1024;

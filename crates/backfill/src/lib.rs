@@ -5,30 +5,26 @@
 //!   after the opt-in, in resumable block ranges, on its own connections.
 //! - [`backup`]: `initial_load = 'base_backup'`, a pass over a fresh
 //!   `BASE_BACKUP` for one or more tables: walk, gate, staging, swap.
-//! - [`copy_binary`]: the binary `COPY` format into row values, the same
-//!   values the WAL path decodes from heap tuples.
-//! - [`heap_page`]: heap pages of a base backup into their tuples.
 //! - [`walk_sink`]: the `BASE_BACKUP` sink that walks the pages of a few
 //!   relations and keeps `pg_xact`/`pg_multixact` in memory.
 //! - [`snapshot`]: whether a snapshot sees every commit up to the opt-in.
-//! - [`visibility`]: the `base_backup` visibility gate: walked tuples
-//!   emitted, dropped or deferred by the backup's `pg_xact`/`pg_multixact`.
 //! - [`staging`]: a backup-mode load's staging table beside the
 //!   destination, published with `EXCHANGE TABLES`, live-window rows
 //!   copied back, recovery by the staging table's uuid.
 //! - [`ledger`]: `backfills.toml`, one entry per pass, marks behind what
 //!   ClickHouse took.
 //!
+//! The pure decoders they use live beneath: the binary `COPY` decoder in
+//! `walshadow-rows` (`copy_binary`), the heap page parser and the
+//! visibility gate in `walshadow-heap`.
+//!
 //! `object_store` (a backup already in object storage) comes later.
 
 pub mod backup;
 pub mod copy;
-pub mod copy_binary;
-pub mod heap_page;
 pub mod ledger;
 pub mod snapshot;
 pub mod staging;
-pub mod visibility;
 pub mod walk_sink;
 
 /// Pause before a load's next try after `waits` tries in a row that met

@@ -54,7 +54,7 @@ use walshadow_wal_reader::replication::{
     ArchiveInfo, BackupSink, EntryKind, FileAction, SinkError, TarEntry,
 };
 
-use crate::heap_page::{BLCKSZ, HeapPage, PageError};
+use walshadow_heap::heap_page::{BLCKSZ, HeapPage, PageError};
 
 /// `DEFAULTTABLESPACE_OID` (pg_tablespace.dat): files under `base/`.
 pub const DEFAULTTABLESPACE_OID: Oid = 1663;
@@ -684,7 +684,7 @@ impl<C: PageConsumer + Send> BackupSink for PageWalkSink<C> {
 #[allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::heap_page::tests::build_page;
+    use walshadow_heap::heap_page::test_page::build_page;
 
     fn base() -> ArchiveInfo {
         ArchiveInfo {

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, bail, ensure};
-use walshadow_backfill::copy_binary::{CopyDecodeError, CopyDecoder};
+use walshadow_rows::copy_binary::{CopyDecodeError, CopyDecoder};
 use walshadow_rows::{RowDecoder, ToastChunks, TupleRef, Value};
 use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_testkit::all_types::{self, EDGES, HUGE, MORE_EDGES, Row, TYPICAL, has_xml, insert};

@@ -22,8 +22,8 @@ use std::time::Duration;
 use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
-use walshadow_backfill::heap_page::{BLCKSZ, HeapPage};
 use walshadow_backfill::walk_sink::{PageConsumer, PageWalkSink, WalkOptions, WalkedPage};
+use walshadow_heap::heap_page::{BLCKSZ, HeapPage};
 use walshadow_rows::{RowDecoder, ToastChunk, ToastChunks, TupleRef};
 use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_testkit::{Cluster, ClusterOptions, PgMajor};

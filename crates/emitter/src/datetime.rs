@@ -5,8 +5,9 @@
 //! range is not guaranteed to read back, so it is refused.
 
 /// `POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE` (datatype/timestamp.h).
-pub(crate) const PG_EPOCH_UNIX_DAYS: i64 = 10_957;
-pub(crate) const PG_EPOCH_UNIX_MICROS: i64 = PG_EPOCH_UNIX_DAYS * MICROS_PER_DAY;
+pub(crate) use walshadow_pg_format::epoch::{
+    UNIX_DAYS as PG_EPOCH_UNIX_DAYS, UNIX_MICROS as PG_EPOCH_UNIX_MICROS,
+};
 const MICROS_PER_DAY: i64 = 86_400_000_000;
 
 /// 1900-01-01 and 2299-12-31 in days since 1970-01-01.

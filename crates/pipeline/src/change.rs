@@ -18,6 +18,11 @@
 //! TOAST chunk deletes carry nothing else, so the chunk mirror finds the
 //! chunk by where it was inserted.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)
+)]
+
 use walshadow_types::{Oid, RelFileLocator};
 use walshadow_wal_decode::{OldTuple, Tid, TupleBytes};
 

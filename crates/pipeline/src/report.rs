@@ -14,7 +14,7 @@ use crate::progress::Progress;
 use crate::status::{StatusFile, TableStatus};
 
 /// Seconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01.
-const PG_EPOCH_UNIX_SECS: i64 = 946_684_800;
+use walshadow_pg_format::epoch::UNIX_SECS as PG_EPOCH_UNIX_SECS;
 
 /// What `walshadow status` shows.
 #[derive(Debug, Clone, Serialize)]

@@ -18,7 +18,7 @@ pub(crate) const USECS_PER_MINUTE: i64 = 60 * USECS_PER_SEC;
 pub(crate) const USECS_PER_HOUR: i64 = 60 * USECS_PER_MINUTE;
 pub(crate) const USECS_PER_DAY: i64 = 24 * USECS_PER_HOUR;
 /// `POSTGRES_EPOCH_JDATE`: the Julian day of 2000-01-01.
-const POSTGRES_EPOCH_JDATE: i64 = 2_451_545;
+use walshadow_pg_format::epoch::JULIAN_DAY as POSTGRES_EPOCH_JDATE;
 /// `DATE_END_JULIAN`: 5874898-01-01.
 const DATE_END_JULIAN: i64 = 2_147_483_494;
 /// `MIN_TIMESTAMP` (4714-11-24 BC) and `END_TIMESTAMP` (294277-01-01).

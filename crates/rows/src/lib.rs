@@ -1,5 +1,5 @@
-//! Row decoding: heap tuples (from WAL records or from pages) into typed
-//! values, with inline compression and TOAST reassembly. Pure: bytes in,
+//! Row decoding: heap tuples (from WAL records or from pages) and binary
+//! `COPY` rows into typed values, with inline compression and TOAST reassembly. Pure: bytes in,
 //! values out, no I/O.
 //!
 //! ```text
@@ -18,6 +18,8 @@
 //!   attributes missing from old tuples).
 //! - varlena: headers, inline compression, TOAST pointers (varatt.h).
 //! - [`ToastChunks`]/[`ToastSource`]: out-of-line values.
+//! - [`copy_binary`]: rows of a binary `COPY` into the same values, for
+//!   `copy` loads.
 //! - One module per type family for the stored form, the text output
 //!   ([`Value::to_pg_text`]) and the parse of that text (for
 //!   `attmissingval`).
@@ -44,6 +46,7 @@
 
 mod array;
 mod bytes;
+pub mod copy_binary;
 mod datetime;
 mod datum;
 mod decoder;

@@ -1,10 +1,11 @@
-//! `ShadowCatalog`: relation descriptors read from the shadow's catalog, never
-//! from the source.
+//! `ShadowCatalog`: relation descriptors read from a catalog over SQL.
 //!
-//! The shadow replays the source's catalog continuously; a lookup "at LSN L"
-//! first waits until the shadow has replayed L. (The exact-LSN history of
-//! relation files, for records written before a rewrite's commit, comes with
-//! the streaming issue.)
+//! The stream reads the shadow's: it replays the source's catalog
+//! continuously, and a lookup "at LSN L" first waits until the shadow has
+//! replayed L. Initial loads read the source's own, inside their snapshot
+//! transaction ([`ShadowCatalog::over`]), so the descriptor is the one the
+//! snapshot's rows have. Which relation file a record written before a
+//! rewrite's commit belongs to is the pipeline's (`relations.rs`).
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -60,12 +60,18 @@
 //! was this record alone (40 bytes, generation field zero), replaced by rename: it is
 //! still read, and the first write converts it.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)
+)]
+
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
+use walshadow_pg_format::wal_files;
 
 use tokio::sync::watch;
 use walshadow_types::Lsn;
@@ -757,51 +763,23 @@ impl SegmentStore {
     }
 }
 
-/// `XLogFileName`: `%08X%08X%08X` of the timeline, `segno / segments-per-xlogid` and
-/// `segno % segments-per-xlogid`.
-pub fn segment_file_name(tli: u32, segno: u64, seg_size: u32) -> String {
-    let per_id = 0x1_0000_0000u64 / u64::from(seg_size.max(1));
-    format!("{tli:08X}{:08X}{:08X}", segno / per_id, segno % per_id)
-}
+pub use walshadow_pg_format::wal_files::{history_file_name, segment_file_name};
 
-/// `TLHistoryFileName`.
-pub fn history_file_name(tli: u32) -> String {
-    format!("{tli:08X}.history")
-}
-
-/// Parses `<tli>.history` (lines `parentTLI<TAB>X/X<TAB>reason`, blank and `#` lines
-/// skipped, as `readTimeLineHistory` in timeline.c reads it) into the lineage of `tli`.
+/// The lineage of `tli` from its `<tli>.history` file.
 pub fn parse_history(tli: u32, content: &[u8]) -> Result<Vec<TimelineSpan>, StoreError> {
-    let bad = |reason: String| StoreError::BadHistory { tli, reason };
-    let text = std::str::from_utf8(content).map_err(|_| bad("not UTF-8".into()))?;
-    let mut lineage: Vec<TimelineSpan> = Vec::new();
+    let entries = wal_files::parse_history(tli, content).map_err(|e| StoreError::BadHistory {
+        tli,
+        reason: e.reason,
+    })?;
+    let mut lineage = Vec::with_capacity(entries.len() + 1);
     let mut begin = Lsn(0);
-    for line in text.lines() {
-        let line = line.trim_start();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let mut fields = line.split_whitespace();
-        let parent: u32 = fields
-            .next()
-            .and_then(|f| f.parse().ok())
-            .ok_or_else(|| bad(format!("bad timeline in line {line:?}")))?;
-        let switch: Lsn = fields
-            .next()
-            .and_then(|f| f.parse().ok())
-            .ok_or_else(|| bad(format!("bad switch point in line {line:?}")))?;
-        if lineage.last().is_some_and(|l| l.tli >= parent) || parent >= tli {
-            return Err(bad("timeline IDs must be in increasing sequence".into()));
-        }
-        if switch < begin {
-            return Err(bad("switch points must not decrease".into()));
-        }
+    for e in entries {
         lineage.push(TimelineSpan {
-            tli: parent,
+            tli: e.parent,
             begin,
-            end: Some(switch),
+            end: Some(e.switch_lsn),
         });
-        begin = switch;
+        begin = e.switch_lsn;
     }
     lineage.push(TimelineSpan {
         tli,
@@ -1185,23 +1163,6 @@ mod tests {
             },
         )
         .unwrap()
-    }
-
-    #[test]
-    fn names_match_postgres() {
-        assert_eq!(
-            segment_file_name(1, 1, 16 << 20),
-            "000000010000000000000001"
-        );
-        assert_eq!(
-            segment_file_name(2, 0x100, 16 << 20),
-            "000000020000000100000000"
-        );
-        assert_eq!(
-            segment_file_name(1, 4096, 1 << 20),
-            "000000010000000100000000"
-        );
-        assert_eq!(history_file_name(10), "0000000A.history");
     }
 
     #[test]

@@ -20,7 +20,8 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail, ensure};
 use walshadow_config::Config;
-use walshadow_shadow::bootstrap::page::{empty_btree_metapage, pg_checksum_page};
+use walshadow_pg_format::page::checksum_page as pg_checksum_page;
+use walshadow_shadow::bootstrap::page::empty_btree_metapage;
 use walshadow_shadow::bootstrap::{InitError, InitState, init, load_seed};
 use walshadow_shadow::filter::classes::FileClass;
 use walshadow_testkit::{

@@ -6,6 +6,11 @@
 //! ```
 //! All integers little-endian; `keep_file` is zero when `has_keep` is zero.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)
+)]
+
 use walshadow_types::{Lsn, Oid};
 
 const TAG_PRUNE: u8 = 1;

@@ -2,6 +2,11 @@
 //! read back through a small buffered reader. The format is documented in
 //! the crate docs ("Spill file format").
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)
+)]
+
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};

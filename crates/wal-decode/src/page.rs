@@ -7,7 +7,7 @@ use crate::cursor::Cursor;
 use crate::error::WalErrorKind;
 
 /// `XLOG_BLCKSZ`: walshadow supports only the default 8 KiB WAL pages.
-pub const XLOG_BLCKSZ: u32 = 8192;
+pub use walshadow_pg_format::page::XLOG_BLCKSZ;
 /// `SizeOfXLogShortPHD`: MAXALIGN(20).
 pub const SIZE_OF_SHORT_PHD: usize = 24;
 /// `SizeOfXLogLongPHD`: MAXALIGN(36 + 4).

@@ -51,31 +51,7 @@ pub struct SegmentFile {
     pub partial: bool,
 }
 
-/// Parses a segment file name (`000000010000000000000003[.partial]`) given
-/// the segment size.
-pub fn parse_segment_name(name: &str, seg_size: u32) -> Option<(TimeLineId, u64, bool)> {
-    let (stem, partial) = match name.strip_suffix(".partial") {
-        Some(s) => (s, true),
-        None => (name, false),
-    };
-    if stem.len() != 24 || !stem.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    let tli = u32::from_str_radix(stem.get(0..8)?, 16).ok()?;
-    let log = u64::from_str_radix(stem.get(8..16)?, 16).ok()?;
-    let seg = u64::from_str_radix(stem.get(16..24)?, 16).ok()?;
-    let per_log = 0x1_0000_0000u64 / u64::from(seg_size);
-    if seg >= per_log {
-        return None;
-    }
-    Some((tli, log * per_log + seg, partial))
-}
-
-/// The file name PostgreSQL gives segment `segno` of timeline `tli`.
-pub fn segment_file_name(tli: TimeLineId, segno: u64, seg_size: u32) -> String {
-    let per_log = 0x1_0000_0000u64 / u64::from(seg_size);
-    format!("{:08X}{:08X}{:08X}", tli, segno / per_log, segno % per_log)
-}
+pub use walshadow_pg_format::wal_files::{parse_segment_name, segment_file_name};
 
 /// Reads `xlp_seg_size` from a segment's first page.
 pub fn read_segment_size(path: &Path) -> Result<u32, SegmentError> {
@@ -387,24 +363,5 @@ impl SegmentRecords<'_> {
                 Ok(None)
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn segment_names_round_trip() {
-        let seg = 16 << 20;
-        let name = segment_file_name(1, 0x103, seg);
-        assert_eq!(name, "000000010000000100000003");
-        assert_eq!(parse_segment_name(&name, seg), Some((1, 0x103, false)));
-        assert_eq!(
-            parse_segment_name("000000020000000000000001.partial", seg),
-            Some((2, 1, true))
-        );
-        assert_eq!(parse_segment_name("00000001000000000000000G", seg), None);
-        assert_eq!(parse_segment_name("000000010000000000000100", seg), None);
     }
 }

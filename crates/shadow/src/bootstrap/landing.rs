@@ -41,9 +41,10 @@ use walshadow_wal_reader::replication::{
     ArchiveInfo, BackupSink, EntryKind, FileAction, SinkError, TarEntry,
 };
 
-use super::page::{BLCKSZ, empty_btree_metapage};
+use super::page::empty_btree_metapage;
 use super::source::{ClassList, StatsFile};
 use crate::filter::classes::FileClass;
+use walshadow_pg_format::page::BLCKSZ;
 
 /// A relation file name: `<number>[_fsm|_vm|_init][.<segno>]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

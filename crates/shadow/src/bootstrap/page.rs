@@ -1,10 +1,8 @@
 //! Pages `init` writes itself: the metapage of an empty btree, for the
 //! statistics catalogs' indexes whose real pages point at user values.
 
-/// `BLCKSZ`.
-pub const BLCKSZ: usize = 8192;
-/// `SizeOfPageHeaderData`.
-const PAGE_HEADER: usize = 24;
+use walshadow_pg_format::page::{BLCKSZ, PAGE_HEADER_SIZE as PAGE_HEADER, checksum_page};
+
 /// `BTREE_MAGIC`, `BTREE_VERSION`, `BTP_META` (nbtree.h).
 const BTREE_MAGIC: u32 = 0x0005_3162;
 const BTREE_VERSION: u32 = 4;
@@ -58,7 +56,7 @@ pub fn empty_btree_metapage(source: Option<&[u8]>, checksums: bool) -> Vec<u8> {
     // BTPageOpaqueData: prev, next, level 0, flags BTP_META, cycleid 0.
     put_u16(&mut page, BLCKSZ - 4, BTP_META);
     if checksums {
-        let sum = pg_checksum_page(&page, 0);
+        let sum = checksum_page(&page, 0);
         put_u16(&mut page, 8, sum);
     }
     page
@@ -70,46 +68,6 @@ fn put_u16(page: &mut [u8], off: usize, v: u16) {
 
 fn put_u32(page: &mut [u8], off: usize, v: u32) {
     page[off..off + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-/// `N_SUMS`, `FNV_PRIME` and `checksumBaseOffsets` (storage/checksum_impl.h).
-const N_SUMS: usize = 32;
-const FNV_PRIME: u32 = 16_777_619;
-const CHECKSUM_BASE_OFFSETS: [u32; N_SUMS] = [
-    0x5B1F36E9, 0xB8525960, 0x02AB50AA, 0x1DE66D2A, 0x79FF467A, 0x9BB9F8A3, 0x217E7CD2, 0x83E13D2C,
-    0xF8D4474F, 0xE39EB970, 0x42C6AE16, 0x993216FA, 0x7B093B5D, 0x98DAFF3C, 0xF718902A, 0x0B1C9CDB,
-    0xE58F764B, 0x187636BC, 0x5D7B3BB1, 0xE73DE7DE, 0x92BEC979, 0xCCA6C0B2, 0x304A0979, 0x85AA43D4,
-    0x783125BB, 0x6CA8EAA2, 0xE407EAC6, 0x4B5CFC3E, 0x9FBF8C76, 0x15CA20BE, 0xF2CA9FD3, 0x959BD756,
-];
-
-/// `pg_checksum_page` (checksum_impl.h): the page's checksum as block
-/// `blkno`, computed with `pd_checksum` taken as zero. `page` is `BLCKSZ`
-/// bytes.
-pub fn pg_checksum_page(page: &[u8], blkno: u32) -> u16 {
-    let comp = |sum: u32, value: u32| {
-        let tmp = sum ^ value;
-        tmp.wrapping_mul(FNV_PRIME) ^ (tmp >> 17)
-    };
-    let mut sums = CHECKSUM_BASE_OFFSETS;
-    for (i, chunk) in page.chunks_exact(4 * N_SUMS).enumerate() {
-        for (j, sum) in sums.iter_mut().enumerate() {
-            let off = 4 * j;
-            let mut v =
-                u32::from_le_bytes([chunk[off], chunk[off + 1], chunk[off + 2], chunk[off + 3]]);
-            // pd_checksum (bytes 8..10 of the page) counts as zero.
-            if i == 0 && j == 2 {
-                v &= 0xFFFF_0000;
-            }
-            *sum = comp(*sum, v);
-        }
-    }
-    for _ in 0..2 {
-        for sum in sums.iter_mut() {
-            *sum = comp(*sum, 0);
-        }
-    }
-    let result = sums.iter().fold(0u32, |acc, s| acc ^ s) ^ blkno;
-    ((result % 65535) + 1) as u16
 }
 
 #[cfg(test)]
@@ -127,6 +85,6 @@ mod tests {
         let with = empty_btree_metapage(Some(&p), true);
         let sum = u16::from_le_bytes([with[8], with[9]]);
         assert_ne!(sum, 0);
-        assert_eq!(pg_checksum_page(&with, 0), sum);
+        assert_eq!(checksum_page(&with, 0), sum);
     }
 }

@@ -210,7 +210,7 @@ pub fn load_seed(state_dir: &Path, major: PgMajor) -> Result<RecordFilter, InitE
         }
         let pages = seed.join(format!("{db}.pg_class"));
         let bytes = std::fs::read(&pages).map_err(io_err("reading", &pages))?;
-        for (blk, page) in bytes.chunks(super::page::BLCKSZ).enumerate() {
+        for (blk, page) in bytes.chunks(walshadow_pg_format::page::BLCKSZ).enumerate() {
             f.load_pg_class_page(db, blk as u32, page);
         }
     }

@@ -8,6 +8,11 @@
 //! Nothing here panics on bytes from the socket: every read is checked, and leftover
 //! bytes are an error.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)
+)]
+
 use bytes::{BufMut, BytesMut};
 use walshadow_types::Lsn;
 
@@ -413,11 +418,11 @@ pub fn keepalive(out: &mut BytesMut, wal_end: Lsn, now: i64, reply_requested: bo
 
 /// Now as PostgreSQL's `TimestampTz`: microseconds since 2000-01-01 00:00 UTC.
 pub fn pg_now() -> i64 {
-    const PG_EPOCH_UNIX_SECS: u64 = 946_684_800;
+    use walshadow_pg_format::epoch::UNIX_SECS as PG_EPOCH_UNIX_SECS;
     match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
         Ok(d) => {
             let micros = i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
-            micros.saturating_sub((PG_EPOCH_UNIX_SECS * 1_000_000) as i64)
+            micros.saturating_sub(PG_EPOCH_UNIX_SECS * 1_000_000)
         }
         Err(_) => 0,
     }

@@ -26,7 +26,8 @@ use crate::segment_store::{StoreError, segment_file_name};
 
 /// walsender.c `MAX_SEND_SIZE`: 16 WAL pages per `w` message.
 const MAX_SEND_SIZE: u64 = 16 * 8192;
-const XLOG_BLCKSZ: u64 = 8192;
+/// `XLOG_BLCKSZ`, as the offsets here count.
+const XLOG_BLCKSZ: u64 = walshadow_pg_format::page::XLOG_BLCKSZ as u64;
 /// Backoff of the replay pings while the standby's apply is behind what was sent.
 const PING_MIN: Duration = Duration::from_millis(1);
 const PING_MAX: Duration = Duration::from_millis(32);

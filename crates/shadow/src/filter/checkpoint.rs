@@ -349,11 +349,17 @@ fn decode(bytes: &[u8]) -> Result<FilterCheckpoint, DecodeError> {
             "bad magic (not a filter checkpoint)".into(),
         ));
     }
-    let version = u32::from_le_bytes(header[4..8].try_into().unwrap_or_default());
+    let version = header
+        .get(4..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_le_bytes);
     if version != FORMAT_VERSION {
         return Err(DecodeError::Version(version));
     }
-    let body_len = u64::from_le_bytes(header[8..16].try_into().unwrap_or_default());
+    let body_len = header
+        .get(8..16)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes);
     let total = usize::try_from(body_len)
         .ok()
         .and_then(|b| b.checked_add(HEADER_LEN + 4))
@@ -372,7 +378,7 @@ fn decode(bytes: &[u8]) -> Result<FilterCheckpoint, DecodeError> {
         ));
     }
     let mut c = Cursor {
-        buf: &covered[HEADER_LEN..],
+        buf: covered.get(HEADER_LEN..).unwrap_or_default(),
         pos: 0,
     };
     let system_id = c.u64("header")?;

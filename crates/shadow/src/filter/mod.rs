@@ -17,6 +17,11 @@
 //! classify stops the stream with an error naming it: guessing either way
 //! would corrupt the shadow's catalog or put user data on its disk.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)
+)]
+
 pub mod checkpoint;
 pub mod classes;
 pub mod noop;

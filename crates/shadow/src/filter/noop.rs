@@ -14,7 +14,8 @@ const RM_XLOG_ID: u8 = 0;
 const SIZE_OF_XLOG_RECORD: usize = 24;
 const XLR_BLOCK_ID_DATA_SHORT: u8 = 255;
 const XLR_BLOCK_ID_DATA_LONG: u8 = 254;
-const XLOG_BLCKSZ: u64 = 8192;
+/// `XLOG_BLCKSZ`, as the offsets here count.
+const XLOG_BLCKSZ: u64 = walshadow_pg_format::page::XLOG_BLCKSZ as u64;
 
 /// The NOOP replacement of record `raw` (same length). `None` if `raw` is
 /// shorter than a record header or has a body no fragment can fill (one

@@ -96,7 +96,11 @@ impl PgClassRow {
 /// line pointer (bufpage.h, itemid.h). Malformed pointers are skipped.
 pub fn heap_page_items(page: &[u8]) -> Vec<(u16, &[u8])> {
     let mut out = Vec::new();
-    let Some(lower) = page.get(12..14).map(|b| u16::from_le_bytes([b[0], b[1]])) else {
+    let Some(lower) = page
+        .get(12..14)
+        .and_then(|b| b.try_into().ok())
+        .map(u16::from_le_bytes)
+    else {
         return out;
     };
     let n = (usize::from(lower).saturating_sub(24)) / 4;

@@ -72,8 +72,8 @@ struct Pending {
 /// first of them on, and their NOOP copies) before giving up.
 /// TODO(shadow issue): spill to the segment store instead.
 const UNDECIDED_BUDGET: usize = 256 << 20;
-/// `XLOG_BLCKSZ`.
-const XLOG_BLCKSZ: u64 = 8192;
+/// `XLOG_BLCKSZ`, as the offsets here count.
+const XLOG_BLCKSZ: u64 = walshadow_pg_format::page::XLOG_BLCKSZ as u64;
 
 /// Filters a contiguous WAL stream for the shadow.
 #[derive(Debug)]

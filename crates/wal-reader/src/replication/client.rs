@@ -359,7 +359,7 @@ impl ReplicationClient {
             .column("content")
             .and_then(|c| r.rows.first()?.get(c)?.clone())
             .ok_or_else(|| ReplicationError::protocol("TIMELINE_HISTORY: no content"))?;
-        let entries = parse_timeline_history(&content)?;
+        let entries = parse_timeline_history(tli, &content)?;
         Ok(TimelineHistory {
             timeline: tli,
             filename,

@@ -12,7 +12,7 @@ use super::error::{ReplicationError, Result};
 
 /// Seconds from the Unix epoch to PostgreSQL's epoch, 2000-01-01 00:00 UTC
 /// (`POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE` days).
-const PG_EPOCH_UNIX_SECS: u64 = 946_684_800;
+const PG_EPOCH_UNIX_SECS: u64 = walshadow_pg_format::epoch::UNIX_SECS as u64;
 
 /// `TimestampTz`: microseconds since 2000-01-01 00:00 UTC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]

@@ -43,11 +43,11 @@
     clippy::panic
 )]
 
+use walshadow_pg_format::page::checksum_page as pg_checksum_page;
 use walshadow_rows::{SIZEOF_HEAP_TUPLE_HEADER, TupleRef};
-use walshadow_shadow::bootstrap::page::pg_checksum_page;
 use walshadow_types::{BlockNumber, Lsn, Xid};
 
-pub use walshadow_shadow::bootstrap::page::BLCKSZ;
+pub use walshadow_pg_format::page::BLCKSZ;
 
 /// `SizeOfPageHeaderData`: where the line pointer array starts.
 pub const SIZE_OF_PAGE_HEADER_DATA: usize = 24;
@@ -447,16 +447,17 @@ fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(s.try_into().ok()?))
 }
 
-#[cfg(test)]
-#[allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
-pub(crate) mod tests {
+/// Pages built in memory for tests of the page walk (this crate's and the
+/// `BASE_BACKUP` sink's).
+#[doc(hidden)]
+#[allow(clippy::indexing_slicing)]
+pub mod test_page {
     use super::*;
-    use proptest::prelude::*;
 
     /// Builds a heap page the way PageAddItem does: items from the end,
     /// line pointers from the front. Each item is a tuple header with
     /// `xmin = 100 + i` and `t_hoff` 24, then `payload`.
-    pub(crate) fn build_page(items: &[&[u8]], block: BlockNumber, checksum: bool) -> Vec<u8> {
+    pub fn build_page(items: &[&[u8]], block: BlockNumber, checksum: bool) -> Vec<u8> {
         let mut page = vec![0u8; BLCKSZ];
         let mut upper = BLCKSZ;
         for (i, payload) in items.iter().enumerate() {
@@ -486,6 +487,14 @@ pub(crate) mod tests {
         }
         page
     }
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
+pub(crate) mod tests {
+    use super::test_page::build_page;
+    use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn parses_items_and_headers() {

@@ -34,7 +34,7 @@
 //! decoder gives for the same datum: the same variants, numerics
 //! normalized the same way, empty arrays without dimensions.
 
-use walshadow_rows::{ArrayKind, ArrayValue, InetValue, Kind, Numeric, Value};
+use crate::{ArrayKind, ArrayValue, InetValue, Kind, Numeric, Value};
 
 /// A field that is not its type's send output.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -411,7 +411,7 @@ fn array(kind: &Kind, ak: &ArrayKind, b: &[u8]) -> Result<ArrayValue, SendError>
 /// (date.h, timestamp.h).
 mod limits {
     /// `POSTGRES_EPOCH_JDATE`: the Julian day of 2000-01-01.
-    const POSTGRES_EPOCH_JDATE: i64 = 2_451_545;
+    use walshadow_pg_format::epoch::JULIAN_DAY as POSTGRES_EPOCH_JDATE;
     /// `DATE_END_JULIAN`: 5874898-01-01.
     const DATE_END_JULIAN: i64 = 2_147_483_494;
     /// `MIN_TIMESTAMP` (4714-11-24 BC) and `END_TIMESTAMP` (294277-01-01).

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use super::error::GateError;
 
 /// `BLCKSZ` of the builds walshadow reads (the page walk refuses others).
-pub const BLCKSZ: usize = 8192;
+pub use walshadow_pg_format::page::BLCKSZ;
 /// `SLRU_PAGES_PER_SEGMENT` (slru.h, 15 to 18).
 pub const SLRU_PAGES_PER_SEGMENT: u32 = 32;
 

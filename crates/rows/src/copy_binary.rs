@@ -1,5 +1,5 @@
 //! Binary COPY of one relation → rows of [`Value`]s: the values the heap
-//! decoder (`walshadow_rows::RowDecoder`) gives for the same rows, so a
+//! decoder ([`RowDecoder`](crate::RowDecoder)) gives for the same rows, so a
 //! `copy` initial load and the WAL stream share one emitter.
 //!
 //! ```text
@@ -42,21 +42,11 @@
 //! Errors name the table, the row (1-based), the column and what was
 //! wrong; after one the decoder refuses further input.
 
-// Bytes from the network: no panicking reads.
-#![deny(
-    clippy::indexing_slicing,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic
-)]
-#![cfg_attr(
-    test,
-    allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)
-)]
+// Bytes from the network: the crate's deny lints (no panicking reads) hold here.
 
 mod send;
 
-use walshadow_rows::{Kind, RowDecoder, UnsupportedType, Value};
+use crate::{Kind, RowDecoder, UnsupportedType, Value};
 use walshadow_types::catalog::RelationDesc;
 
 /// `BinarySignature` in copyto.c.

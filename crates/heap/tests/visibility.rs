@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 
 use anyhow::{Context, Result, bail, ensure};
-use walshadow_backfill::visibility::{
+use walshadow_heap::visibility::{
     DeferredSpool, Gate, GateCounters, HEAP_MOVED, HEAP_XMAX_INVALID, HEAP_XMAX_IS_MULTI,
     HEAP_XMIN_FROZEN, HEAP_XMIN_INVALID, MultiXacts, SpoolConfig, TupleHeader, Verdict, XactLog,
     heap_xmax_is_locked_only,
