@@ -89,6 +89,9 @@ pub struct CopyLoad {
     /// Tests: pause after taking each snapshot (before locking) until the
     /// file this creates in the folder is removed.
     pub pause_dir: Option<PathBuf>,
+    /// Tests: each worker pauses before its first insert until the file it
+    /// creates in the folder is removed.
+    pub insert_pause_dir: Option<PathBuf>,
 }
 
 /// What a finished pass did.
@@ -333,7 +336,10 @@ impl CopyLoad {
         let select = decoder.select_list();
         let queue = Arc::new(Mutex::new(work));
         let n = self.workers.max(1);
-        let mut tasks = Vec::with_capacity(n);
+        // Owned by this attempt: a load cancelled (its task aborted, say by
+        // a resync that starts over) takes its workers with it, so none
+        // inserts into a table that was dropped and made again under it.
+        let mut tasks = tokio::task::JoinSet::new();
         for worker in 0..n {
             let me = self.clone();
             let queue = Arc::clone(&queue);
@@ -341,14 +347,14 @@ impl CopyLoad {
             let select = select.clone();
             let desc = desc.clone();
             let dest = dest.clone();
-            tasks.push(tokio::spawn(async move {
+            tasks.spawn(async move {
                 me.worker(worker, &snapshot_id, &select, &desc, &dest, queue)
                     .await
-            }));
+            });
         }
         let mut first_err = None;
-        for t in tasks {
-            let r = match t.await {
+        while let Some(t) = tasks.join_next().await {
+            let r = match t {
                 Ok(r) => r,
                 Err(e) => Err(AttemptError::Failed(format!("a load worker ended: {e}"))),
             };
@@ -416,6 +422,20 @@ impl CopyLoad {
         tracing::info!(file = %file.display(), "test hook: paused after the snapshot");
         let started = Instant::now();
         while file.exists() && started.elapsed() < Duration::from_secs(120) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn pause_before_insert(&self, worker: usize) {
+        let Some(dir) = &self.insert_pause_dir else {
+            return;
+        };
+        let file = dir.join(format!("{}.{:X}.{worker}.paused", self.key, self.s.0));
+        if std::fs::write(&file, b"").is_err() {
+            return;
+        }
+        tracing::info!(file = %file.display(), "test hook: paused before the worker's first insert");
+        while file.exists() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -698,6 +718,9 @@ impl CopyLoad {
         let Some(sealed) = batch.seal() else {
             return Ok(());
         };
+        if *inserts == 0 {
+            self.pause_before_insert(worker).await;
+        }
         let _guard = self.dest_locks.share(&self.dest_name).await;
         let found = self
             .ch

@@ -159,6 +159,76 @@ fn resync(major: PgMajor) -> Result<()> {
 
 per_major!(resync => stopped_table_comes_back_with_resync: pg15, pg18);
 
+/// A resync asked for again while its load is still reading starts over
+/// cleanly: the first load's workers end with it (none of their rows, read
+/// at the older snapshot, reaches the table made again), the second load
+/// is swapped in, and the table equals the source.
+fn resync_started_over(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(major, "resyncagain", &["public.t"], "")?;
+    let pauses = h.work.path().join("pauses");
+    std::fs::create_dir_all(&pauses)?;
+    h.run_env.push((
+        walshadow_pipeline::backfills::INSERT_PAUSE_ENV.into(),
+        pauses.display().to_string(),
+    ));
+    let paused = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
+        entries.map(|e| e.path()).collect()
+    };
+    h.source
+        .psql("create table t (id int primary key, v text, n int)")?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into t select g, 'a', g from generate_series(1, 300) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.cli_ok(&["table", "resync", "public.t", "--config", h.config()])?;
+    wait_until(CATCH_UP, "the first load to hold before inserting", || {
+        h.check_running()?;
+        Ok(!paused(&pauses).is_empty())
+    })
+    .with_context(|| common::tail(&h.run_log(), 30))?;
+    let first = paused(&pauses);
+    // Rows the first load read go, then the resync is asked for again.
+    h.source
+        .psql("delete from t where id <= 100; update t set v = 'b' where id > 250;")?;
+    h.cli_ok(&["table", "resync", "public.t", "--config", h.config()])?;
+    wait_until(CATCH_UP, "the second resync to start", || {
+        h.check_running()?;
+        Ok(h.run_log()
+            .matches("resync: loading the table again")
+            .count()
+            >= 2)
+    })?;
+    // The first load's workers, if they still run, go on now.
+    for f in &first {
+        let _ = std::fs::remove_file(f);
+    }
+    wait_until(CATCH_UP, "the second load to be swapped in", || {
+        h.check_running()?;
+        for f in paused(&pauses) {
+            let _ = std::fs::remove_file(f);
+        }
+        Ok(h.run_log().contains("resync done")
+            && h.table_state("public.t")?["state"] == "streaming")
+    })
+    .with_context(|| common::tail(&h.run_log(), 40))?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("t", "t", &cols())?;
+    ensure!(n == 200, "{n} rows");
+    ensure!(
+        h.run_log().matches("resync done").count() == 1
+            && h.run_log()
+                .contains("initial load cancelled: a new one starts over"),
+        "{}",
+        common::tail(&h.run_log(), 30)
+    );
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(resync_started_over => resync_asked_again_while_loading_starts_over: pg15, pg18);
+
 /// A load's progress shows in `status` (fraction of blocks, ETA) and the
 /// metrics while it runs; once done, `status` counts its rows as loaded.
 fn load_progress(major: PgMajor) -> Result<()> {

@@ -35,6 +35,10 @@ use walshadow_wal_reader::replication::ConnConfig;
 /// snapshot (a folder; see `CopyLoad::pause_dir`).
 pub const PAUSE_ENV: &str = "WALSHADOW_TEST_PAUSE_AFTER_SNAPSHOT";
 
+/// Environment variable of the test hook that pauses each `copy` worker
+/// before its first insert (a folder; see `CopyLoad::insert_pause_dir`).
+pub const INSERT_PAUSE_ENV: &str = "WALSHADOW_TEST_PAUSE_BEFORE_LOAD_INSERT";
+
 type LoadTask = JoinHandle<Result<LoadSummary, LoadError>>;
 type PassTask = JoinHandle<Result<PassSummary, PassError>>;
 
@@ -180,6 +184,18 @@ impl Backfills {
         self.queued.insert(key.to_owned());
         tracing::info!(table = %key, mode, s = %s, "initial load requested");
         Ok(())
+    }
+
+    /// Ends `key`'s running `copy` load and waits until it has ended, its
+    /// workers with it (they are its own tasks): nothing of it inserts
+    /// after this returns, except a request already in flight, which the
+    /// table's [`DestLocks`] lock waits for.
+    pub async fn cancel(&mut self, key: &str) {
+        if let Some(t) = self.running.remove(key) {
+            t.abort();
+            let _ = t.await;
+            tracing::info!(table = %key, "initial load cancelled: a new one starts over");
+        }
     }
 
     /// The table was opted out: its load stops and its entry goes. A
@@ -372,6 +388,7 @@ impl Backfills {
             ledger: Arc::clone(&self.ledger),
             recent: Arc::clone(&self.recent),
             pause_dir: std::env::var_os(PAUSE_ENV).map(PathBuf::from),
+            insert_pause_dir: std::env::var_os(INSERT_PAUSE_ENV).map(PathBuf::from),
         };
         tracing::info!(table = %key, s = %s, workers = self.config.workers, "initial load (copy) starting");
         self.running.insert(key, tokio::spawn(load.run()));

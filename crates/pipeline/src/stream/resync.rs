@@ -63,8 +63,15 @@ impl Streamer {
             // Rows up to here belong to the table being replaced.
             self.flush_table(key).await?;
         }
-        self.drop_table("dropping a leftover resync table", &staged)
-            .await?;
+        // A load of an earlier resync still running (this one starts over)
+        // ends before its table goes: none of its rows, as of its older
+        // snapshot, may land in the table made again below.
+        self.backfills.cancel(key).await;
+        {
+            let _guard = self.dest_locks.lock(&staged).await;
+            self.drop_table("dropping a leftover resync table", &staged)
+                .await?;
+        }
         if let Some(t) = self.progress.tables.get_mut(key) {
             t.destination = staged;
             t.schema = None;
