@@ -194,7 +194,7 @@ impl Ledger {
         let body = format!(
             "# walshadow's initial loads; rewritten by `walshadow run`, do not edit while it runs.\n{text}"
         );
-        walshadow_shadow::durable::write_file(dir, Self::FILE, body.as_bytes()).map_err(|source| {
+        walshadow_state_file::write_durably(dir, Self::FILE, body.as_bytes()).map_err(|source| {
             LedgerError::Io {
                 path: dir.join(Self::FILE),
                 source,

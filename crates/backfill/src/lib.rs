@@ -31,5 +31,9 @@ pub mod walk_sink;
 /// the source or ClickHouse not ready (not counted as attempts): 1 s,
 /// doubling, at most 30 s.
 pub(crate) fn waiting_backoff(waits: u32) -> std::time::Duration {
-    std::time::Duration::from_secs(1u64 << waits.min(5)).min(std::time::Duration::from_secs(30))
+    walshadow_types::Backoff::new(
+        std::time::Duration::from_secs(1),
+        std::time::Duration::from_secs(30),
+    )
+    .after(waits)
 }

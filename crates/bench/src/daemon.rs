@@ -6,6 +6,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+use walshadow_pipeline::progress::StateFile;
 
 use anyhow::{Context, Result, bail, ensure};
 use walshadow_pipeline::progress::Progress;

@@ -58,6 +58,7 @@ use std::process::Stdio;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use walshadow_pipeline::progress::StateFile;
 
 use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;

@@ -3,6 +3,7 @@
 //! its figures then).
 
 use std::path::PathBuf;
+use walshadow_pipeline::progress::StateFile;
 
 use anyhow::Context;
 use walshadow_config::Config;

@@ -312,7 +312,7 @@ impl SealedBatch {
     ) -> Result<u32, FlushError> {
         let settings = Self::settings(token);
         let started = Instant::now();
-        let mut delay = policy.initial_backoff;
+        let mut backoff = walshadow_types::Backoff::new(policy.initial_backoff, policy.max_backoff);
         let mut attempts = 0u32;
         loop {
             attempts += 1;
@@ -336,6 +336,7 @@ impl SealedBatch {
                 });
             }
             let elapsed = started.elapsed();
+            let delay = backoff.next_delay();
             if attempts >= policy.max_attempts || elapsed + delay > policy.max_elapsed {
                 return Err(FlushError::GaveUp {
                     table: self.table.clone(),
@@ -350,7 +351,6 @@ impl SealedBatch {
                 "ClickHouse error, retrying the insert with the same token"
             );
             tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(policy.max_backoff);
         }
     }
 }

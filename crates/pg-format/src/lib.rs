@@ -4,6 +4,7 @@
 //! - [`wal_files`]: WAL segment and timeline history file names
 //!   (`xlog_internal.h`) and the history file's contents (`timeline.c`).
 //! - [`epoch`]: PostgreSQL's epoch (2000-01-01) in the units the formats use.
+//! - [`type_oid`]: the built-in type OIDs walshadow reads.
 //!
 //! No I/O and no async runtime: the decoders, the fuzz targets and the I/O
 //! layers all build on it.
@@ -16,4 +17,5 @@
 
 pub mod epoch;
 pub mod page;
+pub mod type_oid;
 pub mod wal_files;

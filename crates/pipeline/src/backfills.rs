@@ -425,7 +425,10 @@ impl Backfills {
                 }
                 l.write(&state_dir)
             };
-            let mut delay = std::time::Duration::from_secs(1);
+            let mut backoff = walshadow_types::Backoff::new(
+                std::time::Duration::from_secs(1),
+                std::time::Duration::from_secs(60),
+            );
             loop {
                 // Inserts of the process that crashed are replayed from its
                 // progress; this one's wait on the lock: no copy-back wait.
@@ -438,9 +441,9 @@ impl Backfills {
                         return;
                     }
                     Err(e) => {
+                        let delay = backoff.next_delay();
                         tracing::warn!(table = %key, "staging swap recovery failed, trying again in {delay:?}: {e}");
                         tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(std::time::Duration::from_secs(60));
                     }
                 }
             }

@@ -2,6 +2,7 @@
 //! streaming pipeline beside it on the same WAL.
 
 use std::sync::Arc;
+use walshadow_state_file::StateFile;
 
 use tokio::sync::{mpsc, watch};
 use walshadow_config::Config;

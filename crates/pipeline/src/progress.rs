@@ -12,10 +12,10 @@
 //! and their rows collapse with the copies ClickHouse may already hold (same
 //! `_version`).
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+pub use walshadow_state_file::StateFile;
+use walshadow_state_file::{Envelope, StateFileError};
 use walshadow_types::Lsn;
 use walshadow_types::catalog::RelationDesc;
 
@@ -132,30 +132,10 @@ pub struct Progress {
     pub tables: BTreeMap<String, TableProgress>,
 }
 
-#[derive(Serialize, Deserialize)]
-struct ProgressFile {
-    progress: Progress,
-    crc32c: u32,
-}
-
 /// Why the progress file could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ProgressError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(
-        "{path}: {problem}; remove it to stream again from the shadow's start (rows already in ClickHouse are rewritten, not duplicated)"
-    )]
-    Invalid { path: PathBuf, problem: String },
-}
+pub type ProgressError = StateFileError;
 
 impl Progress {
-    pub const FORMAT_VERSION: u32 = 1;
-    pub const FILE: &'static str = "progress.json";
-
     pub fn new(system_id: u64, start: Lsn) -> Progress {
         Progress {
             format_version: Self::FORMAT_VERSION,
@@ -165,51 +145,18 @@ impl Progress {
             tables: BTreeMap::new(),
         }
     }
+}
 
-    fn checksum(&self) -> u32 {
-        crc32c::crc32c(&serde_json::to_vec(self).unwrap_or_default())
-    }
+impl StateFile for Progress {
+    const FILE: &'static str = "progress.json";
+    const FORMAT_VERSION: u32 = 1;
+    const ENVELOPE: Envelope = Envelope::Nested("progress");
+    const REMEDY: &'static str = "remove it to stream again from the shadow's start (rows already in ClickHouse are rewritten, not duplicated)";
+    // Rewritten at every flush.
+    const PRETTY: bool = false;
 
-    /// Reads `<dir>/progress.json`; `None` when there is none yet.
-    pub fn read(dir: &Path) -> Result<Option<Progress>, ProgressError> {
-        let path = dir.join(Self::FILE);
-        let text = match std::fs::read(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(ProgressError::Io { path, source }),
-        };
-        let invalid = |problem: String| ProgressError::Invalid {
-            path: path.clone(),
-            problem,
-        };
-        let file: ProgressFile =
-            serde_json::from_slice(&text).map_err(|e| invalid(e.to_string()))?;
-        if file.progress.format_version != Self::FORMAT_VERSION {
-            return Err(invalid(format!(
-                "format version {} (this walshadow reads {})",
-                file.progress.format_version,
-                Self::FORMAT_VERSION
-            )));
-        }
-        if file.progress.checksum() != file.crc32c {
-            return Err(invalid("checksum mismatch (torn or edited file)".into()));
-        }
-        Ok(Some(file.progress))
-    }
-
-    /// Writes `<dir>/progress.json` durably.
-    pub fn write(&self, dir: &Path) -> Result<(), ProgressError> {
-        let path = dir.join(Self::FILE);
-        let file = ProgressFile {
-            progress: self.clone(),
-            crc32c: self.checksum(),
-        };
-        let text = serde_json::to_vec(&file).map_err(|e| ProgressError::Invalid {
-            path: path.clone(),
-            problem: e.to_string(),
-        })?;
-        walshadow_shadow::durable::write_file(dir, Self::FILE, &text)
-            .map_err(|source| ProgressError::Io { path, source })
+    fn format_version(&self) -> u32 {
+        self.format_version
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::time::Duration;
+use walshadow_state_file::StateFile;
 use walshadow_types::printable;
 
 use serde::Serialize;

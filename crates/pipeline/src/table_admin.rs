@@ -11,6 +11,7 @@
 //! `stream/resync.rs` for what `run` does.
 
 use std::fmt;
+use walshadow_state_file::StateFile;
 
 use serde::Serialize;
 use walshadow_backfill::ledger::{Ledger, Phase};

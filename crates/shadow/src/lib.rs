@@ -19,7 +19,6 @@
 pub mod access;
 pub mod bootstrap;
 pub mod catalog;
-pub mod durable;
 pub mod feeder;
 pub mod filter;
 pub mod postmaster;

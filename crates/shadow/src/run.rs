@@ -15,6 +15,7 @@
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use walshadow_state_file::StateFile;
 
 use walshadow_config::Config;
 use walshadow_types::{Lsn, PgMajor};
@@ -164,7 +165,8 @@ pub async fn feed_tapped_until_stopped(
     tap: Option<WalTap>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), RunError> {
-    let mut backoff = Duration::from_secs(1);
+    let mut backoff =
+        walshadow_types::Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
     // After a stall the tap's consumer still has its decoding state: it
     // gets the WAL after what it took, not a new stream (which would make
     // it decode again from the start of its oldest open transaction).
@@ -211,18 +213,18 @@ pub async fn feed_tapped_until_stopped(
                     };
                 }
                 tracing::info!("the streaming pipeline takes WAL again; streaming from the source");
-                backoff = Duration::from_secs(1);
+                backoff.reset();
             }
             Err(e) if e.is_transient() => {
                 if started.elapsed() > Duration::from_secs(60) {
-                    backoff = Duration::from_secs(1);
+                    backoff.reset();
                 }
-                tracing::warn!("source connection lost ({e}); feeding again in {backoff:?}");
+                let delay = backoff.next_delay();
+                tracing::warn!("source connection lost ({e}); feeding again in {delay:?}");
                 tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(delay) => {}
                     _ = stop.wait_for(|s| *s) => return Ok(()),
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(30));
             }
             Err(e) => return Err(e),
         }
@@ -265,7 +267,7 @@ pub fn load_init_state(paths: &StatePaths) -> Result<InitState, RunError> {
     if !paths.init_file().exists() {
         return Err(RunError::NotInitialised(paths.dir.clone()));
     }
-    InitState::read(&paths.dir).map_err(|e| RunError::State {
+    InitState::read_present(&paths.dir).map_err(|e| RunError::State {
         path: paths.init_file(),
         message: e.to_string(),
     })

@@ -811,9 +811,9 @@ fn fsync_dir(dir: &Path) -> Result<(), StoreError> {
         .map_err(|e| io_err(dir, "fsync of the directory", e))
 }
 
-/// Writes `name` in `dir` durably ([`crate::durable::write_file`]).
+/// Writes `name` in `dir` durably ([`walshadow_state_file::write_durably`]).
 fn write_durably(dir: &Path, name: &str, content: &[u8]) -> Result<(), StoreError> {
-    crate::durable::write_file(dir, name, content)
+    walshadow_state_file::write_durably(dir, name, content)
         .map_err(|e| io_err(dir, &format!("writing {name}"), e))
 }
 
@@ -1650,7 +1650,7 @@ mod tests {
                     end: Lsn(old_end),
                 };
                 let record = encode_record(LEGACY_VERSION, 0, &saved);
-                crate::durable::write_file(&old_dir, STATE_FILE, &record).unwrap();
+                walshadow_state_file::write_durably(&old_dir, STATE_FILE, &record).unwrap();
             });
         }
         new.report("two slots in place");

@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
+use walshadow_state_file::StateFile;
 
 use anyhow::{Context, Result, bail, ensure};
 use walshadow_config::Config;
@@ -336,7 +337,7 @@ fn run_init(major: PgMajor) -> Result<()> {
     }
 
     // init.json round-trips.
-    ensure!(InitState::read(&state_dir)? == report.state);
+    ensure!(InitState::read_present(&state_dir)? == report.state);
     ensure!(report.state.major == major.number());
 
     // A second init changes nothing.
@@ -357,7 +358,7 @@ fn run_init(major: PgMajor) -> Result<()> {
     let forced = rt.block_on(init(&cfg, true))?;
     ensure!(!forced.already_initialised && !forced.slot_created);
     ensure!(forced.state.backup_start > report.state.backup_start);
-    ensure!(InitState::read(&state_dir)? == forced.state);
+    ensure!(InitState::read_present(&state_dir)? == forced.state);
     replay_smoke(&c, &cfg, &forced.state, &work.path)?;
     // After replay (its pg_wal included) the shadow still holds no marker.
     let mut files = Vec::new();

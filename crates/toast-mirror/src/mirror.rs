@@ -44,13 +44,8 @@ const META_NEXT_PENDING: &str = "next_pending";
 /// Bytes of the `insert_lsn` prefix of a `chunks` value.
 const LSN_PREFIX: usize = 8;
 
-/// A heap item pointer (`ItemPointerData`, see itemptr.h): block number and
-/// 1-based line pointer offset inside the TOAST relation's file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Tid {
-    pub block: u32,
-    pub offset: u16,
-}
+/// A chunk's place inside the TOAST relation's file.
+pub use walshadow_types::Tid;
 
 /// A chunk with the tid it lives at ([`ChunkMirror::tid_chunks`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 //! Names mirror PostgreSQL's (`XLogRecPtr` is [`Lsn`], `TransactionId` is
 //! [`Xid`], `RelFileLocator` is [`RelFileLocator`]).
 
+mod backoff;
 pub mod catalog;
 mod lsn;
 mod major;
@@ -12,11 +13,12 @@ mod rel;
 mod secret;
 pub mod table_key;
 
+pub use backoff::Backoff;
 pub use lsn::{Lsn, ParseLsnError};
 pub use major::{PgMajor, UnsupportedMajor};
 pub use printable::printable;
 pub use rel::{
-    BlockNumber, FIRST_NORMAL_OBJECT_ID, ForkNumber, Oid, RelFileLocator, TimeLineId, Xid,
+    BlockNumber, FIRST_NORMAL_OBJECT_ID, ForkNumber, Oid, RelFileLocator, Tid, TimeLineId, Xid,
 };
 pub use secret::same_secret;
 pub use table_key::{

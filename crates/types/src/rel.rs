@@ -16,6 +16,21 @@ pub type BlockNumber = u32;
 /// `TimeLineID`.
 pub type TimeLineId = u32;
 
+/// A tuple's place in its relation's main fork (`ItemPointerData`,
+/// itemptr.h): block number and 1-based line pointer offset. Also how a
+/// `ctid` reads: `(block,offset)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Tid {
+    pub block: BlockNumber,
+    pub offset: u16,
+}
+
+impl fmt::Display for Tid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "({},{})", self.block, self.offset)
+    }
+}
+
 /// `RelFileLocator` (`RelFileNode` before 16; same 12 bytes): tablespace,
 /// database and relfilenumber of one relation's files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]

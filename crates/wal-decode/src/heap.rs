@@ -170,12 +170,7 @@ impl<'a> OldTuple<'a> {
     }
 }
 
-/// A tuple's place: block and line pointer (`ItemPointerData`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Tid {
-    pub block: BlockNumber,
-    pub offset: u16,
-}
+pub use walshadow_types::Tid;
 
 /// One row-level change, as logical decoding queues it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use walshadow_state_file::StateFile;
 
 use tokio::sync::{mpsc, watch};
 use walshadow_config::Config;
@@ -65,6 +66,11 @@ mod tables;
 
 /// Walked TOAST chunks of a `base_backup` load copied into the mirror per
 /// timer tick (about 2 KB each).
+/// Pauses between tries of a ClickHouse statement or a source read the
+/// stream cannot go on without: 200 ms, doubling, at most 10 s.
+const DESTINATION_BACKOFF: walshadow_types::Backoff =
+    walshadow_types::Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+
 const TOAST_IMPORT_STEP: usize = 20_000;
 
 /// The catalog-storm benchmark's hook: set, every catalog-changing commit
@@ -639,7 +645,7 @@ impl Streamer {
         F: Fn(ClickHouseClient) -> Fut,
         Fut: std::future::Future<Output = Result<(), walshadow_emitter::ClickHouseError>>,
     {
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = DESTINATION_BACKOFF;
         loop {
             let e = match f(self.ch.clone()).await {
                 Ok(()) => {
@@ -652,9 +658,9 @@ impl Streamer {
                 }
                 Err(e) => e,
             };
-            self.destination_failed(what, &e, backoff);
-            self.pause(backoff).await?;
-            backoff = (backoff * 2).min(Duration::from_secs(10));
+            let delay = backoff.next_delay();
+            self.destination_failed(what, &e, delay);
+            self.pause(delay).await?;
         }
     }
 
@@ -1459,12 +1465,5 @@ fn row_error(key: &str, lsn: Lsn, e: RowError) -> RowsFault {
             crate::stop::StopKind::UndecodableRow,
             format!("table {key}, WAL at {lsn}: {other}"),
         )),
-    }
-}
-
-fn mirror_tid(t: walshadow_wal_decode::Tid) -> walshadow_toast_mirror::Tid {
-    walshadow_toast_mirror::Tid {
-        block: t.block,
-        offset: t.offset,
     }
 }

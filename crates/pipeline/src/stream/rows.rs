@@ -49,13 +49,10 @@ impl Streamer {
                 match (change.kind, change.tid, &change.new) {
                     (ChangeKind::Insert, Some(tid), Some(t)) => {
                         match ToastChunk::from_tuple(tuple_ref(t)) {
-                            Ok(chunk) => self.toast.insert_chunk(
-                                toast_relid,
-                                file,
-                                mirror_tid(tid),
-                                chunk,
-                                seq,
-                            )?,
+                            Ok(chunk) => {
+                                self.toast
+                                    .insert_chunk(toast_relid, file, tid, chunk, seq)?
+                            }
                             // Its value will not resolve; the row that
                             // points at it stops the table then.
                             Err(e) => {
@@ -65,7 +62,7 @@ impl Streamer {
                     }
                     (ChangeKind::Delete, Some(tid), _) => {
                         self.toast
-                            .delete_chunk(toast_relid, file, mirror_tid(tid), seq, c.end)?
+                            .delete_chunk(toast_relid, file, tid, seq, c.end)?
                     }
                     _ => {}
                 }
@@ -189,7 +186,7 @@ impl Streamer {
         toast_relid: Oid,
         value_id: Oid,
     ) -> Result<Result<SourceValue, SourceReadError>, StreamError> {
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = DESTINATION_BACKOFF;
         let mut failures = 0u32;
         let since = Instant::now();
         loop {
@@ -197,15 +194,15 @@ impl Streamer {
                 Err(SourceReadError::Mirror(e)) => return Err(e.into()),
                 Err(e) if e.may_pass() => {
                     failures += 1;
+                    let delay = backoff.next_delay();
                     let why = format!(
-                        "a row waits for TOAST value {value_id} of TOAST relation {toast_relid}, which the source cannot serve now ({failures} failed reads in {:.0?}): {e}; retrying in {backoff:?}",
+                        "a row waits for TOAST value {value_id} of TOAST relation {toast_relid}, which the source cannot serve now ({failures} failed reads in {:.0?}): {e}; retrying in {delay:?}",
                         since.elapsed()
                     );
                     tracing::warn!(table = %key, "{why}");
                     self.source_waits.insert(key.to_owned(), why);
                     self.write_status();
-                    self.pause(backoff).await?;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    self.pause(delay).await?;
                 }
                 r => {
                     if self.source_waits.remove(key).is_some() {

@@ -32,6 +32,7 @@ pub mod state;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use walshadow_state_file::StateFile;
 
 use walshadow_config::Config;
 use walshadow_types::Oid;
@@ -281,7 +282,7 @@ pub async fn init(config: &Config, force: bool) -> Result<InitReport, InitError>
     crate::run::warn_about_transport(config);
 
     if !force && state_dir.join(InitState::FILE).exists() {
-        let state = InitState::read(state_dir)?;
+        let state = InitState::read_present(state_dir)?;
         return Ok(InitReport {
             already_initialised: true,
             state,

@@ -19,6 +19,8 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
+use walshadow_state_file::Envelope;
+pub use walshadow_state_file::{StateFile, StateFileError};
 use walshadow_types::Lsn;
 
 /// Written once by `init`, read by every `run`.
@@ -49,80 +51,13 @@ pub struct InitState {
     pub database: Option<String>,
 }
 
-impl InitState {
-    pub const FORMAT_VERSION: u32 = 1;
-    pub const FILE: &'static str = "init.json";
-}
+impl StateFile for InitState {
+    const FILE: &'static str = "init.json";
+    const FORMAT_VERSION: u32 = 1;
+    const ENVELOPE: Envelope = Envelope::Flat;
+    const REMEDY: &'static str = "re-run `walshadow init --force`";
 
-/// Why `init.json` could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum StateFileError {
-    #[error("{path}: {source}")]
-    Io {
-        path: std::path::PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {problem}; re-run `walshadow init --force`")]
-    Invalid {
-        path: std::path::PathBuf,
-        problem: String,
-    },
-}
-
-/// `init.json` on disk: the state's fields plus `crc32c`, the CRC-32C of
-/// the state serialized without it (so a reader that only knows
-/// [`InitState`] still parses the file, and a torn or edited file is
-/// caught by [`InitState::read`]).
-#[derive(Serialize, Deserialize)]
-struct InitFile {
-    #[serde(flatten)]
-    state: InitState,
-    crc32c: u32,
-}
-
-impl InitState {
-    fn checksum(&self) -> u32 {
-        crc32c::crc32c(&serde_json::to_vec(self).unwrap_or_default())
-    }
-
-    /// Writes `<dir>/init.json` durably: temp file, fsync, rename, fsync of
-    /// the directory. A crash leaves either the old file or the new one.
-    pub fn write(&self, dir: &std::path::Path) -> Result<(), StateFileError> {
-        let path = dir.join(Self::FILE);
-        let file = InitFile {
-            state: self.clone(),
-            crc32c: self.checksum(),
-        };
-        let text = serde_json::to_vec_pretty(&file).map_err(|e| StateFileError::Invalid {
-            path: path.clone(),
-            problem: e.to_string(),
-        })?;
-        crate::durable::write_file(dir, Self::FILE, &text)
-            .map_err(|source| StateFileError::Io { path, source })
-    }
-
-    /// Reads and checks `<dir>/init.json`.
-    pub fn read(dir: &std::path::Path) -> Result<InitState, StateFileError> {
-        let path = dir.join(Self::FILE);
-        let text = std::fs::read(&path).map_err(|source| StateFileError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let invalid = |problem: String| StateFileError::Invalid {
-            path: path.clone(),
-            problem,
-        };
-        let file: InitFile = serde_json::from_slice(&text).map_err(|e| invalid(e.to_string()))?;
-        if file.state.format_version != Self::FORMAT_VERSION {
-            return Err(invalid(format!(
-                "format version {} (this walshadow reads {})",
-                file.state.format_version,
-                Self::FORMAT_VERSION
-            )));
-        }
-        if file.state.checksum() != file.crc32c {
-            return Err(invalid("checksum mismatch (torn or edited file)".into()));
-        }
-        Ok(file.state)
+    fn format_version(&self) -> u32 {
+        self.format_version
     }
 }

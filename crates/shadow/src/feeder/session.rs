@@ -29,8 +29,8 @@ const MAX_SEND_SIZE: u64 = 16 * 8192;
 /// `XLOG_BLCKSZ`, as the offsets here count.
 const XLOG_BLCKSZ: u64 = walshadow_pg_format::page::XLOG_BLCKSZ as u64;
 /// Backoff of the replay pings while the standby's apply is behind what was sent.
-const PING_MIN: Duration = Duration::from_millis(1);
-const PING_MAX: Duration = Duration::from_millis(32);
+const PING_BACKOFF: walshadow_types::Backoff =
+    walshadow_types::Backoff::new(Duration::from_millis(1), Duration::from_millis(32));
 /// How many `START_REPLICATION`s the status keeps.
 const STREAMS_KEPT: usize = 32;
 
@@ -639,7 +639,7 @@ impl Session {
         let mut returned_reader = None;
         let mut last_apply = self.shared.positions.borrow().apply;
         let mut last_heard = Instant::now();
-        let mut backoff = PING_MIN;
+        let mut backoff = PING_BACKOFF;
         let mut ping_at = Instant::now();
         let mut buf = vec![0u8; MAX_SEND_SIZE as usize];
 
@@ -664,12 +664,10 @@ impl Session {
                         last_apply = apply;
                         let now = Instant::now();
                         ping_at = if apply >= sent {
-                            backoff = PING_MIN;
+                            backoff.reset();
                             now + cfg.status_interval
                         } else {
-                            let at = now + backoff;
-                            backoff = (backoff * 2).min(PING_MAX);
-                            at
+                            now + backoff.next_delay()
                         };
                     }
                     EventOutcome::CopyDone(r) => returned_reader = Some(r),
@@ -742,7 +740,7 @@ impl Session {
                 self.shared.status.send_modify(|s| s.sent = sent);
                 if sent == limit {
                     // Idle after data: ask where the standby is right away.
-                    backoff = PING_MIN;
+                    backoff.reset();
                     ping_at = Instant::now();
                 }
                 continue;
@@ -759,9 +757,7 @@ impl Session {
                 msg::keepalive(&mut self.out, sent, msg::pg_now(), true);
                 self.send().await?;
                 ping_at = if last_apply < sent {
-                    let at = now + backoff;
-                    backoff = (backoff * 2).min(PING_MAX);
-                    at
+                    now + backoff.next_delay()
                 } else {
                     now + cfg.status_interval
                 };
@@ -778,12 +774,10 @@ impl Session {
                             last_apply = apply;
                             let now = Instant::now();
                             ping_at = if apply >= sent {
-                                backoff = PING_MIN;
+                                backoff.reset();
                                 now + cfg.status_interval
                             } else {
-                                let at = now + backoff;
-                                backoff = (backoff * 2).min(PING_MAX);
-                                at
+                                now + backoff.next_delay()
                             };
                         }
                         EventOutcome::CopyDone(r) => returned_reader = Some(r),

@@ -122,7 +122,7 @@ pub fn write(
     filter: &RecordFilter,
 ) -> Result<(), CheckpointError> {
     let bytes = encode(identity, timeline, lsn, filter);
-    crate::durable::write_file(dir, FILE, &bytes).map_err(|source| CheckpointError::Io {
+    walshadow_state_file::write_durably(dir, FILE, &bytes).map_err(|source| CheckpointError::Io {
         path: dir.join(FILE),
         what: "writing durably",
         source,
