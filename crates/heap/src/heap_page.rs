@@ -43,6 +43,7 @@
     clippy::panic
 )]
 
+use walshadow_pg_format::cursor::{u16_at, u32_at};
 use walshadow_pg_format::page::checksum_page as pg_checksum_page;
 use walshadow_rows::{SIZEOF_HEAP_TUPLE_HEADER, TupleRef};
 use walshadow_types::{BlockNumber, Lsn, Xid};
@@ -435,16 +436,6 @@ impl<'a> HeapPage<'a> {
     pub fn tuples(&self) -> &[PageTuple<'a>] {
         &self.tuples
     }
-}
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    let s = b.get(at..at.checked_add(2)?)?;
-    Some(u16::from_le_bytes(s.try_into().ok()?))
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    let s = b.get(at..at.checked_add(4)?)?;
-    Some(u32::from_le_bytes(s.try_into().ok()?))
 }
 
 /// Pages built in memory for tests of the page walk (this crate's and the

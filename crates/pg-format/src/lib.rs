@@ -1,5 +1,6 @@
 //! PostgreSQL's on-disk facts, in one pure place beneath every other crate.
 //!
+//! - [`cursor`]: the one checked byte reader.
 //! - [`page`]: the block sizes and the page checksum (`checksum_impl.h`).
 //! - [`wal_files`]: WAL segment and timeline history file names
 //!   (`xlog_internal.h`) and the history file's contents (`timeline.c`).
@@ -15,6 +16,7 @@
     deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)
 )]
 
+pub mod cursor;
 pub mod epoch;
 pub mod page;
 pub mod type_oid;

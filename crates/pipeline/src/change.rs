@@ -145,7 +145,7 @@ impl Change {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Change, BadPayload> {
-        let mut r = Reader(bytes);
+        let mut r = Reader(walshadow_pg_format::cursor::Cursor::new(bytes));
         if r.u8()? != VERSION {
             return Err(BadPayload("version"));
         }
@@ -185,7 +185,7 @@ impl Change {
                 _ => return Err(BadPayload("old row kind")),
             };
         }
-        if !r.0.is_empty() {
+        if r.0.remaining() != 0 {
             return Err(BadPayload("trailing bytes"));
         }
         Ok(change)
@@ -251,31 +251,21 @@ fn encode_tuple(t: &TupleBytes<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(t.data);
 }
 
-struct Reader<'a>(&'a [u8]);
+/// The one checked little-endian reader, with this payload's errors.
+struct Reader<'a>(walshadow_pg_format::cursor::Cursor<'a>);
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], BadPayload> {
-        if self.0.len() < n {
-            return Err(BadPayload("truncated"));
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Ok(a)
+        self.0.take(n).map_err(|_| BadPayload("truncated"))
     }
     fn u8(&mut self) -> Result<u8, BadPayload> {
-        Ok(self.take(1)?.first().copied().unwrap_or(0))
+        self.0.u8().map_err(|_| BadPayload("truncated"))
     }
     fn u16(&mut self) -> Result<u16, BadPayload> {
-        let b = self.take(2)?;
-        Ok(u16::from_le_bytes(
-            b.try_into().map_err(|_| BadPayload("u16"))?,
-        ))
+        self.0.u16().map_err(|_| BadPayload("truncated"))
     }
     fn u32(&mut self) -> Result<u32, BadPayload> {
-        let b = self.take(4)?;
-        Ok(u32::from_le_bytes(
-            b.try_into().map_err(|_| BadPayload("u32"))?,
-        ))
+        self.0.u32().map_err(|_| BadPayload("truncated"))
     }
     fn tuple(&mut self) -> Result<OwnedTuple, BadPayload> {
         let infomask2 = self.u16()?;

@@ -82,7 +82,7 @@ impl PendingOp {
 
     /// Decodes one entry; `Err` carries a description for the caller's error.
     pub(crate) fn decode(bytes: &[u8]) -> Result<PendingOp, String> {
-        let mut cur = Cursor(bytes);
+        let mut cur = Cursor(walshadow_pg_format::cursor::Cursor::new(bytes));
         let op = match cur.u8()? {
             TAG_PRUNE => PendingOp::Prune {
                 toast_relid: cur.u32()?,
@@ -108,44 +108,39 @@ impl PendingOp {
             }
             tag => return Err(format!("pending op with unknown tag {tag}")),
         };
-        if !cur.0.is_empty() {
+        if cur.0.remaining() != 0 {
             return Err(format!(
                 "pending op of {} bytes has {} trailing bytes",
                 bytes.len(),
-                cur.0.len()
+                cur.0.remaining()
             ));
         }
         Ok(op)
     }
 }
 
-/// A checked little-endian reader: errors on truncation instead of panicking.
-struct Cursor<'a>(&'a [u8]);
+/// The one checked little-endian reader, with this file's error text.
+struct Cursor<'a>(walshadow_pg_format::cursor::Cursor<'a>);
 
 impl Cursor<'_> {
-    fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        let (head, rest) = self
-            .0
-            .split_first_chunk::<N>()
-            .ok_or_else(|| format!("pending op truncated: wanted {N} more bytes"))?;
-        self.0 = rest;
-        Ok(*head)
+    fn cut<T>(r: Result<T, walshadow_pg_format::cursor::Truncated>, n: usize) -> Result<T, String> {
+        r.map_err(|_| format!("pending op truncated: wanted {n} more bytes"))
     }
 
     fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take::<1>()?[0])
+        Self::cut(self.0.u8(), 1)
     }
 
     fn u32(&mut self) -> Result<u32, String> {
-        self.take().map(u32::from_le_bytes)
+        Self::cut(self.0.u32(), 4)
     }
 
     fn i32(&mut self) -> Result<i32, String> {
-        self.take().map(i32::from_le_bytes)
+        Self::cut(self.0.i32(), 4)
     }
 
     fn u64(&mut self) -> Result<u64, String> {
-        self.take().map(u64::from_le_bytes)
+        Self::cut(self.0.u64(), 8)
     }
 }
 

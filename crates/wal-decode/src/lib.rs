@@ -40,7 +40,7 @@
 )]
 
 mod block;
-mod cursor;
+use walshadow_pg_format::cursor;
 mod error;
 pub mod heap;
 mod page;

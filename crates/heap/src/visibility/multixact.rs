@@ -26,6 +26,7 @@
 //! and checks there is exactly one updater.
 
 use bytes::Bytes;
+use walshadow_pg_format::cursor::u32_at as le_u32;
 use walshadow_types::Xid;
 
 use super::error::GateError;
@@ -131,11 +132,6 @@ impl Default for MultiXacts {
     fn default() -> Self {
         MultiXacts::new()
     }
-}
-
-fn le_u32(page: &[u8], at: usize) -> Option<u32> {
-    let b = page.get(at..at.checked_add(4)?)?;
-    Some(u32::from_le_bytes(<[u8; 4]>::try_from(b).ok()?))
 }
 
 impl MultiXacts {

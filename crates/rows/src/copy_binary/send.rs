@@ -56,46 +56,41 @@ fn exact<const N: usize>(kind: &Kind, b: &[u8]) -> Result<[u8; N], SendError> {
         .map_err(|_| bad(kind, format!("{} bytes where {N} are expected", b.len())))
 }
 
-/// A checked big-endian reader over one field.
-struct Reader<'a> {
-    b: &'a [u8],
-    pos: usize,
-}
+/// A checked big-endian reader over one field (the one cursor, with
+/// `None` for a field cut short).
+struct Reader<'a>(walshadow_pg_format::cursor::Cursor<'a>);
 
 impl<'a> Reader<'a> {
     fn new(b: &'a [u8]) -> Self {
-        Reader { b, pos: 0 }
+        Reader(walshadow_pg_format::cursor::Cursor::new(b))
     }
 
     fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let end = self.pos.checked_add(n)?;
-        let s = self.b.get(self.pos..end)?;
-        self.pos = end;
-        Some(s)
+        self.0.take(n).ok()
     }
 
     fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
-        self.take(N).and_then(|s| s.try_into().ok())
+        self.0.array().ok()
     }
 
     fn u8(&mut self) -> Option<u8> {
-        self.array::<1>().map(|[b]| b)
+        self.0.u8().ok()
     }
 
     fn u16(&mut self) -> Option<u16> {
-        self.array().map(u16::from_be_bytes)
+        self.0.u16_be().ok()
     }
 
     fn i16(&mut self) -> Option<i16> {
-        self.array().map(i16::from_be_bytes)
+        self.0.i16_be().ok()
     }
 
     fn i32(&mut self) -> Option<i32> {
-        self.array().map(i32::from_be_bytes)
+        self.0.i32_be().ok()
     }
 
     fn rest(&self) -> &'a [u8] {
-        self.b.get(self.pos..).unwrap_or_default()
+        self.0.peek_rest()
     }
 }
 

@@ -92,7 +92,7 @@ fn seed_err(path: &Path, problem: impl Into<String>) -> InitError {
 
 /// The relation map file's `(oid, file)` pairs (relmapper.c `RelMapFile`).
 fn relmap_entry(bytes: &[u8], oid: Oid) -> Option<Oid> {
-    let u32_at = |o: usize| Some(u32::from_le_bytes(bytes.get(o..o + 4)?.try_into().ok()?));
+    let u32_at = |o: usize| walshadow_pg_format::cursor::u32_at(bytes, o);
     let n = u32_at(4)? as usize;
     (0..n.min(64)).find_map(|i| (u32_at(8 + 8 * i)? == oid).then(|| u32_at(12 + 8 * i))?)
 }

@@ -17,9 +17,7 @@ use bytes::{BufMut, BytesMut};
 use walshadow_types::Lsn;
 
 /// Type OIDs used in row descriptions (`pg_type.dat`).
-pub const TEXTOID: u32 = 25;
-pub const INT8OID: u32 = 20;
-pub const BYTEAOID: u32 = 17;
+pub use walshadow_pg_format::type_oid::{BYTEA as BYTEAOID, INT8 as INT8OID, TEXT as TEXTOID};
 
 /// Special startup-packet protocol codes (`pqcomm.h`).
 pub const CANCEL_REQUEST_CODE: u32 = (1234 << 16) | 5678;
@@ -43,71 +41,56 @@ pub enum ProtocolError {
     UnknownStandbyMessage(u8),
 }
 
-/// A checked reader over one message body.
+/// A checked reader over one message body (big-endian, as the protocol
+/// is), naming the message in its errors.
 #[derive(Debug)]
 pub struct Cursor<'a> {
     what: &'static str,
-    buf: &'a [u8],
-    pos: usize,
+    inner: walshadow_pg_format::cursor::Cursor<'a>,
 }
 
 impl<'a> Cursor<'a> {
     pub fn new(what: &'static str, buf: &'a [u8]) -> Self {
-        Cursor { what, buf, pos: 0 }
+        Cursor {
+            what,
+            inner: walshadow_pg_format::cursor::Cursor::new(buf),
+        }
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], ProtocolError> {
-        let end = self.pos.checked_add(n).ok_or(ProtocolError::Truncated {
+    fn truncated(&self) -> ProtocolError {
+        ProtocolError::Truncated {
             what: self.what,
-            at: self.pos,
-        })?;
-        let s = self
-            .buf
-            .get(self.pos..end)
-            .ok_or(ProtocolError::Truncated {
-                what: self.what,
-                at: self.pos,
-            })?;
-        self.pos = end;
-        Ok(s)
+            at: self.inner.position(),
+        }
     }
 
     pub fn u8(&mut self) -> Result<u8, ProtocolError> {
-        Ok(self.take(1)?.first().copied().unwrap_or_default())
+        self.inner.u8().map_err(|_| self.truncated())
     }
 
     pub fn u32(&mut self) -> Result<u32, ProtocolError> {
-        let b = self.take(4)?;
-        Ok(u32::from_be_bytes(b.try_into().unwrap_or_default()))
+        self.inner.u32_be().map_err(|_| self.truncated())
     }
 
     pub fn i64(&mut self) -> Result<i64, ProtocolError> {
-        let b = self.take(8)?;
-        Ok(i64::from_be_bytes(b.try_into().unwrap_or_default()))
+        self.inner.i64_be().map_err(|_| self.truncated())
     }
 
     pub fn u64(&mut self) -> Result<u64, ProtocolError> {
-        let b = self.take(8)?;
-        Ok(u64::from_be_bytes(b.try_into().unwrap_or_default()))
+        self.inner.u64_be().map_err(|_| self.truncated())
     }
 
     /// A NUL-terminated string.
     pub fn cstr(&mut self) -> Result<&'a str, ProtocolError> {
-        let rest = self.buf.get(self.pos..).unwrap_or_default();
-        let nul = rest
-            .iter()
-            .position(|&b| b == 0)
-            .ok_or(ProtocolError::Truncated {
-                what: self.what,
-                at: self.buf.len(),
-            })?;
-        let s = self.take(nul)?;
-        self.take(1)?;
+        let s = self.inner.cstr().map_err(|_| ProtocolError::Truncated {
+            what: self.what,
+            at: self.inner.position() + self.inner.remaining(),
+        })?;
         std::str::from_utf8(s).map_err(|_| ProtocolError::NotUtf8 { what: self.what })
     }
 
     pub fn finish(self) -> Result<(), ProtocolError> {
-        let extra = self.buf.len().saturating_sub(self.pos);
+        let extra = self.inner.remaining();
         if extra == 0 {
             Ok(())
         } else {

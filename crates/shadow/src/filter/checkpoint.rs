@@ -291,46 +291,39 @@ impl From<String> for DecodeError {
     }
 }
 
-/// A checked cursor: every read errors on truncation.
-struct Cursor<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
+/// A checked cursor over the body, naming the field a truncation cut.
+struct Cursor<'a>(walshadow_pg_format::cursor::Cursor<'a>);
 
 impl<'a> Cursor<'a> {
+    fn cut(&self, what: &str) -> String {
+        format!("truncated in {what} at body offset {}", self.0.position())
+    }
+
     fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
-        let end = self.pos.checked_add(n);
-        let s = end
-            .and_then(|e| self.buf.get(self.pos..e))
-            .ok_or_else(|| format!("truncated in {what} at body offset {}", self.pos))?;
-        self.pos += n;
-        Ok(s)
+        self.0.take(n).map_err(|_| self.cut(what))
     }
 
     fn u8(&mut self, what: &str) -> Result<u8, String> {
-        Ok(*self.take(1, what)?.first().unwrap_or(&0))
+        self.0.u8().map_err(|_| self.cut(what))
     }
 
     fn u16(&mut self, what: &str) -> Result<u16, String> {
-        let s = self.take(2, what)?;
-        Ok(u16::from_le_bytes(s.try_into().unwrap_or_default()))
+        self.0.u16().map_err(|_| self.cut(what))
     }
 
     fn u32(&mut self, what: &str) -> Result<u32, String> {
-        let s = self.take(4, what)?;
-        Ok(u32::from_le_bytes(s.try_into().unwrap_or_default()))
+        self.0.u32().map_err(|_| self.cut(what))
     }
 
     fn u64(&mut self, what: &str) -> Result<u64, String> {
-        let s = self.take(8, what)?;
-        Ok(u64::from_le_bytes(s.try_into().unwrap_or_default()))
+        self.0.u64().map_err(|_| self.cut(what))
     }
 
     /// A count of entries of at least `entry_len` bytes each, checked
     /// against what is left so a damaged count cannot allocate.
     fn count(&mut self, entry_len: usize, what: &str) -> Result<usize, String> {
         let n = self.u32(what)? as usize;
-        let left = self.buf.len() - self.pos;
+        let left = self.0.remaining();
         if n.saturating_mul(entry_len) > left {
             return Err(format!(
                 "{what}: {n} entries do not fit in the {left} bytes left"
@@ -377,10 +370,9 @@ fn decode(bytes: &[u8]) -> Result<FilterCheckpoint, DecodeError> {
             "checksum mismatch (torn or edited file)".into(),
         ));
     }
-    let mut c = Cursor {
-        buf: covered.get(HEADER_LEN..).unwrap_or_default(),
-        pos: 0,
-    };
+    let mut c = Cursor(walshadow_pg_format::cursor::Cursor::new(
+        covered.get(HEADER_LEN..).unwrap_or_default(),
+    ));
     let system_id = c.u64("header")?;
     let major_n = c.u32("header")?;
     let major = PgMajor::from_number(major_n).map_err(|e| e.to_string())?;
@@ -429,10 +421,10 @@ fn decode(bytes: &[u8]) -> Result<FilterCheckpoint, DecodeError> {
         let xid = c.u32("created files")?;
         f.created.insert(key, (xid, Lsn(c.u64("created files")?)));
     }
-    if c.pos != c.buf.len() {
+    if c.0.remaining() != 0 {
         return Err(DecodeError::Damaged(format!(
             "{} bytes after the last entry",
-            c.buf.len() - c.pos
+            c.0.remaining()
         )));
     }
     Ok(FilterCheckpoint {

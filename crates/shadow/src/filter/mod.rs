@@ -29,6 +29,7 @@ pub mod pg_class;
 pub mod pipeline;
 
 use std::collections::HashMap;
+use walshadow_pg_format::cursor::{u16_at as le_u16, u32_at as le_u32};
 
 use walshadow_types::{BlockNumber, ForkNumber, Lsn, Oid, PgMajor, RelFileLocator};
 use walshadow_wal_decode::{BlockRef, RecordView, RmgrId};
@@ -705,12 +706,4 @@ fn parse_relmap(bytes: &[u8]) -> Option<HashMap<Oid, Oid>> {
     (0..n)
         .map(|i| Some((le_u32(bytes, 8 + i * 8)?, le_u32(bytes, 12 + i * 8)?)))
         .collect()
-}
-
-fn le_u32(b: &[u8], off: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(off..off + 4)?.try_into().ok()?))
-}
-
-fn le_u16(b: &[u8], off: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(off..off + 2)?.try_into().ok()?))
 }

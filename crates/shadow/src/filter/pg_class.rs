@@ -12,6 +12,7 @@
 //! WAL, to rebuild what a record leaves out.
 
 use std::collections::HashMap;
+use walshadow_pg_format::cursor::u32_at;
 
 use walshadow_types::{BlockNumber, Oid, PgMajor};
 
@@ -60,10 +61,6 @@ fn layout(major: PgMajor) -> Layout {
         relkind,
         relrewrite,
     }
-}
-
-fn u32_at(data: &[u8], off: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(data.get(off..off + 4)?.try_into().ok()?))
 }
 
 impl PgClassRow {
