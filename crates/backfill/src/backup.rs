@@ -73,10 +73,6 @@ use walshadow_heap::visibility::{
 /// backup serves them all.
 pub const COALESCE_WINDOW: Duration = Duration::from_secs(1);
 
-/// Environment variable of the test hook that aborts the process right
-/// after a staging table was exchanged (before its copy-back).
-pub const CRASH_AFTER_EXCHANGE_ENV: &str = "WALSHADOW_TEST_CRASH_AFTER_EXCHANGE";
-
 /// One table of a pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PassTable {
@@ -112,9 +108,6 @@ pub struct BackupPass {
     pub toast_cache_mb: usize,
     pub state_dir: PathBuf,
     pub ledger: Arc<Mutex<Ledger>>,
-    /// Tests: pause once per table, after its first rows reached staging,
-    /// until the file this creates in the folder is removed.
-    pub pause_dir: Option<PathBuf>,
     /// Shared with the stream: held from a table's schema gate to its
     /// exchange.
     pub dest_locks: DestLocks,
@@ -517,7 +510,6 @@ impl BackupPass {
             toast_waits: 0,
             toast_missing: 0,
             toast_chunks: 0,
-            pause_dir: self.pause_dir.clone(),
         };
         let sink = PageWalkSink::new(plan.files.iter().map(|f| f.locator), walker, plan.walk)
             .map_err(|e| AttemptError::Failed(e.to_string()))?;
@@ -888,10 +880,7 @@ impl BackupPass {
             let uuid = staging.mark_swapped(&mut mark).await?;
             staging.exchange(&uuid).await?;
             drop(guard);
-            if std::env::var_os(CRASH_AFTER_EXCHANGE_ENV).is_some() {
-                tracing::warn!(table = %t.key, "test hook: aborting right after the exchange");
-                std::process::abort();
-            }
+            walshadow_failpoints::crash(walshadow_failpoints::BACKUP_AFTER_EXCHANGE);
             let copied_back = staging
                 .copy_back(tokio::time::Instant::now())
                 .await?;
@@ -1035,7 +1024,6 @@ struct Walker {
     toast_waits: u64,
     toast_missing: u64,
     toast_chunks: u64,
-    pause_dir: Option<PathBuf>,
 }
 
 impl Walker {
@@ -1161,7 +1149,11 @@ impl Walker {
                 t.insert(&ch).await?;
                 if !t.paused {
                     t.paused = true;
-                    pause(&self.pause_dir, &t.table.key).await;
+                    walshadow_failpoints::hold(
+                        walshadow_failpoints::BACKUP_WALK_AFTER_STAGING,
+                        &format!("{}.walk", t.table.key),
+                    )
+                    .await;
                 }
             }
         }
@@ -1255,21 +1247,6 @@ impl Target {
         sealed.insert(ch, &token, &policy).await?;
         self.rows += sealed.rows as u64;
         Ok(())
-    }
-}
-
-async fn pause(dir: &Option<PathBuf>, key: &str) {
-    let Some(dir) = dir else {
-        return;
-    };
-    let file = dir.join(format!("{key}.walk.paused"));
-    if std::fs::write(&file, b"").is_err() {
-        return;
-    }
-    tracing::info!(file = %file.display(), "test hook: walk paused after rows reached staging");
-    let started = Instant::now();
-    while file.exists() && started.elapsed() < Duration::from_secs(120) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

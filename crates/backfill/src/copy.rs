@@ -86,12 +86,6 @@ pub struct CopyLoad {
     pub state_dir: PathBuf,
     pub ledger: Arc<Mutex<Ledger>>,
     pub recent: Arc<RecentCommits>,
-    /// Tests: pause after taking each snapshot (before locking) until the
-    /// file this creates in the folder is removed.
-    pub pause_dir: Option<PathBuf>,
-    /// Tests: each worker pauses before its first insert until the file it
-    /// creates in the folder is removed.
-    pub insert_pause_dir: Option<PathBuf>,
 }
 
 /// What a finished pass did.
@@ -306,7 +300,11 @@ impl CopyLoad {
     async fn attempt(&self, attempt: u32) -> Result<u64, AttemptError> {
         let mut leader = self.connect().await?;
         let snapshot_id = self.take_snapshot(&mut leader).await?;
-        self.pause(attempt).await;
+        walshadow_failpoints::hold(
+            walshadow_failpoints::COPY_AFTER_SNAPSHOT,
+            &format!("{}.{attempt}", self.key),
+        )
+        .await;
         let (schema, name) = walshadow_types::split_table_key(&self.key)
             .ok_or_else(|| AttemptError::Failed(format!("{}: not schema.name", self.key)))?;
         let (schema, name) = (schema.as_str(), name.as_str());
@@ -408,35 +406,6 @@ impl CopyLoad {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
-        }
-    }
-
-    async fn pause(&self, attempt: u32) {
-        let Some(dir) = &self.pause_dir else {
-            return;
-        };
-        let file = dir.join(format!("{}.{attempt}.paused", self.key));
-        if std::fs::write(&file, b"").is_err() {
-            return;
-        }
-        tracing::info!(file = %file.display(), "test hook: paused after the snapshot");
-        let started = Instant::now();
-        while file.exists() && started.elapsed() < Duration::from_secs(120) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    async fn pause_before_insert(&self, worker: usize) {
-        let Some(dir) = &self.insert_pause_dir else {
-            return;
-        };
-        let file = dir.join(format!("{}.{:X}.{worker}.paused", self.key, self.s.0));
-        if std::fs::write(&file, b"").is_err() {
-            return;
-        }
-        tracing::info!(file = %file.display(), "test hook: paused before the worker's first insert");
-        while file.exists() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -719,7 +688,11 @@ impl CopyLoad {
             return Ok(());
         };
         if *inserts == 0 {
-            self.pause_before_insert(worker).await;
+            walshadow_failpoints::hold(
+                walshadow_failpoints::COPY_BEFORE_FIRST_INSERT,
+                &format!("{}.{:X}.{worker}", self.key, self.s.0),
+            )
+            .await;
         }
         let _guard = self.dest_locks.share(&self.dest_name).await;
         let found = self

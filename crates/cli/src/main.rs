@@ -155,6 +155,8 @@ fn main() -> std::process::ExitCode {
     // (What the shadow's server user must reach is handed to it by
     // ownership; PostgreSQL sets its own umask.)
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    // Test builds only: the failpoints FAILPOINTS arms (empty otherwise).
+    let _failpoints = walshadow_failpoints::setup();
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(

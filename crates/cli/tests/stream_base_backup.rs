@@ -260,12 +260,10 @@ fn failures_recover(major: PgMajor) -> Result<()> {
          insert into t2 select g, 'w' || g from generate_series(1, 800) g;",
     )?;
     h.init()?;
-    let pause_dir = h.work.path().join("pause");
-    std::fs::create_dir_all(&pause_dir)?;
-    h.run_env.push((
-        "WALSHADOW_TEST_PAUSE_AFTER_SNAPSHOT".into(),
-        pause_dir.display().to_string(),
-    ));
+    let pause_dir = h.arm_holds(&[
+        walshadow_failpoints::COPY_AFTER_SNAPSHOT,
+        walshadow_failpoints::BACKUP_WALK_AFTER_STAGING,
+    ])?;
     h.start_run()?;
     let cols = [same("id"), same("v")];
 
@@ -377,8 +375,7 @@ fn failures_recover(major: PgMajor) -> Result<()> {
 
     // 2. kill -9 between the exchange and the copy-back.
     h.stop_run()?;
-    h.run_env
-        .push(("WALSHADOW_TEST_CRASH_AFTER_EXCHANGE".into(), "1".into()));
+    h.arm(walshadow_failpoints::BACKUP_AFTER_EXCHANGE, "return");
     h.start_run()?;
     h.source
         .psql("insert into walshadow.tables values ('public', 't2', true, 'base_backup');")?;
@@ -403,8 +400,10 @@ fn failures_recover(major: PgMajor) -> Result<()> {
     .with_context(|| common::tail(&h.run_log(), 40))?;
     h.run = None;
     ensure!(
-        h.run_log()
-            .contains("test hook: aborting right after the exchange"),
+        h.run_log().contains(&format!(
+            "failpoint {}: ending the process",
+            walshadow_failpoints::BACKUP_AFTER_EXCHANGE
+        )),
         "walshadow exited, but not at the hook ({exited:?}):\n{}",
         common::tail(&h.run_log(), 40)
     );
@@ -420,8 +419,7 @@ fn failures_recover(major: PgMajor) -> Result<()> {
          insert into t2 values (9002, 'while opted out');
          update walshadow.tables set replicate = true where table_name = 't2';",
     )?;
-    h.run_env
-        .retain(|(k, _)| k != "WALSHADOW_TEST_CRASH_AFTER_EXCHANGE");
+    h.disarm();
     h.start_run()?;
     let mut last = None;
     wait_until(CATCH_UP, "t2 loaded again after the recovery", || {

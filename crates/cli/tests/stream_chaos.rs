@@ -201,12 +201,7 @@ per_major!(full_identity_old_value => full_identity_row_with_a_gone_toast_value_
 
 fn waiting_supersedes(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(major, "waitchain", &["public.t"], "")?;
-    let pauses = h.work.path().join("pauses");
-    std::fs::create_dir_all(&pauses)?;
-    h.run_env.push((
-        walshadow_pipeline::stream::PAUSE_AFTER_GONE_ENV.into(),
-        pauses.display().to_string(),
-    ));
+    let pauses = h.arm_holds(&[walshadow_failpoints::STREAM_AFTER_TOAST_GONE])?;
     load_old_rows(
         &mut h,
         "public.t",

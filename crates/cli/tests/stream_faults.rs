@@ -243,7 +243,7 @@ fn stall_continues(major: PgMajor) -> Result<()> {
 /// A load that meets a source refusing new connections (every client slot
 /// taken: `53300`) waits for as long as that lasts, without using up
 /// `backfill.max_attempts`, and loads once the slots free up. The load is
-/// held after its snapshot (test hook) while the slots fill, so its
+/// held after its snapshot (a failpoint) while the slots fill, so its
 /// workers are the ones refused.
 fn load_waits_out_the_source(major: PgMajor) -> Result<()> {
     let opts = common::source_options()
@@ -256,12 +256,7 @@ fn load_waits_out_the_source(major: PgMajor) -> Result<()> {
         "\n[backfill]\nmax_attempts = 2\n",
         opts,
     )?;
-    let pauses = h.work.path().join("pauses");
-    std::fs::create_dir_all(&pauses)?;
-    h.run_env.push((
-        walshadow_pipeline::backfills::PAUSE_ENV.into(),
-        pauses.display().to_string(),
-    ));
+    let pauses = h.arm_holds(&[walshadow_failpoints::COPY_AFTER_SNAPSHOT])?;
     h.source.psql(
         "create table t (id int primary key, v text);
          insert into t select g, 'existing' from generate_series(1, 500) g;",

@@ -10,7 +10,7 @@
 //!   root; `legacy` with `initial_load = 'none'` (streaming from `S` only;
 //!   unknown modes are refused, see stream_mistakes); opt-out, deletes,
 //!   opt back in: no phantoms.
-//! - `rewrites_retry`: the load pauses after its snapshot (test hook); a
+//! - `rewrites_retry`: the load pauses after its snapshot (a failpoint); a
 //!   VACUUM FULL, a TRUNCATE and a drop-and-recreate there make it retry
 //!   on a fresh snapshot and end equal; with attempts exhausted the entry
 //!   stays pending with the error.
@@ -233,12 +233,7 @@ fn rewrites_retry(major: PgMajor) -> Result<()> {
         &[],
         "[backfill]\nmax_attempts = 4\n",
     )?;
-    let pause = h.work.path().join("pause");
-    std::fs::create_dir_all(&pause)?;
-    h.run_env.push((
-        "WALSHADOW_TEST_PAUSE_AFTER_SNAPSHOT".into(),
-        pause.display().to_string(),
-    ));
+    let pause = h.arm_holds(&[walshadow_failpoints::COPY_AFTER_SNAPSHOT])?;
     h.source.psql(
         "create table t (id int primary key, v text);
          insert into t select g, 'v' || g from generate_series(1, 500) g;

@@ -165,12 +165,7 @@ per_major!(resync => stopped_table_comes_back_with_resync: pg15, pg18);
 /// is swapped in, and the table equals the source.
 fn resync_started_over(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(major, "resyncagain", &["public.t"], "")?;
-    let pauses = h.work.path().join("pauses");
-    std::fs::create_dir_all(&pauses)?;
-    h.run_env.push((
-        walshadow_pipeline::backfills::INSERT_PAUSE_ENV.into(),
-        pauses.display().to_string(),
-    ));
+    let pauses = h.arm_holds(&[walshadow_failpoints::COPY_BEFORE_FIRST_INSERT])?;
     let paused = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
         let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
         entries.map(|e| e.path()).collect()
@@ -310,7 +305,7 @@ fn load_progress(major: PgMajor) -> Result<()> {
 per_major!(load_progress => load_progress_is_shown: pg15, pg18);
 
 /// `kill -9` at either side of a resync's exchange (the process ends there
-/// through a test hook): the next start finishes the resync exactly once,
+/// at a failpoint): the next start finishes the resync exactly once,
 /// never exchanging back.
 fn resync_crashes(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(major, "resync-crash", &["public.t"], "")?;
@@ -321,12 +316,16 @@ fn resync_crashes(major: PgMajor) -> Result<()> {
     h.source
         .psql("insert into t select g, 'a', g from generate_series(1, 100) g")?;
     h.wait_caught_up(CATCH_UP)?;
-    for (round, point) in ["before_exchange", "after_exchange"]
-        .into_iter()
-        .enumerate()
+    for (round, point) in [
+        walshadow_failpoints::RESYNC_BEFORE_EXCHANGE,
+        walshadow_failpoints::RESYNC_AFTER_EXCHANGE,
+    ]
+    .into_iter()
+    .enumerate()
     {
         h.stop_run()?;
-        h.run_env = vec![("WALSHADOW_TEST_RESYNC_CRASH".into(), point.into())];
+        h.disarm();
+        h.arm(point, "return");
         h.start_run()?;
         h.cli_ok(&["table", "resync", "public.t", "--config", h.config()])?;
         h.source.psql(&format!(
@@ -340,10 +339,11 @@ fn resync_crashes(major: PgMajor) -> Result<()> {
         h.run = None;
         ensure!(exit.is_some_and(|s| !s.success()), "{point}: {exit:?}");
         ensure!(
-            h.run_log().contains(&format!("resync's {point}")),
-            "{point}: no hook"
+            h.run_log()
+                .contains(&format!("failpoint {point}: ending the process")),
+            "{point}: did not end at the failpoint"
         );
-        h.run_env.clear();
+        h.disarm();
         h.start_run()?;
         wait_state(&mut h, "public.t", "streaming")?;
         h.wait_caught_up(CATCH_UP)?;

@@ -74,16 +74,16 @@ pub fn parse_history(tli: TimeLineId, content: &[u8]) -> Result<Vec<HistoryEntry
             continue;
         }
         let at = |why: &str| bad(format!("line {}: {why}: {line:?}", n + 1));
-        let mut fields = line.splitn(3, ['\t', ' ']);
-        let parent: TimeLineId = fields
-            .next()
-            .and_then(|f| f.trim().parse().ok())
-            .ok_or_else(|| at("bad timeline id"))?;
-        let switch_lsn: Lsn = fields
-            .next()
-            .and_then(|f| f.trim().parse().ok())
-            .ok_or_else(|| at("bad switch point"))?;
-        let reason = fields.next().unwrap_or("").trim().to_owned();
+        // timeline.c reads `%u\t%X/%X` with sscanf, whose whitespace
+        // matches any run of it; the reason after is free text.
+        let (parent, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+        let (switch_lsn, reason) = rest
+            .trim_start()
+            .split_once(char::is_whitespace)
+            .unwrap_or((rest.trim_start(), ""));
+        let parent: TimeLineId = parent.parse().map_err(|_| at("bad timeline id"))?;
+        let switch_lsn: Lsn = switch_lsn.parse().map_err(|_| at("bad switch point"))?;
+        let reason = reason.trim().to_owned();
         if entries.last().is_some_and(|prev| parent <= prev.parent) {
             return Err(at("timeline IDs must be in increasing sequence"));
         }
@@ -152,6 +152,15 @@ mod tests {
         assert_eq!(e[0].reason, "no recovery target specified");
         assert_eq!(e[1].switch_lsn, Lsn(0x5000000));
         assert_eq!(parse_history(1, b""), Ok(vec![]));
+        // Runs of spaces and tabs, as sscanf's whitespace takes them; a
+        // line without a reason.
+        let e = parse_history(3, b"  1 \t  0/3000158   why  \n2\t0/5000000\n").unwrap();
+        assert_eq!(
+            e.iter()
+                .map(|h| (h.parent, h.switch_lsn, h.reason.as_str()))
+                .collect::<Vec<_>>(),
+            [(1, Lsn(0x3000158), "why"), (2, Lsn(0x5000000), "")]
+        );
     }
 
     #[test]

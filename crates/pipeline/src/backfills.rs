@@ -31,14 +31,6 @@ use walshadow_emitter::{ClickHouseClient, MetaColumns};
 use walshadow_types::Lsn;
 use walshadow_wal_reader::replication::ConnConfig;
 
-/// Environment variable of the test hook that pauses a load after its
-/// snapshot (a folder; see `CopyLoad::pause_dir`).
-pub const PAUSE_ENV: &str = "WALSHADOW_TEST_PAUSE_AFTER_SNAPSHOT";
-
-/// Environment variable of the test hook that pauses each `copy` worker
-/// before its first insert (a folder; see `CopyLoad::insert_pause_dir`).
-pub const INSERT_PAUSE_ENV: &str = "WALSHADOW_TEST_PAUSE_BEFORE_LOAD_INSERT";
-
 type LoadTask = JoinHandle<Result<LoadSummary, LoadError>>;
 type PassTask = JoinHandle<Result<PassSummary, PassError>>;
 
@@ -363,7 +355,6 @@ impl Backfills {
             toast_cache_mb: self.toast_cache_mb,
             state_dir: self.state_dir.clone(),
             ledger: Arc::clone(&self.ledger),
-            pause_dir: std::env::var_os(PAUSE_ENV).map(PathBuf::from),
             dest_locks: self.dest_locks.clone(),
         };
         tracing::info!(tables = %keys.join(", "), "initial load (base_backup) starting: one backup for these tables");
@@ -387,8 +378,6 @@ impl Backfills {
             state_dir: self.state_dir.clone(),
             ledger: Arc::clone(&self.ledger),
             recent: Arc::clone(&self.recent),
-            pause_dir: std::env::var_os(PAUSE_ENV).map(PathBuf::from),
-            insert_pause_dir: std::env::var_os(INSERT_PAUSE_ENV).map(PathBuf::from),
         };
         tracing::info!(table = %key, s = %s, workers = self.config.workers, "initial load (copy) starting");
         self.running.insert(key, tokio::spawn(load.run()));

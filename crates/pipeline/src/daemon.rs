@@ -6,7 +6,8 @@ use walshadow_state_file::StateFile;
 
 use tokio::sync::{mpsc, watch};
 use walshadow_config::Config;
-use walshadow_shadow::run::{RunError, Shadow, StatePaths, WalTap, load_init_state};
+use walshadow_shadow::intake::WalTap;
+use walshadow_shadow::run::{RunError, Shadow, StatePaths, load_init_state};
 
 use crate::progress::Progress;
 use crate::stream::{StreamControl, StreamError, Streamer};
@@ -58,7 +59,7 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
     // from the config file and from the config table.
     if config.clickhouse.is_none() {
         let shadow = Shadow::start(config).await?;
-        let fed = walshadow_shadow::run::feed_until_stopped(config, &shadow, stop).await;
+        let fed = walshadow_shadow::intake::feed_until_stopped(config, &shadow, stop).await;
         let stopped = shadow.stop().await;
         fed?;
         stopped?;
@@ -163,9 +164,13 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
         hold: hold_rx,
         source_end,
     };
-    let fed =
-        walshadow_shadow::run::feed_tapped_until_stopped(config, &shadow, Some(tap), stop.clone())
-            .await;
+    let fed = walshadow_shadow::intake::feed_tapped_until_stopped(
+        config,
+        &shadow,
+        Some(tap),
+        stop.clone(),
+    )
+    .await;
     // The tap is closed: the pipeline flushes and records its progress —
     // within STOP_GRACE of a stop request. Past it, the pipeline is
     // dropped where it waits (a ClickHouse request that does not answer):

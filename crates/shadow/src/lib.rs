@@ -10,7 +10,10 @@
 //! - [`segment_store`]: the filtered WAL, durable, served from segment starts.
 //! - [`feeder`]: the walsender the shadow's walreceiver connects to.
 //! - [`process`]: running PostgreSQL binaries as the unprivileged user.
-//! - [`run`]: `walshadow run`: the shadow started, fed and kept running.
+//! - [`run`]: the shadow's lifecycle: started, kept running, stopped.
+//! - [`intake`]: the daemon's WAL intake: the source's WAL through the filter
+//!   into the store, filter checkpoints and what the slot is told, the raw-WAL
+//!   tap the streaming pipeline reads.
 //! - [`postmaster`]: whether the shadow's postmaster is up (its lock file).
 //! - [`state_lock`]: one process per state directory.
 //! - [`catalog`]: `ShadowCatalog`, relation descriptors from the shadow.
@@ -21,6 +24,7 @@ pub mod bootstrap;
 pub mod catalog;
 pub mod feeder;
 pub mod filter;
+pub mod intake;
 pub mod postmaster;
 pub mod process;
 pub mod run;

@@ -9,8 +9,9 @@ use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_shadow::catalog::ShadowCatalog;
+use walshadow_shadow::intake::feed;
 use walshadow_shadow::postmaster::Postmaster;
-use walshadow_shadow::run::{Shadow, feed};
+use walshadow_shadow::run::Shadow;
 use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir};
 
 mod common;

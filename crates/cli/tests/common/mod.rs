@@ -161,6 +161,35 @@ impl StreamHarness {
     }
 
     /// Starts `walshadow run` (returns at once).
+    /// Arms failpoint `name` (see `walshadow_failpoints`) with `action`
+    /// for the next `run`: `return` to crash there, `return(DIR)` to hold.
+    pub fn arm(&mut self, name: &str, action: &str) {
+        let entry = format!("{name}={action}");
+        match self.run_env.iter_mut().find(|(k, _)| k == "FAILPOINTS") {
+            Some((_, v)) => {
+                v.push(';');
+                v.push_str(&entry);
+            }
+            None => self.run_env.push(("FAILPOINTS".into(), entry)),
+        }
+    }
+
+    /// Holds at each of `names` in the next `run`, the hold files in a
+    /// fresh folder, which this returns.
+    pub fn arm_holds(&mut self, names: &[&str]) -> Result<PathBuf> {
+        let dir = self.work.path().join("holds");
+        std::fs::create_dir_all(&dir)?;
+        for name in names {
+            self.arm(name, &format!("return({})", dir.display()));
+        }
+        Ok(dir)
+    }
+
+    /// No failpoint armed in the next `run`.
+    pub fn disarm(&mut self) {
+        self.run_env.retain(|(k, _)| k != "FAILPOINTS");
+    }
+
     pub fn start_run(&mut self) -> Result<()> {
         ensure!(self.run.is_none(), "walshadow run is already running");
         let log = File::options()

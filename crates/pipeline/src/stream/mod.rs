@@ -42,7 +42,8 @@ use walshadow_emitter::{
 };
 use walshadow_rows::{RowDecoder, RowError, ToastChunk, TupleRef, Value};
 use walshadow_shadow::catalog::ShadowCatalog;
-use walshadow_shadow::run::{Shadow, TapEvent};
+use walshadow_shadow::intake::TapEvent;
+use walshadow_shadow::run::Shadow;
 use walshadow_txn::{Assembler, AssemblerConfig};
 use walshadow_types::catalog::RelationDesc;
 use walshadow_types::{Lsn, Oid};
@@ -60,7 +61,6 @@ use crate::toast::{SourceReadError, SourceValue, Toast, Wait};
 
 mod resync;
 mod rows;
-pub use rows::PAUSE_AFTER_GONE_ENV;
 mod scope;
 mod tables;
 

@@ -26,19 +26,6 @@
 
 use super::*;
 
-/// The crash drills' hook: with `WALSHADOW_TEST_RESYNC_CRASH` naming this
-/// point, the process ends here as `kill -9` would (no unwinding, no
-/// flush).
-fn crash_point(point: &str) {
-    if std::env::var(RESYNC_CRASH_ENV).is_ok_and(|p| p == point) {
-        tracing::warn!("test hook: ending the process at the resync's {point}");
-        std::process::abort();
-    }
-}
-
-/// See [`crash_point`].
-pub const RESYNC_CRASH_ENV: &str = "WALSHADOW_TEST_RESYNC_CRASH";
-
 impl Streamer {
     /// Starts (or starts again) a resync of `key` at `s`, loading in `mode`;
     /// `counter` is the config row's `resync` value it answers.
@@ -240,7 +227,7 @@ impl Streamer {
             // Durable before the exchange: a crash after it must not
             // exchange back.
             self.write_progress()?;
-            crash_point("before_exchange");
+            walshadow_failpoints::crash(walshadow_failpoints::RESYNC_BEFORE_EXCHANGE);
             let sql = format!(
                 "EXCHANGE TABLES {db}.{} AND {db}.{}",
                 walshadow_emitter::quote_ident(&own),
@@ -253,7 +240,7 @@ impl Streamer {
                 async move { ch.execute(&sql).await }
             })
             .await?;
-            crash_point("after_exchange");
+            walshadow_failpoints::crash(walshadow_failpoints::RESYNC_AFTER_EXCHANGE);
         }
         // The old rows, now under the resync table's name.
         self.drop_table("dropping the replaced table", &staged)

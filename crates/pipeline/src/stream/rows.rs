@@ -155,7 +155,11 @@ impl Streamer {
                                 source_lsn,
                             },
                         );
-                        test_pause_after_gone(key).await;
+                        walshadow_failpoints::hold(
+                            walshadow_failpoints::STREAM_AFTER_TOAST_GONE,
+                            &format!("{key}.gone"),
+                        )
+                        .await;
                         return Ok(());
                     }
                     Err(e) => {
@@ -471,24 +475,3 @@ impl Streamer {
             .collect())
     }
 }
-
-/// The drills' hook: with [`PAUSE_AFTER_GONE_ENV`] naming a folder, the
-/// stream holds after a row version starts waiting for a newer one (file
-/// `<table>.gone.paused`) until the file is removed (2 minutes at most).
-async fn test_pause_after_gone(key: &str) {
-    let Some(dir) = std::env::var_os(PAUSE_AFTER_GONE_ENV) else {
-        return;
-    };
-    let file = std::path::Path::new(&dir).join(format!("{key}.gone.paused"));
-    if std::fs::write(&file, b"").is_err() {
-        return;
-    }
-    tracing::info!(file = %file.display(), "test hook: holding after a TOAST value was found gone");
-    let started = Instant::now();
-    while file.exists() && started.elapsed() < Duration::from_secs(120) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// See [`test_pause_after_gone`].
-pub const PAUSE_AFTER_GONE_ENV: &str = "WALSHADOW_TEST_PAUSE_AFTER_TOAST_GONE";

@@ -6,7 +6,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use walshadow_config::Config;
 use walshadow_shadow::catalog::ShadowCatalog;
-use walshadow_shadow::run::{Shadow, feed};
+use walshadow_shadow::intake::feed;
+use walshadow_shadow::run::Shadow;
 use walshadow_testkit::{Cluster, Lsn};
 
 /// The LSN to wait for after work on the source: its flush position, or the
