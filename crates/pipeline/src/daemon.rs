@@ -7,7 +7,7 @@ use walshadow_state_file::StateFile;
 use tokio::sync::{mpsc, watch};
 use walshadow_config::Config;
 use walshadow_shadow::intake::WalTap;
-use walshadow_shadow::run::{RunError, Shadow, StatePaths, load_init_state};
+use walshadow_shadow::run::{RunError, Shadow, ShadowSettings, StatePaths, load_init_state};
 
 use crate::progress::Progress;
 use crate::stream::{StreamControl, StreamError, Streamer};
@@ -53,13 +53,15 @@ pub enum DaemonError {
 /// Runs until `stop` turns true.
 pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), DaemonError> {
     walshadow_shadow::run::warn_about_transport(config);
+    // What the shadow and the WAL intake take from the config, once.
+    let settings = ShadowSettings::from(config);
     // Before the shadow, its sockets, the metrics port or the mirror.
     let _lock = walshadow_shadow::state_lock::StateLock::acquire(&config.state.dir, "run")?;
     // Without a destination only the shadow runs; with one, tables come
     // from the config file and from the config table.
     if config.clickhouse.is_none() {
-        let shadow = Shadow::start(config).await?;
-        let fed = walshadow_shadow::intake::feed_until_stopped(config, &shadow, stop).await;
+        let shadow = Shadow::start(&settings).await?;
+        let fed = walshadow_shadow::intake::feed_until_stopped(&settings, &shadow, stop).await;
         let stopped = shadow.stop().await;
         fed?;
         stopped?;
@@ -109,7 +111,7 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
         "streaming to ClickHouse"
     );
     // The shadow never replays past what the pipeline has settled.
-    let shadow = Arc::new(Shadow::start_held(config, progress.applied).await?);
+    let shadow = Arc::new(Shadow::start_held(&settings, progress.applied).await?);
     let (hold_tx, hold_rx) = watch::channel(progress.restart);
     let (tx, rx) = mpsc::channel(TAP_QUEUE);
     let source_end = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -165,7 +167,7 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
         source_end,
     };
     let fed = walshadow_shadow::intake::feed_tapped_until_stopped(
-        config,
+        &settings,
         &shadow,
         Some(tap),
         stop.clone(),

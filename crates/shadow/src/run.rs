@@ -144,6 +144,38 @@ pub fn load_init_state(paths: &StatePaths) -> Result<InitState, RunError> {
     })
 }
 
+/// What the shadow and its intake take from the configuration, read once
+/// when the shadow starts (`[clickhouse]`, `[stream]` and the rest are not
+/// theirs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShadowSettings {
+    pub state_dir: PathBuf,
+    pub data_dir: PathBuf,
+    pub pg_bin: PathBuf,
+    pub run_as: Option<String>,
+    /// `source.url`: where the intake streams from.
+    pub source_url: String,
+    pub slot: String,
+    /// A filter checkpoint after this much WAL, or this long.
+    pub checkpoint_every_bytes: u64,
+    pub checkpoint_every: Duration,
+}
+
+impl From<&Config> for ShadowSettings {
+    fn from(config: &Config) -> ShadowSettings {
+        ShadowSettings {
+            state_dir: config.state.dir.clone(),
+            data_dir: config.shadow.data_dir.clone(),
+            pg_bin: config.shadow.pg_bin.clone(),
+            run_as: config.shadow.run_as.clone(),
+            source_url: config.source.url.clone(),
+            slot: config.source.slot.clone(),
+            checkpoint_every_bytes: config.shadow.checkpoint_every_mb.saturating_mul(1 << 20),
+            checkpoint_every: Duration::from_secs(config.shadow.checkpoint_every_secs),
+        }
+    }
+}
+
 /// A running shadow: its feeder (for `wait_for_replay`) and how to reach it.
 #[derive(Debug)]
 pub struct Shadow {
@@ -167,19 +199,19 @@ const START_PATIENCE: Duration = Duration::from_secs(10);
 
 impl Shadow {
     /// Starts the feeder and the shadow PostgreSQL.
-    pub async fn start(config: &Config) -> Result<Shadow, RunError> {
-        Self::start_held(config, Lsn::MAX).await
+    pub async fn start(settings: &ShadowSettings) -> Result<Shadow, RunError> {
+        Self::start_held(settings, Lsn::MAX).await
     }
 
     /// Starts the feeder with a replay ceiling (see
     /// [`Feeder::set_ceiling`]) already in place, then the shadow: it never
     /// replays past `ceiling` until the ceiling is raised.
-    pub async fn start_held(config: &Config, ceiling: Lsn) -> Result<Shadow, RunError> {
+    pub async fn start_held(settings: &ShadowSettings, ceiling: Lsn) -> Result<Shadow, RunError> {
         let paths = StatePaths {
-            dir: config.state.dir.clone(),
+            dir: settings.state_dir.clone(),
         };
         let state = load_init_state(&paths)?;
-        let user = ServerUser::resolve(config.shadow.run_as.as_deref())?;
+        let user = ServerUser::resolve(settings.run_as.as_deref())?;
         let seg_start = crate::intake::segment_start(state.backup_start, state.segment_size);
         let store = if dir_has_entries(&paths.wal()) {
             SegmentStore::open(paths.wal())?
@@ -234,8 +266,8 @@ impl Shadow {
             socket_dir: paths.shadow_socket_dir(),
             port: state.shadow_port,
             state,
-            data_dir: config.shadow.data_dir.clone(),
-            pg_bin: config.shadow.pg_bin.clone(),
+            data_dir: settings.data_dir.clone(),
+            pg_bin: settings.pg_bin.clone(),
             user,
             restarts: Default::default(),
             absent_at_last_check: Default::default(),
@@ -243,7 +275,7 @@ impl Shadow {
         crate::process::private_dir(&shadow.socket_dir, 0o700)
             .map_err(|e| RunError::Shadow(format!("{}: {e}", shadow.socket_dir.display())))?;
         shadow.user.own_recursive(&shadow.socket_dir)?;
-        let role = walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url)
+        let role = walshadow_wal_reader::replication::ConnConfig::from_url(&settings.source_url)
             .map(|c| c.user)
             .unwrap_or_default();
         let written = crate::bootstrap::shadow_conf::ShadowAccess {

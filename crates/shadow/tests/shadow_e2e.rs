@@ -9,7 +9,7 @@ use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_shadow::catalog::ShadowCatalog;
-use walshadow_shadow::run::Shadow;
+use walshadow_shadow::run::{Shadow, ShadowSettings};
 
 mod common;
 use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir};
@@ -33,7 +33,7 @@ async fn run(major: PgMajor) -> Result<()> {
     let report = walshadow_shadow::bootstrap::init(&config, false).await?;
     eprintln!("init: {report}");
 
-    let shadow = Shadow::start(&config).await?;
+    let shadow = Shadow::start(&ShadowSettings::from(&config)).await?;
     let source = std::sync::Arc::new(source);
     let src = source.clone();
     let target = common::feed_until_replayed(

@@ -8,7 +8,7 @@ use std::time::Duration;
 use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
-use walshadow_shadow::run::Shadow;
+use walshadow_shadow::run::{Shadow, ShadowSettings};
 
 mod common;
 use walshadow_testkit::{Cluster, ClusterOptions, Lsn, PgMajor, WorkDir};
@@ -99,7 +99,7 @@ async fn run(major: PgMajor) -> Result<()> {
     let work = WorkDir::new(&format!("footprint-pg{}", major.number()))?;
     let config = common::shadow_config(&source, &work, "walshadow_footprint")?;
     walshadow_shadow::bootstrap::init(&config, false).await?;
-    let shadow = Shadow::start(&config).await?;
+    let shadow = Shadow::start(&ShadowSettings::from(&config)).await?;
     let source = std::sync::Arc::new(source);
     let src = source.clone();
     common::feed_until_replayed(

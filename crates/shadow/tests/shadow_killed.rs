@@ -11,7 +11,7 @@ use anyhow::{Context, Result, ensure};
 use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_shadow::intake::feed;
 use walshadow_shadow::postmaster::Postmaster;
-use walshadow_shadow::run::Shadow;
+use walshadow_shadow::run::{Shadow, ShadowSettings};
 use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir};
 
 mod common;
@@ -21,7 +21,8 @@ async fn run(major: PgMajor) -> Result<()> {
     let work = WorkDir::new(&format!("killed-pg{}", major.number()))?;
     let config = common::shadow_config(&source, &work, "walshadow_killed")?;
     walshadow_shadow::bootstrap::init(&config, false).await?;
-    let shadow = Shadow::start(&config).await?;
+    let settings = ShadowSettings::from(&config);
+    let shadow = Shadow::start(&settings).await?;
     let source = std::sync::Arc::new(source);
     let src = source.clone();
     let target = common::feed_until_replayed(
@@ -52,7 +53,7 @@ async fn run(major: PgMajor) -> Result<()> {
     // session's next query connects again and waits for the floor.
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (t1, replayed) = {
-        let fed = feed(&config, &shadow, async {
+        let fed = feed(&settings, &shadow, async {
             let _ = stop_rx.await;
         });
         tokio::pin!(fed);

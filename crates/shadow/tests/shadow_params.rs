@@ -7,7 +7,7 @@ use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_shadow::catalog::ShadowCatalog;
-use walshadow_shadow::run::Shadow;
+use walshadow_shadow::run::{Shadow, ShadowSettings};
 use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir};
 
 mod common;
@@ -17,7 +17,7 @@ async fn run(major: PgMajor) -> Result<()> {
     let work = WorkDir::new(&format!("params-pg{}", major.number()))?;
     let config = common::shadow_config(&source, &work, "walshadow_params")?;
     walshadow_shadow::bootstrap::init(&config, false).await?;
-    let shadow = Shadow::start(&config).await?;
+    let shadow = Shadow::start(&ShadowSettings::from(&config)).await?;
     source.psql("create table before (id int primary key)")?;
     let before: i32 = source.query_one("show max_connections")?.parse()?;
     let raised = before + 37;

@@ -6,7 +6,7 @@ use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result};
 use walshadow_shadow::intake::feed_until_stopped;
-use walshadow_shadow::run::Shadow;
+use walshadow_shadow::run::{Shadow, ShadowSettings};
 use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir};
 
 mod common;
@@ -16,7 +16,7 @@ async fn run(major: PgMajor) -> Result<()> {
     let work = WorkDir::new(&format!("reconnect-pg{}", major.number()))?;
     let config = common::shadow_config(&source, &work, "walshadow_reconnect")?;
     walshadow_shadow::bootstrap::init(&config, false).await?;
-    let shadow = Shadow::start(&config).await?;
+    let shadow = Shadow::start(&ShadowSettings::from(&config)).await?;
     let source = std::sync::Arc::new(source);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let src = source.clone();
@@ -30,8 +30,9 @@ async fn run(major: PgMajor) -> Result<()> {
         src.psql("create table two (id int primary key, v text)")?;
         common::replay_target(&src)
     });
+    let settings = ShadowSettings::from(&config);
     {
-        let fed = feed_until_stopped(&config, &shadow, stop_rx);
+        let fed = feed_until_stopped(&settings, &shadow, stop_rx);
         tokio::pin!(fed);
         let target = tokio::select! {
             r = &mut fed => { r?; anyhow::bail!("feeding stopped early") }

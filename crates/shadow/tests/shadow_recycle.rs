@@ -7,7 +7,7 @@ use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_config::Config;
-use walshadow_shadow::run::Shadow;
+use walshadow_shadow::run::{Shadow, ShadowSettings};
 use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir, write_walshadow_config};
 
 mod common;
@@ -34,7 +34,7 @@ async fn run(major: PgMajor) -> Result<()> {
     std::fs::write(&path, text)?;
     let config = Config::load(&path)?;
     walshadow_shadow::bootstrap::init(&config, false).await?;
-    let shadow = Shadow::start(&config).await?;
+    let shadow = Shadow::start(&ShadowSettings::from(&config)).await?;
     let first = shadow.store.start();
     let source = std::sync::Arc::new(source);
 

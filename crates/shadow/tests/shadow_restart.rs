@@ -17,7 +17,7 @@ use anyhow::{Context, Result, ensure};
 use walshadow_config::Config;
 use walshadow_shadow::filter::checkpoint::{self, Identity};
 use walshadow_shadow::intake::feed;
-use walshadow_shadow::run::Shadow;
+use walshadow_shadow::run::{Shadow, ShadowSettings};
 use walshadow_testkit::{
     Cluster, ClusterOptions, Lsn, PgMajor, WorkDir, wait_until, write_walshadow_config,
 };
@@ -43,7 +43,8 @@ async fn feed_through(
     sqls: Vec<String>,
     during: impl FnOnce() -> Result<()> + Send + 'static,
 ) -> Result<()> {
-    let shadow = Shadow::start(config).await?;
+    let settings = ShadowSettings::from(config);
+    let shadow = Shadow::start(&settings).await?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let src = source.clone();
     let drill = tokio::task::spawn_blocking(move || -> Result<Lsn> {
@@ -53,7 +54,7 @@ async fn feed_through(
         common::replay_target(&src)
     });
     let result = async {
-        let fed = feed(config, &shadow, async {
+        let fed = feed(&settings, &shadow, async {
             let _ = stop_rx.await;
         });
         tokio::pin!(fed);
@@ -205,7 +206,7 @@ async fn run(major: PgMajor) -> Result<()> {
 
     // The shadow's catalog, as of the end: start it once more (feeding
     // from the second checkpoint) and compare.
-    let shadow = Shadow::start(&config).await?;
+    let shadow = Shadow::start(&ShadowSettings::from(&config)).await?;
     let compared = async {
         let src = source.clone();
         common::feed_until_replayed(

@@ -6,7 +6,7 @@ use std::time::Duration;
 use walshadow_testkit::per_major;
 
 use anyhow::{Result, ensure};
-use walshadow_shadow::run::Shadow;
+use walshadow_shadow::run::{Shadow, ShadowSettings};
 use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir};
 
 mod common;
@@ -21,7 +21,7 @@ async fn run(major: PgMajor) -> Result<()> {
     let work = WorkDir::new(&format!("segsize-pg{}", major.number()))?;
     let config = common::shadow_config(&source, &work, "walshadow_segsize")?;
     walshadow_shadow::bootstrap::init(&config, false).await?;
-    let shadow = Shadow::start(&config).await?;
+    let shadow = Shadow::start(&ShadowSettings::from(&config)).await?;
     let conf = std::fs::read_to_string(shadow.data_dir().join("postgresql.conf"))?;
     ensure!(conf.contains("min_wal_size = '128MB'"), "{conf}");
     ensure!(conf.contains("max_wal_size = '256MB'"), "{conf}");

@@ -8,7 +8,7 @@ use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_shadow::catalog::ShadowCatalog;
-use walshadow_shadow::run::Shadow;
+use walshadow_shadow::run::{Shadow, ShadowSettings};
 use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir};
 
 mod common;
@@ -20,7 +20,7 @@ async fn run(major: PgMajor) -> Result<()> {
     let work = WorkDir::new(&format!("tblspc-pg{}", major.number()))?;
     let config = common::shadow_config(&source, &work, "walshadow_tblspc")?;
     walshadow_shadow::bootstrap::init(&config, false).await?;
-    let shadow = Shadow::start(&config).await?;
+    let shadow = Shadow::start(&ShadowSettings::from(&config)).await?;
     let location = work.sub("source-tablespace")?;
     let source = std::sync::Arc::new(source);
     let src = source.clone();

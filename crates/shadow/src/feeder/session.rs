@@ -31,6 +31,22 @@ const XLOG_BLCKSZ: u64 = walshadow_pg_format::page::XLOG_BLCKSZ as u64;
 /// Backoff of the replay pings while the standby's apply is behind what was sent.
 const PING_BACKOFF: walshadow_types::Backoff =
     walshadow_types::Backoff::new(Duration::from_millis(1), Duration::from_millis(32));
+/// When to ask the standby where it is next: soon (backing off) while its
+/// apply is behind what was sent, at the status interval once it caught up.
+fn next_ping(
+    apply: Lsn,
+    sent: Lsn,
+    backoff: &mut walshadow_types::Backoff,
+    status_interval: Duration,
+) -> Instant {
+    if apply >= sent {
+        backoff.reset();
+        Instant::now() + status_interval
+    } else {
+        Instant::now() + backoff.next_delay()
+    }
+}
+
 /// How many `START_REPLICATION`s the status keeps.
 const STREAMS_KEPT: usize = 32;
 
@@ -662,13 +678,7 @@ impl Session {
                     EventOutcome::Continue => {}
                     EventOutcome::Apply(apply) => {
                         last_apply = apply;
-                        let now = Instant::now();
-                        ping_at = if apply >= sent {
-                            backoff.reset();
-                            now + cfg.status_interval
-                        } else {
-                            now + backoff.next_delay()
-                        };
+                        ping_at = next_ping(apply, sent, &mut backoff, cfg.status_interval);
                     }
                     EventOutcome::CopyDone(r) => returned_reader = Some(r),
                     EventOutcome::Gone => return Ok(None),
@@ -756,11 +766,7 @@ impl Session {
             if now >= ping_at && !done_sending {
                 msg::keepalive(&mut self.out, sent, msg::pg_now(), true);
                 self.send().await?;
-                ping_at = if last_apply < sent {
-                    now + backoff.next_delay()
-                } else {
-                    now + cfg.status_interval
-                };
+                ping_at = next_ping(last_apply, sent, &mut backoff, cfg.status_interval);
             }
             if now.duration_since(last_heard) > cfg.standby_timeout {
                 return Err(SessionError::Timeout(cfg.standby_timeout));
@@ -772,13 +778,7 @@ impl Session {
                         EventOutcome::Continue => {}
                         EventOutcome::Apply(apply) => {
                             last_apply = apply;
-                            let now = Instant::now();
-                            ping_at = if apply >= sent {
-                                backoff.reset();
-                                now + cfg.status_interval
-                            } else {
-                                now + backoff.next_delay()
-                            };
+                            ping_at = next_ping(apply, sent, &mut backoff, cfg.status_interval);
                         }
                         EventOutcome::CopyDone(r) => returned_reader = Some(r),
                         EventOutcome::Gone => return Ok(None),

@@ -21,14 +21,13 @@ mod tap;
 use std::time::Duration;
 use walshadow_state_file::StateFile;
 
-use walshadow_config::Config;
 use walshadow_types::{Lsn, PgMajor};
 use walshadow_wal_reader::replication::{ConnConfig, FollowEvent, ReplicationClient, WalFollower};
 
 use crate::bootstrap::InitState;
 use crate::filter::checkpoint;
 use crate::filter::pipeline::FilterPipeline;
-use crate::run::{RunError, SHADOW_CHECK_EVERY, Shadow};
+use crate::run::{RunError, SHADOW_CHECK_EVERY, Shadow, ShadowSettings};
 use crate::segment_store::SegmentStore;
 use checkpointer::Checkpointer;
 pub use tap::{TAP_STALL, TapEvent, WalTap};
@@ -37,16 +36,16 @@ pub use tap::{TAP_STALL, TapEvent, WalTap};
 /// checkpoint after transient source errors (backing off from 1 s to 30 s;
 /// the shadow keeps running meanwhile). Definite errors end it.
 pub async fn feed_until_stopped(
-    config: &Config,
+    settings: &ShadowSettings,
     shadow: &Shadow,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), RunError> {
-    feed_tapped_until_stopped(config, shadow, None, stop).await
+    feed_tapped_until_stopped(settings, shadow, None, stop).await
 }
 
 /// [`feed_until_stopped`], with the raw WAL also handed to `tap`.
 pub async fn feed_tapped_until_stopped(
-    config: &Config,
+    settings: &ShadowSettings,
     shadow: &Shadow,
     tap: Option<WalTap>,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -61,7 +60,7 @@ pub async fn feed_tapped_until_stopped(
         let mut attempt_stop = stop.clone();
         let started = tokio::time::Instant::now();
         let result = feed_tapped_from(
-            config,
+            settings,
             shadow,
             tap.clone(),
             std::mem::take(&mut continue_at),
@@ -146,27 +145,27 @@ struct ResumePoint {
 /// (which a physical slot's `restart_lsn` follows) is the last checkpoint,
 /// never more (invariant 4).
 pub async fn feed(
-    config: &Config,
+    settings: &ShadowSettings,
     shadow: &Shadow,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
-    feed_tapped(config, shadow, None, stop).await
+    feed_tapped(settings, shadow, None, stop).await
 }
 
 /// [`feed`], with the raw WAL also handed to `tap` (see [`WalTap`]).
 pub async fn feed_tapped(
-    config: &Config,
+    settings: &ShadowSettings,
     shadow: &Shadow,
     tap: Option<WalTap>,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
-    feed_tapped_from(config, shadow, tap, None, stop).await
+    feed_tapped_from(settings, shadow, tap, None, stop).await
 }
 
 /// [`feed_tapped`]; with `continue_at`, the tap's stream goes on from that
 /// position (the end of what it took before) instead of starting anew.
 async fn feed_tapped_from(
-    config: &Config,
+    settings: &ShadowSettings,
     shadow: &Shadow,
     tap: Option<WalTap>,
     continue_at: Option<Lsn>,
@@ -175,7 +174,7 @@ async fn feed_tapped_from(
     let state = &shadow.state;
     let store = &shadow.store;
     let major = PgMajor::from_number(state.major).map_err(|e| RunError::State {
-        path: config.state.dir.join(InitState::FILE),
+        path: settings.state_dir.join(InitState::FILE),
         message: e.to_string(),
     })?;
     let identity = checkpoint::Identity {
@@ -183,7 +182,7 @@ async fn feed_tapped_from(
         major,
         backup_start: state.backup_start,
     };
-    let (pipeline, resume) = match checkpoint::read(&config.state.dir, identity)? {
+    let (pipeline, resume) = match checkpoint::read(&settings.state_dir, identity)? {
         Some(c) => {
             if c.lsn > store.flushed_end() || c.lsn < store.start() {
                 return Err(RunError::StoreBehindCheckpoint {
@@ -201,7 +200,7 @@ async fn feed_tapped_from(
             (pipeline, resume)
         }
         None => {
-            let filter = crate::bootstrap::load_seed(&config.state.dir, major)?;
+            let filter = crate::bootstrap::load_seed(&settings.state_dir, major)?;
             let seg_start = segment_start(state.backup_start, state.segment_size);
             let pipeline = FilterPipeline::new(filter, seg_start, state.segment_size)?;
             let resume = ResumePoint {
@@ -247,7 +246,7 @@ async fn feed_tapped_from(
         store_end = %store.flushed_end(),
         "streaming from the source"
     );
-    let mut conn = ConnConfig::from_url(&config.source.url)?;
+    let mut conn = ConnConfig::from_url(&settings.source_url)?;
     conn.application_name
         .get_or_insert_with(|| "walshadow".into());
     let mut client = ReplicationClient::connect(&conn).await?;
@@ -264,17 +263,17 @@ async fn feed_tapped_from(
     }
     let mut follower = WalFollower::start(
         client,
-        Some(&config.source.slot),
+        Some(&settings.slot),
         resume.stream_from,
         resume.timeline,
     )
     .await?;
     follower.set_positions(resume.stream_from, resume.durable, resume.durable);
     let mut ckpt = Checkpointer {
-        dir: config.state.dir.clone(),
+        dir: settings.state_dir.clone(),
         identity,
-        every_bytes: config.shadow.checkpoint_every_mb.saturating_mul(1 << 20),
-        every: Duration::from_secs(config.shadow.checkpoint_every_secs),
+        every_bytes: settings.checkpoint_every_bytes,
+        every: settings.checkpoint_every,
         last: resume.durable,
         last_try: tokio::time::Instant::now(),
         hold: tap.as_ref().map(|t| t.hold.clone()),
@@ -304,7 +303,7 @@ async fn feed_tapped_from(
             }
             _ = tokio::time::sleep_until(ckpt.last_try + ckpt.every) => {
                 if ckpt.take(&pipeline, store, &mut follower).await? {
-                    recycle(config, shadow, store, ckpt.last).await;
+                    recycle(settings, shadow, store, ckpt.last).await;
                 }
                 continue;
             }
@@ -401,7 +400,7 @@ async fn feed_tapped_from(
                     tap_next = sent_end;
                 }
                 if ckpt.due(&pipeline) && ckpt.take(&pipeline, store, &mut follower).await? {
-                    recycle(config, shadow, store, ckpt.last).await;
+                    recycle(settings, shadow, store, ckpt.last).await;
                 }
             }
             FollowEvent::ServerWalEnd(wal_end) => {
@@ -450,8 +449,13 @@ async fn feed_tapped_from(
 /// replay restarts there) and the filter checkpoint (a restart re-filters
 /// from there), with one segment of margin. Best effort: a shadow that does
 /// not answer yet (still reaching consistency) keeps everything.
-async fn recycle(config: &Config, shadow: &Shadow, store: &SegmentStore, checkpoint: Lsn) {
-    let Ok(source) = ConnConfig::from_url(&config.source.url) else {
+async fn recycle(
+    settings: &ShadowSettings,
+    shadow: &Shadow,
+    store: &SegmentStore,
+    checkpoint: Lsn,
+) {
+    let Ok(source) = ConnConfig::from_url(&settings.source_url) else {
         return;
     };
     let db = source.dbname.as_deref().unwrap_or("postgres");

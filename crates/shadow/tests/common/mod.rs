@@ -7,7 +7,7 @@ use anyhow::{Context, Result, ensure};
 use walshadow_config::Config;
 use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_shadow::intake::feed;
-use walshadow_shadow::run::Shadow;
+use walshadow_shadow::run::{Shadow, ShadowSettings};
 use walshadow_testkit::{Cluster, Lsn};
 
 /// The LSN to wait for after work on the source: its flush position, or the
@@ -33,7 +33,8 @@ pub async fn feed_until_replayed(
 ) -> Result<Lsn> {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let work = tokio::task::spawn_blocking(work);
-    let fed = feed(config, shadow, async {
+    let settings = ShadowSettings::from(config);
+    let fed = feed(&settings, shadow, async {
         let _ = stop_rx.await;
     });
     tokio::pin!(fed);
