@@ -561,9 +561,11 @@ impl CopyLoad {
         ))
         .await
         .map_err(failed("importing the load's snapshot"))?;
+        // Rows go in one at a time and the batch is inserted once full:
+        // it never holds more than this.
         let batch_config = BatchConfig {
             max_rows: self.batch_rows,
-            max_bytes: 64 << 20,
+            max_bytes: 32 << 20,
             max_age: Duration::from_secs(3600),
         };
         let mut batch = TableBatch::new(
@@ -620,7 +622,7 @@ impl CopyLoad {
                             .push(&row, &meta)
                             .map_err(|e| AttemptError::Failed(format!("{}: {e}", src.name)))?;
                     }
-                    if batch.rows() >= self.batch_rows {
+                    if batch.is_full() {
                         // Mid-chunk: this chunk's mark waits for its end.
                         self.insert(&mut batch, dest, snapshot_id, worker, &mut inserts)
                             .await?;
@@ -633,7 +635,7 @@ impl CopyLoad {
                 })?;
                 unmarked.push((src.name.clone(), range, b, bytes));
                 mark.next = b;
-                if batch.rows() >= self.batch_rows || batch.bytes() >= 32 << 20 {
+                if batch.is_full() {
                     self.insert(&mut batch, dest, snapshot_id, worker, &mut inserts)
                         .await?;
                     self.mark(&mut unmarked)?;

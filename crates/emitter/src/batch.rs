@@ -117,7 +117,9 @@ impl TableBatch {
         self.rows == 0
     }
 
-    fn is_full(&self) -> bool {
+    /// The size rule every flush follows: `max_rows` rows or `max_bytes`
+    /// bytes (a full batch takes no more rows).
+    pub fn is_full(&self) -> bool {
         self.rows >= self.config.max_rows || self.buf.len() >= self.config.max_bytes
     }
 

@@ -148,9 +148,7 @@ impl Relations {
     /// Makes sure the shadow shows the catalog as of `catalog_lsn`.
     async fn ready(&mut self, feeder: &Feeder) -> Result<(), ResolveError> {
         if !self.replayed {
-            if feeder.ceiling() < self.catalog_lsn {
-                feeder.set_ceiling(self.catalog_lsn);
-            }
+            feeder.raise_ceiling(self.catalog_lsn);
             feeder
                 .wait_for_replay(self.catalog_lsn, REPLAY_WAIT)
                 .await?;

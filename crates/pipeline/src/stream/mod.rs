@@ -859,11 +859,11 @@ impl Streamer {
             // A load waiting for its S starts as soon as S is decoded.
             self.start_loads();
         }
-        if self.tables.values().any(|t| {
-            t.batch.as_ref().is_some_and(|b| {
-                b.rows() >= self.batch.max_rows || b.bytes() >= self.batch.max_bytes
-            })
-        }) {
+        if self
+            .tables
+            .values()
+            .any(|t| t.batch.as_ref().is_some_and(TableBatch::is_full))
+        {
             self.flush_all().await?;
         }
         if self.last_status.elapsed() >= Duration::from_secs(1) {
@@ -1305,10 +1305,9 @@ impl Streamer {
             .relations
             .as_ref()
             .map_or(Lsn::INVALID, |r| r.catalog_lsn());
-        let ceiling = catalog.max(self.progress.applied);
-        if ceiling > self.shadow.feeder.ceiling() {
-            self.shadow.feeder.set_ceiling(ceiling);
-        }
+        self.shadow
+            .feeder
+            .raise_ceiling(catalog.max(self.progress.applied));
         Ok(())
     }
 

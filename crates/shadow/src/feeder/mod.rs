@@ -313,6 +313,19 @@ impl Feeder {
         });
     }
 
+    /// Raises the replay ceiling to `lsn`, never lowering it: the stream's
+    /// one rule (the shadow may replay what the stream needs the catalog
+    /// of, and everything ClickHouse holds; what it replayed stays).
+    pub fn raise_ceiling(&self, lsn: Lsn) {
+        self.ceiling.ceiling.send_if_modified(|c| {
+            let raise = lsn > *c;
+            if raise {
+                *c = lsn;
+            }
+            raise
+        });
+    }
+
     /// The current replay ceiling (`Lsn::MAX`: none).
     pub fn ceiling(&self) -> Lsn {
         *self.ceiling.ceiling.borrow()
