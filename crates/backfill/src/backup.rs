@@ -865,6 +865,15 @@ impl BackupPass {
             // The stream's inserts and DDL into the table wait from the gate
             // to the exchange: none straddles it, the copy-back needs no wait.
             let guard = self.dest_locks.lock(&t.dest_name).await;
+            if !self.is_current(t) {
+                // Opted out, or a resync started over, while this waited
+                // for the lock: the table under the name may be a new one.
+                drop(guard);
+                staging
+                    .discard("the table was opted out during its load")
+                    .await?;
+                return Ok(TableOutcome::Withdrawn);
+            }
             if let SchemaGate::Differs { reason } = staging.gate().await? {
                 drop(guard);
                 let reason = format!(

@@ -86,6 +86,10 @@ pub struct CopyLoad {
     pub state_dir: PathBuf,
     pub ledger: Arc<Mutex<Ledger>>,
     pub recent: Arc<RecentCommits>,
+    /// Set when the load is to end (a new one starts over): the attempt
+    /// ends, and its workers at their next chunk or insert; one inside an
+    /// insert finishes it first, so none is left in flight.
+    pub cancelled: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What a finished pass did.
@@ -111,6 +115,8 @@ pub enum LoadError {
     },
     #[error("initial load of {key}: the ledger: {detail}")]
     Ledger { key: String, detail: String },
+    #[error("initial load of {key}: cancelled, a new load starts over")]
+    Cancelled { key: String },
 }
 
 /// Why one attempt ended.
@@ -192,6 +198,11 @@ impl CopyLoad {
         let mut attempts = 0;
         let mut waits = 0u32;
         while attempts < self.max_attempts {
+            if self.is_cancelled() {
+                return Err(LoadError::Cancelled {
+                    key: self.key.clone(),
+                });
+            }
             attempts += 1;
             self.update(|p| {
                 p.attempts += 1;
@@ -409,6 +420,10 @@ impl CopyLoad {
         }
     }
 
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// The relations to read, checked against the lock: the table (or its
     /// leaf partitions) as the snapshot has them, still the same objects on
     /// the same files now.
@@ -592,6 +607,9 @@ impl CopyLoad {
             };
             let mut mark = self.range_mark(&src.name, range)?;
             while !mark.is_done() {
+                if self.is_cancelled() {
+                    return Err(AttemptError::Failed("the load was cancelled".into()));
+                }
                 let a = mark.next;
                 let b = a.saturating_add(self.chunk_blocks).min(mark.end);
                 let (schema, name) =
@@ -697,6 +715,10 @@ impl CopyLoad {
             .await;
         }
         let _guard = self.dest_locks.share(&self.dest_name).await;
+        // Checked under the lock: a cancel waits for the insert it misses.
+        if self.is_cancelled() {
+            return Err(AttemptError::Failed("the load was cancelled".into()));
+        }
         let found = self
             .ch
             .column_types(&self.database, &self.dest_name)

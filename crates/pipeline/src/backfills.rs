@@ -32,6 +32,10 @@ use walshadow_types::Lsn;
 use walshadow_wal_reader::replication::ConnConfig;
 
 type LoadTask = JoinHandle<Result<LoadSummary, LoadError>>;
+
+/// How long [`Backfills::cancel`] lets a load end by itself (its workers
+/// finish the insert they are in) before it aborts what is left.
+const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 type PassTask = JoinHandle<Result<PassSummary, PassError>>;
 
 /// The mode of backup loads.
@@ -42,6 +46,8 @@ pub const BASE_BACKUP: &str = "base_backup";
 pub struct Backfills {
     ledger: Arc<Mutex<Ledger>>,
     running: HashMap<String, LoadTask>,
+    /// Each running `copy` load's cancel flag ([`CopyLoad::cancelled`]).
+    cancels: HashMap<String, Arc<std::sync::atomic::AtomicBool>>,
     /// Open entries not started yet.
     queued: BTreeSet<String>,
     recent: Arc<RecentCommits>,
@@ -129,6 +135,7 @@ impl Backfills {
             dest_locks: resources.dest_locks,
             ledger: Arc::new(Mutex::new(ledger)),
             running: HashMap::new(),
+            cancels: HashMap::new(),
             queued,
             recent: Arc::new(RecentCommits::default()),
             config,
@@ -170,7 +177,7 @@ impl Backfills {
         ledger.tables.insert(key.to_owned(), Pass::new(mode, s));
         ledger.write(&self.state_dir)?;
         drop(ledger);
-        if let Some(t) = self.running.remove(key) {
+        if let Some(t) = self.stop_running(key) {
             t.abort();
         }
         self.queued.insert(key.to_owned());
@@ -178,16 +185,27 @@ impl Backfills {
         Ok(())
     }
 
-    /// Ends `key`'s running `copy` load and waits until it has ended, its
-    /// workers with it (they are its own tasks): nothing of it inserts
-    /// after this returns, except a request already in flight, which the
-    /// table's [`DestLocks`] lock waits for.
+    /// Ends `key`'s running `copy` load and waits until it has ended,
+    /// its workers with it: nothing of it inserts after this returns. A
+    /// worker inside an insert finishes it (ClickHouse has answered, or it
+    /// is aborted past [`CANCEL_GRACE`], when ClickHouse has long had the
+    /// request: a `DROP … SYNC` after this waits for it).
     pub async fn cancel(&mut self, key: &str) {
-        if let Some(t) = self.running.remove(key) {
-            t.abort();
-            let _ = t.await;
+        if let Some(mut t) = self.stop_running(key) {
+            if tokio::time::timeout(CANCEL_GRACE, &mut t).await.is_err() {
+                t.abort();
+                let _ = t.await;
+            }
             tracing::info!(table = %key, "initial load cancelled: a new one starts over");
         }
+    }
+
+    /// Takes `key`'s running `copy` load out, its cancel flag set.
+    fn stop_running(&mut self, key: &str) -> Option<LoadTask> {
+        if let Some(flag) = self.cancels.remove(key) {
+            flag.store(true, std::sync::atomic::Ordering::Release);
+        }
+        self.running.remove(key)
     }
 
     /// The table was opted out: its load stops and its entry goes. A
@@ -208,7 +226,7 @@ impl Backfills {
             return Ok(());
         }
         drop(ledger);
-        if let Some(t) = self.running.remove(key) {
+        if let Some(t) = self.stop_running(key) {
             t.abort();
             tracing::info!(table = %key, "initial load cancelled: the table was opted out");
         }
@@ -362,6 +380,7 @@ impl Backfills {
     }
 
     fn start_copy(&mut self, key: String, s: Lsn, dest_name: String) {
+        let cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let load = CopyLoad {
             key: key.clone(),
             s,
@@ -378,8 +397,10 @@ impl Backfills {
             state_dir: self.state_dir.clone(),
             ledger: Arc::clone(&self.ledger),
             recent: Arc::clone(&self.recent),
+            cancelled: Arc::clone(&cancelled),
         };
         tracing::info!(table = %key, s = %s, workers = self.config.workers, "initial load (copy) starting");
+        self.cancels.insert(key.clone(), cancelled);
         self.running.insert(key, tokio::spawn(load.run()));
     }
 
@@ -473,6 +494,7 @@ impl Backfills {
             .map(|(k, _)| k.clone())
             .collect();
         for key in done {
+            self.cancels.remove(&key);
             match self.running.remove(&key).and_then(futures_now) {
                 Some(Ok(Err(e))) => tracing::error!(table = %key, "{e}"),
                 Some(Err(e)) => {
@@ -512,6 +534,7 @@ impl Backfills {
     /// Stops every load (walshadow is stopping); their marks are in the
     /// ledger.
     pub fn abort_all(&mut self) {
+        self.cancels.clear();
         for (_, t) in self.running.drain() {
             t.abort();
         }

@@ -77,7 +77,7 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
         &init.database,
         walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url),
     ) {
-        let configured = conn.dbname.unwrap_or(conn.user);
+        let configured = conn.database();
         if *recorded != configured {
             return Err(DaemonError::OtherDatabase {
                 recorded: recorded.clone(),

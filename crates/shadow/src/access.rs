@@ -62,7 +62,7 @@ impl ShadowAddress {
         };
         let state = load_init_state(&paths)?;
         let source = ConnConfig::from_url(&config.source.url).map_err(AccessError::Url)?;
-        let url_db = source.dbname.clone().unwrap_or_else(|| "postgres".into());
+        let url_db = source.database();
         Ok(ShadowAddress {
             socket_dir: paths.shadow_socket_dir(),
             port: state.shadow_port,

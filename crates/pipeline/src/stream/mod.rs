@@ -511,7 +511,7 @@ impl Streamer {
             major,
             seg_size: shadow.state.segment_size,
             shadow,
-            source_db: source.dbname.clone().unwrap_or_else(|| source.user.clone()),
+            source_db: source.database(),
             source_user: source.user.clone(),
             database: ch_cfg.database.clone(),
             ch,

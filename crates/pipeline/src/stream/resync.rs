@@ -54,6 +54,9 @@ impl Streamer {
         // ends before its table goes: none of its rows, as of its older
         // snapshot, may land in the table made again below.
         self.backfills.cancel(key).await;
+        // A pass of an earlier `base_backup` resync finds its entry gone
+        // once it holds the table's lock, and publishes nothing.
+        self.backfills.withdraw(key)?;
         {
             let _guard = self.dest_locks.lock(&staged).await;
             self.drop_table("dropping a leftover resync table", &staged)

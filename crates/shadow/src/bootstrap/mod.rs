@@ -493,7 +493,7 @@ pub async fn init(config: &Config, force: bool) -> Result<InitReport, InitError>
         feeder_port,
         database: walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url)
             .ok()
-            .map(|c| c.dbname.unwrap_or(c.user)),
+            .map(|c| c.database()),
     };
     state.write(state_dir)?;
     let marker = state_dir.join(PARTIAL_MARKER);

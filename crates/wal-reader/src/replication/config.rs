@@ -203,6 +203,12 @@ impl fmt::Debug for ConnConfig {
 }
 
 impl ConnConfig {
+    /// The database a SQL session reaches: `dbname`, else the user's name,
+    /// as libpq does.
+    pub fn database(&self) -> String {
+        self.dbname.clone().unwrap_or_else(|| self.user.clone())
+    }
+
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
     pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
     pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(10);

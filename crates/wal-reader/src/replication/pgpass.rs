@@ -39,7 +39,7 @@ pub fn lookup(cfg: &ConnConfig) -> Option<String> {
     let db = if cfg.physical {
         "replication".to_owned()
     } else {
-        cfg.dbname.clone().unwrap_or_else(|| cfg.user.clone())
+        cfg.database()
     };
     find(&text, &cfg.host, cfg.port, &db, &cfg.user)
 }
