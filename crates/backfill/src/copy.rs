@@ -208,7 +208,14 @@ impl CopyLoad {
                 p.attempts += 1;
                 p.phase = Phase::Loading;
             })?;
-            match self.attempt(attempts).await {
+            let result = self.attempt(attempts).await;
+            if result.is_err() && self.is_cancelled() {
+                // Not a failure of the load: no retry, no error recorded.
+                return Err(LoadError::Cancelled {
+                    key: self.key.clone(),
+                });
+            }
+            match result {
                 Ok(purged) => {
                     let (rows, bytes, resumes, attempts) = self.update(|p| {
                         p.phase = Phase::Done;

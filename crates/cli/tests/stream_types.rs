@@ -857,6 +857,13 @@ fn partitions(major: PgMajor) -> Result<()> {
          commit;",
     )?;
     h.wait_caught_up(CATCH_UP)?;
+    // The partition attached with whatever its file held reloads the
+    // table (a resync): readers see the old rows until its swap.
+    wait_until(CATCH_UP, "public.measure streaming, no reload left", || {
+        h.check_running()?;
+        Ok(h.table_state("public.measure")?["state"] == "streaming")
+    })?;
+    h.wait_caught_up(CATCH_UP)?;
     ensure_none_stopped(&h)?;
     let n = h.assert_equal("public.measure", "measure", &measure_columns())?;
     ensure!(n > 130, "only {n} rows in measure");

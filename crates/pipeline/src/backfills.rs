@@ -32,11 +32,11 @@ use walshadow_types::Lsn;
 use walshadow_wal_reader::replication::ConnConfig;
 
 type LoadTask = JoinHandle<Result<LoadSummary, LoadError>>;
+type PassTask = JoinHandle<Result<PassSummary, PassError>>;
 
 /// How long [`Backfills::cancel`] lets a load end by itself (its workers
 /// finish the insert they are in) before it aborts what is left.
 const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
-type PassTask = JoinHandle<Result<PassSummary, PassError>>;
 
 /// The mode of backup loads.
 pub const BASE_BACKUP: &str = "base_backup";
