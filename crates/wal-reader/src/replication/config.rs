@@ -549,6 +549,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_database_a_url_reaches_is_libpqs() {
+        let named = ConnConfig::from_url_with_env("postgres://ws@h/shop", None).unwrap();
+        assert_eq!(named.database(), "shop");
+        // No database named: the role's, not `postgres` (what
+        // export-schema took before).
+        let unnamed = ConnConfig::from_url_with_env("postgres://ws@h", None).unwrap();
+        assert_eq!(unnamed.database(), "ws");
+    }
+
+    #[test]
     fn keyword_value_connection_strings() {
         let c = ConnConfig::from_url_with_env(
             "host=db.example port = 6543 user=walshadow dbname='my db' password='it\\'s \\\\ x' sslmode=verify-full sslrootcert=/etc/ca.pem application_name=a\\ b",
