@@ -457,13 +457,9 @@ impl BackupPass {
             let batch = TableBatch::new(
                 staging.name().to_owned(),
                 RowBinaryEncoder::new(dest),
-                // Flushed at `batch_rows` / 32 MiB between pages: room for
-                // one more page of rows past that.
-                BatchConfig {
-                    max_rows: self.batch_rows.saturating_add(4096),
-                    max_bytes: 512 << 20,
-                    max_age: Duration::from_secs(3600),
-                },
+                // Inserted once full, checked between pages (a page's rows
+                // go in together).
+                BatchConfig::for_load(self.batch_rows),
             );
             targets.push(Target {
                 table: t.clone(),
@@ -504,7 +500,6 @@ impl BackupPass {
             ch: self.ch.clone(),
             gate_counters: GateCounters::default(),
             spilled_bytes: 0,
-            batch_rows: self.batch_rows,
             s_min,
             walk_done: false,
             toast_waits: 0,
@@ -1026,7 +1021,6 @@ struct Walker {
     ch: ClickHouseClient,
     gate_counters: GateCounters,
     spilled_bytes: u64,
-    batch_rows: usize,
     s_min: Lsn,
     /// The walk ended: a TOAST value still missing now never comes.
     walk_done: bool,
@@ -1152,9 +1146,8 @@ impl Walker {
     /// Inserts the batches that are full.
     async fn flush_full(&mut self) -> Result<(), SinkError> {
         let ch = self.ch.clone();
-        let rows = self.batch_rows;
         for t in &mut self.targets {
-            if t.batch.rows() >= rows || t.batch.bytes() >= 32 << 20 {
+            if t.batch.is_full() {
                 t.insert(&ch).await?;
                 if !t.paused {
                     t.paused = true;

@@ -583,17 +583,11 @@ impl CopyLoad {
         ))
         .await
         .map_err(failed("importing the load's snapshot"))?;
-        // Rows go in one at a time and the batch is inserted once full:
-        // it never holds more than this.
-        let batch_config = BatchConfig {
-            max_rows: self.batch_rows,
-            max_bytes: 32 << 20,
-            max_age: Duration::from_secs(3600),
-        };
+        // Inserted once full, checked after each COPY message.
         let mut batch = TableBatch::new(
             self.dest_name.clone(),
             RowBinaryEncoder::new(dest),
-            batch_config,
+            BatchConfig::for_load(self.batch_rows),
         );
         let meta = RowMeta {
             lsn: self.s,

@@ -47,9 +47,10 @@ use clap::Parser;
 use walshadow_bench::machine::MachineContext;
 use walshadow_bench::procfs::proc_cpu_ns;
 use walshadow_bench::source::{conn_config, sql_session};
-use walshadow_pipeline::change::{Change, ChangeKind, OwnedTuple};
-use walshadow_pipeline::decode::{Event, record_events};
-use walshadow_rows::{RowDecoder, ToastChunks, TupleRef};
+use walshadow_pipeline::assemble::{Assembled, assemble};
+use walshadow_pipeline::change::{Change, ChangeKind};
+use walshadow_pipeline::decode::record_events;
+use walshadow_rows::{RowDecoder, ToastChunks};
 use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_testkit::{Cluster, ClusterOptions};
 use walshadow_txn::{Assembler, AssemblerConfig};
@@ -480,60 +481,34 @@ fn decode_ours(
         n_records += 1;
         record_events(&rec, Some(db_oid), major, &mut events)?;
         for event in events.drain(..) {
-            match event {
-                Event::Change { xid, seq, payload } => asm.add(xid, seq, &payload)?,
-                Event::Assign { top, subxacts } => {
-                    for s in subxacts {
-                        asm.assign(top, s);
-                    }
+            // The TOAST mirror's and partitions' upkeep is not part of
+            // decoding rows.
+            let Assembled::Commit(_, Some(txn)) = assemble(&mut asm, event)? else {
+                continue;
+            };
+            for item in txn {
+                let (seq, bytes) = item?;
+                let change = Change::decode(&bytes)?;
+                if change.rel.db_oid != db_oid {
+                    continue;
                 }
-                Event::Abort {
-                    xid,
-                    subxacts,
-                    prepared,
-                } => {
-                    if prepared {
-                        asm.abort_prepared(xid);
-                    } else {
-                        asm.abort(xid, &subxacts);
-                    }
-                }
-                Event::Prepare { xid, subxacts } => asm.prepare(xid, &subxacts),
-                Event::RunningXacts { oldest_running } => asm.forget_older_than(oldest_running),
-                // The TOAST mirror's and partitions' upkeep: not part of
-                // decoding rows.
-                Event::Pruned { .. } | Event::FileCreated { .. } => {}
-                Event::Commit(commit) => {
-                    let txn = if commit.prepared {
-                        asm.commit_prepared(commit.xid)?
-                    } else {
-                        asm.commit(commit.xid, &commit.subxacts)?
-                    };
-                    for item in txn {
-                        let (seq, bytes) = item?;
-                        let change = Change::decode(&bytes)?;
-                        if change.rel.db_oid != db_oid {
-                            continue;
-                        }
-                        match targets.get(&change.rel.rel_number) {
-                            None => {}
-                            Some(Target::Toast(relid)) => {
-                                if change.kind == ChangeKind::Insert
-                                    && let Some(t) = &change.new
-                                {
-                                    toast.add_chunk_tuple(*relid, tuple_ref(t))?;
-                                }
-                            }
-                            Some(Target::Table(decoder)) => {
-                                n_values += decode_change(decoder, &change, &toast)
-                                    .with_context(|| format!("{} at {seq}", decoder.table()))?;
-                                n_changes += 1;
-                            }
+                match targets.get(&change.rel.rel_number) {
+                    None => {}
+                    Some(Target::Toast(relid)) => {
+                        if change.kind == ChangeKind::Insert
+                            && let Some(t) = &change.new
+                        {
+                            toast.add_chunk_tuple(*relid, t.tuple_ref())?;
                         }
                     }
-                    toast = ToastChunks::new();
+                    Some(Target::Table(decoder)) => {
+                        n_values += decode_change(decoder, &change, &toast)
+                            .with_context(|| format!("{} at {seq}", decoder.table()))?;
+                        n_changes += 1;
+                    }
                 }
             }
+            toast = ToastChunks::new();
         }
     }
     let wall = t.elapsed().as_secs_f64();
@@ -550,18 +525,14 @@ fn decode_ours(
     })
 }
 
-fn tuple_ref(t: &OwnedTuple) -> TupleRef<'_> {
-    TupleRef::from_wal(t.infomask2, t.infomask, t.hoff, &t.data)
-}
-
 /// Decodes the change's new row and old key; returns the values made.
 fn decode_change(decoder: &RowDecoder, change: &Change, toast: &ToastChunks) -> Result<usize> {
     let mut n = 0;
     if let Some(t) = &change.new {
-        n += std::hint::black_box(decoder.decode(tuple_ref(t), toast)?).len();
+        n += std::hint::black_box(decoder.decode(t.tuple_ref(), toast)?).len();
     }
     if let Some(old) = &change.old {
-        n += std::hint::black_box(decoder.decode(tuple_ref(old.tuple()), toast)?).len();
+        n += std::hint::black_box(decoder.decode(old.tuple().tuple_ref(), toast)?).len();
     }
     if change.kind == ChangeKind::Delete && change.old.is_none() {
         bail!("a DELETE without its old key");

@@ -2,8 +2,8 @@
 //! retries that cannot duplicate it.
 //!
 //! ```text
-//!  rows ──push──▶ TableBatch (RowBinary bytes, ≤ max_rows / max_bytes / max_age)
-//!                    │ is_due / seal
+//!  rows ──push──▶ TableBatch (RowBinary bytes; full at max_rows / max_bytes)
+//!                    │ is_full / seal
 //!                    ▼
 //!                SealedBatch ──insert(token, policy)──▶ ClickHouse
 //!                               transient/environment error: same bytes, same token, backoff
@@ -23,8 +23,11 @@
 //! after a restart with different boundaries gets a different token; its
 //! rows are then written again and collapse by `_version` instead.
 //!
-//! Memory: a batch refuses rows once it is at its row or byte limit, so it
-//! never holds more than `max_bytes` plus one row.
+//! Memory: a full batch still takes rows; its owner seals it at the next
+//! boundary of what it adds (a row for the stream, a COPY message for a
+//! `copy` load, a heap page for a `base_backup` walk, which must not split
+//! one), so a batch holds at most its limit plus one such unit. When the
+//! stream flushes for age is the stream's rule, not the batch's.
 
 use std::time::{Duration, Instant};
 
@@ -36,13 +39,22 @@ use crate::client::{ClickHouseClient, InsertSettings};
 use crate::error::ClickHouseError;
 use crate::rowbinary::{EncodeError, RowBinaryEncoder, RowMeta};
 
-/// When a table's batch is flushed: whichever limit is reached first.
+/// When a table's batch is full: whichever limit is reached first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchConfig {
     pub max_rows: usize,
     pub max_bytes: usize,
-    /// Age of the oldest row in the batch.
-    pub max_age: Duration,
+}
+
+impl BatchConfig {
+    /// An initial load's batches: `max_rows` rows or 32 MiB. Loads flush
+    /// by size alone; nobody waits on their rows one by one.
+    pub fn for_load(max_rows: usize) -> BatchConfig {
+        BatchConfig {
+            max_rows,
+            max_bytes: 32 << 20,
+        }
+    }
 }
 
 impl Default for BatchConfig {
@@ -50,23 +62,8 @@ impl Default for BatchConfig {
         BatchConfig {
             max_rows: 100_000,
             max_bytes: 16 << 20,
-            max_age: Duration::from_secs(1),
         }
     }
-}
-
-/// Why a row was not added.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum PushError {
-    #[error(transparent)]
-    Encode(#[from] EncodeError),
-    /// The caller must seal and flush the batch first.
-    #[error("the batch for {table} is full ({rows} rows, {bytes} bytes); seal and flush it first")]
-    Full {
-        table: String,
-        rows: usize,
-        bytes: usize,
-    },
 }
 
 /// Rows for one destination table, encoded as they arrive.
@@ -118,36 +115,25 @@ impl TableBatch {
     }
 
     /// The size rule every flush follows: `max_rows` rows or `max_bytes`
-    /// bytes (a full batch takes no more rows).
+    /// bytes (see the module doc for what a full batch takes).
     pub fn is_full(&self) -> bool {
         self.rows >= self.config.max_rows || self.buf.len() >= self.config.max_bytes
     }
 
-    /// Encode and add one row (see [`RowBinaryEncoder::encode_row`]).
-    pub fn push(&mut self, values: &[Value], meta: &RowMeta) -> Result<(), PushError> {
-        if self.is_full() {
-            return Err(PushError::Full {
-                table: self.table.clone(),
-                rows: self.rows,
-                bytes: self.buf.len(),
-            });
-        }
+    /// When the oldest row went in (`None` while empty).
+    pub fn opened_at(&self) -> Option<Instant> {
+        self.opened
+    }
+
+    /// Encode and add one row (see [`RowBinaryEncoder::encode_row`]); a row
+    /// that does not encode leaves the batch as it was.
+    pub fn push(&mut self, values: &[Value], meta: &RowMeta) -> Result<(), EncodeError> {
         self.encoder.encode_row(&mut self.buf, values, meta)?;
         self.rows += 1;
         self.opened.get_or_insert_with(Instant::now);
         self.first.get_or_insert((meta.lsn, meta.seq));
         self.last = Some((meta.lsn, meta.seq));
         Ok(())
-    }
-
-    /// A limit is reached: rows, bytes, or the oldest row's age.
-    pub fn is_due(&self, now: Instant) -> bool {
-        !self.is_empty() && (self.is_full() || self.deadline().is_some_and(|d| now >= d))
-    }
-
-    /// When the age limit makes this batch due (`None` while empty).
-    pub fn deadline(&self) -> Option<Instant> {
-        self.opened.map(|t| t + self.config.max_age)
     }
 
     /// Take the rows out as an insert, leaving the batch empty (`None` if
@@ -385,30 +371,25 @@ mod tests {
         let mut b = batch(BatchConfig {
             max_rows: 2,
             max_bytes: 1 << 20,
-            max_age: Duration::from_secs(3600),
         });
         assert!(b.seal().is_none());
-        assert!(!b.is_due(Instant::now()));
+        assert!(b.opened_at().is_none());
         b.push(&[Value::Int32(1)], &meta(10)).unwrap();
-        assert!(!b.is_due(Instant::now()));
+        assert!(!b.is_full() && b.opened_at().is_some());
         b.push(&[Value::Int32(2)], &meta(20)).unwrap();
-        assert!(b.is_due(Instant::now()));
-        assert!(matches!(
-            b.push(&[Value::Int32(3)], &meta(30)),
-            Err(PushError::Full { .. })
-        ));
+        assert!(b.is_full());
+        // A full batch still takes a row: its owner flushes at the end of
+        // what it is adding.
+        b.push(&[Value::Int32(3)], &meta(30)).unwrap();
         let s = b.seal().unwrap();
-        assert_eq!(s.rows, 2);
-        assert_eq!(s.body.len(), 2 * (4 + 8 + 8 + 4 + 8 + 1));
+        assert_eq!(s.rows, 3);
+        assert_eq!(s.body.len(), 3 * (4 + 8 + 8 + 4 + 8 + 1));
         assert_eq!(s.first, (Lsn(10), Lsn(9)));
-        assert_eq!(s.last, (Lsn(20), Lsn(19)));
-        assert_eq!(s.range_token(), "t/A.9-14.13/2");
-        assert!(b.is_empty() && b.deadline().is_none());
+        assert_eq!(s.last, (Lsn(30), Lsn(29)));
+        assert_eq!(s.range_token(), "t/A.9-1E.1D/3");
+        assert!(b.is_empty() && b.opened_at().is_none() && !b.is_full());
         // A bad row is refused without touching the batch.
-        assert!(matches!(
-            b.push(&[Value::Null], &meta(30)),
-            Err(PushError::Encode(_))
-        ));
+        assert!(b.push(&[Value::Null], &meta(30)).is_err());
         assert!(b.is_empty() && b.bytes() == 0);
 
         // A layout change waits for the old rows to be flushed.
@@ -420,21 +401,14 @@ mod tests {
     }
 
     #[test]
-    fn bytes_and_age() {
+    fn full_by_bytes() {
         let mut b = batch(BatchConfig {
             max_rows: 1000,
             max_bytes: 40,
-            max_age: Duration::from_millis(50),
         });
         b.push(&[Value::Int32(1)], &meta(10)).unwrap();
-        let deadline = b.deadline().unwrap();
-        assert!(!b.is_due(deadline - Duration::from_millis(1)));
-        assert!(b.is_due(deadline));
+        assert!(!b.is_full(), "33 bytes < 40");
         b.push(&[Value::Int32(2)], &meta(11)).unwrap();
-        // Before the deadline, so only the byte limit can make it due.
-        assert!(
-            b.is_due(deadline - Duration::from_millis(1)),
-            "66 bytes ≥ 40"
-        );
+        assert!(b.is_full(), "66 bytes ≥ 40");
     }
 }

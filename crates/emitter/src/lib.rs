@@ -40,9 +40,7 @@ pub mod rowbinary;
 pub mod schema;
 pub mod types;
 
-pub use batch::{
-    BatchConfig, FlushError, NotEmpty, PushError, RetryPolicy, SealedBatch, TableBatch,
-};
+pub use batch::{BatchConfig, FlushError, NotEmpty, RetryPolicy, SealedBatch, TableBatch};
 pub use client::{ClickHouseClient, ClientConfig, InsertSettings, TlsOptions};
 pub use ddl::{
     TableSettings, add_column_sql, create_database_sql, create_table_sql, drop_column_sql,

@@ -79,6 +79,13 @@ pub struct OwnedTuple {
     pub data: Vec<u8>,
 }
 
+impl OwnedTuple {
+    /// The tuple for the row decoder.
+    pub fn tuple_ref(&self) -> walshadow_rows::TupleRef<'_> {
+        walshadow_rows::TupleRef::from_wal(self.infomask2, self.infomask, self.hoff, &self.data)
+    }
+}
+
 /// The old row an UPDATE or DELETE logs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OldRow {

@@ -10,7 +10,7 @@ use walshadow_shadow::intake::WalTap;
 use walshadow_shadow::run::{RunError, Shadow, ShadowSettings, StatePaths, load_init_state};
 
 use crate::progress::Progress;
-use crate::stream::{StreamControl, StreamError, Streamer};
+use crate::stream::{StreamControl, StreamError, StreamSettings, Streamer};
 
 /// Raw WAL chunks (≤ 128 KiB each) queued between the feed and the
 /// pipeline: bounds the memory between them.
@@ -55,6 +55,7 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
     walshadow_shadow::run::warn_about_transport(config);
     // What the shadow and the WAL intake take from the config, once.
     let settings = ShadowSettings::from(config);
+    let stream_settings = StreamSettings::new(config)?;
     // Before the shadow, its sockets, the metrics port or the mirror.
     let _lock = walshadow_shadow::state_lock::StateLock::acquire(&config.state.dir, "run")?;
     // Without a destination only the shadow runs; with one, tables come
@@ -137,7 +138,7 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
         None => None,
     };
     let streamer = match Streamer::new(
-        config,
+        stream_settings,
         Arc::clone(&shadow),
         progress,
         hold_tx,

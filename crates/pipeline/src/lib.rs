@@ -11,6 +11,7 @@
 //!                             └─▶ toast: chunk mirror (TOAST values written long ago)
 //! ```
 
+pub mod assemble;
 pub mod backfills;
 pub mod catalog_reach;
 pub mod change;

@@ -148,7 +148,8 @@ impl Relations {
     /// Makes sure the shadow shows the catalog as of `catalog_lsn`.
     async fn ready(&mut self, feeder: &Feeder) -> Result<(), ResolveError> {
         if !self.replayed {
-            feeder.raise_ceiling(self.catalog_lsn);
+            // What ClickHouse holds was allowed when it became durable.
+            crate::stream::raise_replay_ceiling(feeder, self.catalog_lsn, Lsn::INVALID);
             feeder
                 .wait_for_replay(self.catalog_lsn, REPLAY_WAIT)
                 .await?;

@@ -18,9 +18,19 @@
 //! progress written, so after a crash the only transaction re-decoded with
 //! the shadow at that commit is the commit itself.
 //!
-//! The loop, decoding and progress live here; `rows` turns committed
-//! changes into rows, `tables` keeps each ClickHouse table in line with
-//! the catalog, `scope` applies opt-ins and opt-outs and starts loads.
+//! The loop, decoding and the catalog's refreshes live here; beside it,
+//! one concern each:
+//!
+//! - `settings`: what the stream takes from the config file, once;
+//! - `positions`: received, decoded, the last transaction boundary, what
+//!   is durable, and the replay-ceiling rule;
+//! - `flush`: when batches are flushed;
+//! - `scope`: which tables stream, the config table's opt-ins and
+//!   opt-outs, the loads they start;
+//! - `destinations`: the ClickHouse client, destination names, requests
+//!   that wait out a destination that refuses them;
+//! - `rows`: committed changes into rows; `tables`: each ClickHouse table
+//!   in line with the catalog; `resync`: reloads and their swap.
 //!
 //! Ordering in ClickHouse: `_lsn` is the commit LSN, `_seq` the change's
 //! own position (the record's LSN, plus the tuple's index in a
@@ -29,26 +39,25 @@
 //! both.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use walshadow_state_file::StateFile;
 
 use tokio::sync::{mpsc, watch};
-use walshadow_config::Config;
 use walshadow_emitter::{
-    BatchConfig, ClickHouseClient, ClickHouseError, ClientConfig, DestTable, MetaColumns,
-    RowBinaryEncoder, RowMeta, SchemaDiff, TableBatch, TableSettings, TlsOptions,
+    ClickHouseClient, ClickHouseError, ClientConfig, DestTable, RowBinaryEncoder, RowMeta,
+    SchemaDiff, TableBatch, TableSettings, TlsOptions,
 };
-use walshadow_rows::{RowDecoder, RowError, ToastChunk, TupleRef, Value};
+use walshadow_rows::{RowDecoder, RowError, ToastChunk, Value};
 use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_shadow::intake::TapEvent;
 use walshadow_shadow::run::Shadow;
-use walshadow_txn::{Assembler, AssemblerConfig};
+use walshadow_txn::{Assembler, CommittedTxn};
 use walshadow_types::catalog::RelationDesc;
 use walshadow_types::{Lsn, Oid};
 use walshadow_wal_decode::WalStreamDecoder;
 
+use crate::assemble::Assembled;
 use crate::backfills::Backfills;
 use crate::catalog_reach::Reach;
 use crate::change::{Change, ChangeKind, OwnedTuple};
@@ -59,10 +68,18 @@ use crate::scope::{ScopeChange, config_row};
 use crate::status::{StatusFile, TableStatus, ToastStatus};
 use crate::toast::{SourceReadError, SourceValue, Toast, Wait};
 
+mod destinations;
+mod flush;
+mod positions;
 mod resync;
 mod rows;
 mod scope;
+mod settings;
 mod tables;
+
+pub use destinations::clickhouse_client;
+pub(crate) use positions::raise_replay_ceiling;
+pub use settings::StreamSettings;
 
 /// Walked TOAST chunks of a `base_backup` load copied into the mirror per
 /// timer tick (about 2 KB each).
@@ -175,26 +192,12 @@ pub struct Streamer {
     shadow: Arc<Shadow>,
     source_user: String,
     source_db: String,
-    database: String,
-    ch: ClickHouseClient,
-    meta: MetaColumns,
-    batch: BatchConfig,
+    settings: StreamSettings,
+    destinations: destinations::Destinations,
     assembler: Assembler,
-    assembler_config: AssemblerConfig,
     relations: Option<Relations>,
-    /// Tables streaming now: pinned in the config file or opted in.
-    pinned: BTreeSet<String>,
-    /// Pinned in the config file (the config table cannot opt them out).
-    toml_tables: BTreeSet<String>,
-    /// `schema.name` of the config table.
-    config_key: String,
-    /// Opt-ins and opt-outs of the commit being applied.
-    scope_changes: Vec<ScopeChange>,
-    config_decoder: Option<(Arc<RelationDesc>, RowDecoder)>,
+    scope: scope::Scope,
     backfills: Backfills,
-    /// Held for each insert and DDL statement into a ClickHouse table;
-    /// `base_backup` swaps hold it from their schema gate to the exchange.
-    dest_locks: walshadow_backfill::staging::DestLocks,
     metrics: crate::metrics::Metrics,
     /// Rows and bytes of each load already counted in `metrics`.
     load_counted: HashMap<String, (u64, u64)>,
@@ -202,25 +205,12 @@ pub struct Streamer {
     progress: Progress,
     /// `progress` changed since it was last written.
     progress_dirty: bool,
-    state_dir: PathBuf,
     tables: BTreeMap<String, Table>,
     decoder: Option<WalStreamDecoder>,
     seg_size: u32,
     major: walshadow_types::PgMajor,
-    hold: watch::Sender<Lsn>,
-    /// Applied/restart pair valid at the last transaction boundary.
-    safe: (Lsn, Lsn, i64),
-    received: Lsn,
-    decoded: Lsn,
+    positions: positions::Positions,
     toast: Toast,
-    /// `applied` as last written to progress.json.
-    durable_applied: Lsn,
-    /// The WAL position of the last change decoded for each table in scope
-    /// and the config table (rows, TOAST chunks, truncates, pruning): a
-    /// catalog change reaching only tables unchanged since
-    /// `durable_applied` needs nothing made durable first (see
-    /// `on_commit`).
-    changed_at: HashMap<String, Lsn>,
     /// Tables a catalog commit reached whose descriptors are not read
     /// again yet: at their next change, a scope change or the next tick.
     pending_refresh: BTreeSet<String>,
@@ -229,15 +219,10 @@ pub struct Streamer {
     last_status: Instant,
     last_flush: Instant,
     events: Vec<Event>,
-    /// Commit time of the last transaction whose rows are applied.
-    applied_commit_time: i64,
     /// Turns true when `run` is asked to stop: retries give up.
     stop: watch::Receiver<bool>,
     /// The source's WAL end (from the feed).
     source_end: Arc<std::sync::atomic::AtomicU64>,
-    destination: crate::status::DestinationStatus,
-    /// Tables in scope the catalog does not have (yet).
-    missing: BTreeSet<String>,
     /// Tables whose row waits for a TOAST read the source cannot serve
     /// now, with what status shows.
     source_waits: BTreeMap<String, String>,
@@ -252,8 +237,6 @@ pub struct Streamer {
     /// The transaction whose commit is being applied, with its
     /// subtransactions.
     committing: Vec<walshadow_types::Xid>,
-    /// `[source]`, for `config_table_allow`.
-    config_allow: walshadow_config::SourceConfig,
     /// What each table in scope (and the config table) depends on in the
     /// catalog: which catalog-changing commits refresh which tables.
     interest: crate::catalog_reach::CatalogInterest,
@@ -316,9 +299,9 @@ impl Streamer {
                 t.waiting = Some(why.clone());
             }
         }
-        for key in &self.missing {
+        for key in &self.scope.missing {
             if let Some(t) = all.get_mut(key)
-                && self.pinned.contains(key)
+                && self.scope.pinned.contains(key)
             {
                 t.waiting = Some(format!(
                     "no table {key} in database {}: it streams once created",
@@ -328,67 +311,6 @@ impl Streamer {
         }
         all
     }
-
-    /// The ClickHouse table `key` streams into.
-    pub(super) fn dest_of(&self, key: &str) -> String {
-        self.progress
-            .tables
-            .get(key)
-            .map_or_else(|| table_name(key), |t| t.destination.clone())
-    }
-
-    /// Why `key` may not stream into `dest`: a reserved name, or one that
-    /// another table in scope streams into (their rows would mix).
-    pub(super) fn destination_refused(&self, key: &str, dest: &str) -> Option<String> {
-        if let Some(problem) = walshadow_types::destination_problem(dest) {
-            return Some(format!("{key}: {problem}"));
-        }
-        // Opted-out tables keep their ClickHouse tables, and a resyncing
-        // one streams elsewhere until it swaps back into its own.
-        let other = self
-            .progress
-            .tables
-            .iter()
-            .find(|(k, t)| {
-                // A table owns its destination while in scope, or once a
-                // ClickHouse table was made for it (a refused one never).
-                let owns = self.pinned.contains(k.as_str()) || t.schema.is_some();
-                k.as_str() != key
-                    && owns
-                    && (t.destination == dest
-                        || t.resync.as_ref().is_some_and(|r| r.destination == dest))
-            })
-            .map(|(k, _)| k)?;
-        Some(format!(
-            "source tables {other} and {key} would both stream into ClickHouse table {dest:?}"
-        ))
-    }
-}
-
-/// The default destination of `key` (see [`walshadow_types::default_destination`]).
-fn table_name(key: &str) -> String {
-    match walshadow_config::split_table_name(key) {
-        Some((schema, name)) => walshadow_types::default_destination(&schema, &name),
-        None => key.to_owned(),
-    }
-}
-
-/// The ClickHouse client `[clickhouse]` describes; connects lazily. `init`
-/// makes one too, so it refuses exactly what `run` would (a URL, a CA file,
-/// a client certificate).
-pub fn clickhouse_client(
-    ch_cfg: &walshadow_config::ClickHouseConfig,
-) -> Result<ClickHouseClient, ClickHouseError> {
-    let mut client_cfg = ClientConfig::new(&ch_cfg.url, &ch_cfg.database);
-    client_cfg.user = ch_cfg.user.clone();
-    client_cfg.password = ch_cfg.password.clone();
-    client_cfg.request_timeout = Duration::from_secs(ch_cfg.request_timeout_s.max(1));
-    client_cfg.tls = TlsOptions {
-        ca_file: ch_cfg.ca_file.clone(),
-        client_cert: ch_cfg.client_cert.clone().zip(ch_cfg.client_key.clone()),
-        insecure_skip_verify: ch_cfg.insecure_skip_tls_verify,
-    };
-    ClickHouseClient::new(client_cfg)
 }
 
 impl Streamer {
@@ -396,7 +318,7 @@ impl Streamer {
     /// the spill directory cleaned, progress read (or started at the
     /// shadow's consistency point).
     pub async fn new(
-        config: &Config,
+        settings: StreamSettings,
         shadow: Arc<Shadow>,
         progress: Progress,
         hold: watch::Sender<Lsn>,
@@ -405,32 +327,10 @@ impl Streamer {
         control: StreamControl,
     ) -> Result<Streamer, StreamError> {
         let StreamControl { stop, source_end } = control;
-        let ch_cfg = config
-            .clickhouse
-            .as_ref()
-            .ok_or_else(|| StreamError::State("no [clickhouse] section".into()))?;
-        let ch = clickhouse_client(ch_cfg)?;
-        let meta = MetaColumns {
-            lsn: ch_cfg.lsn_column.clone(),
-            seq: ch_cfg.seq_column.clone(),
-            xid: ch_cfg.xid_column.clone(),
-            commit_time: ch_cfg.commit_time_column.clone(),
-            is_deleted: ch_cfg.deleted_column.clone(),
-            ..MetaColumns::default()
-        };
-        let batch = BatchConfig {
-            max_rows: ch_cfg.batch_rows,
-            max_bytes: ch_cfg.batch_mb << 20,
-            max_age: Duration::from_millis(ch_cfg.batch_ms),
-        };
-        let assembler_config = AssemblerConfig {
-            memory_budget_bytes: config.stream.memory_mb << 20,
-            spill_dir: config.state.spill_dir(),
-        };
-        let assembler = Assembler::open(assembler_config.clone())?;
-        let source = walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url)
-            .map_err(|e| StreamError::State(e.to_string()))?;
-        let toml_tables: BTreeSet<String> = config.tables.keys().cloned().collect();
+        let ch = clickhouse_client(&settings.clickhouse)?;
+        let assembler = Assembler::open(settings.assembler.clone())?;
+        let source = settings.source.clone();
+        let toml_tables = settings.toml_tables();
         // A table the config table opted in before `config_table_allow`
         // said otherwise stops streaming now, visibly.
         let mut progress = progress;
@@ -439,7 +339,7 @@ impl Streamer {
             if t.opted_in
                 && t.opted_out.is_none()
                 && !toml_tables.contains(key)
-                && !config.source.allows(key)
+                && !settings.source_config.allows(key)
             {
                 let kind = crate::stop::StopKind::NotAllowed;
                 let reason =
@@ -465,22 +365,22 @@ impl Streamer {
         );
         let dest_locks = walshadow_backfill::staging::DestLocks::default();
         let mut backfills = Backfills::open(
-            config.state.dir.clone(),
-            config.backfill.clone(),
+            settings.state_dir.clone(),
+            settings.backfill.clone(),
             &source,
             ch.clone(),
-            ch_cfg.database.clone(),
-            meta.clone(),
+            settings.clickhouse.database.clone(),
+            settings.meta.clone(),
             crate::backfills::LoadResources {
-                spill_dir: config.state.spill_dir(),
-                spool_memory_bytes: (config.stream.memory_mb << 20) / 4,
-                toast_cache_mb: config.stream.toast_cache_mb,
+                spill_dir: settings.spill_dir.clone(),
+                spool_memory_bytes: settings.memory_bytes / 4,
+                toast_cache_mb: settings.toast_cache_mb,
                 dest_locks: dest_locks.clone(),
             },
         )?;
         // A pinned table seen for the first time loads per its
         // `initial_load`, at the position streaming resumes from.
-        for (key, t) in &config.tables {
+        for (key, t) in &settings.tables {
             if progress.tables.contains_key(key) {
                 continue;
             }
@@ -500,11 +400,9 @@ impl Streamer {
                 }
             }
         }
-        let safe = (progress.applied, progress.restart, 0);
-        let durable_applied = progress.applied;
-        let mut toast = Toast::open(&config.state.dir, config.stream.toast_cache_mb, &source)?;
+        let mut toast = Toast::open(&settings.state_dir, settings.toast_cache_mb, &source)?;
         toast.compact_if_sparse(progress.applied)?;
-        let _ = hold.send(progress.restart);
+        let positions = positions::Positions::new(&progress, hold);
         let major = walshadow_types::PgMajor::from_number(shadow.state.major)
             .map_err(|e| StreamError::State(e.to_string()))?;
         let mut s = Streamer {
@@ -513,46 +411,32 @@ impl Streamer {
             shadow,
             source_db: source.database(),
             source_user: source.user.clone(),
-            database: ch_cfg.database.clone(),
-            ch,
-            meta,
-            batch,
+            settings,
+            destinations: destinations::Destinations {
+                client: ch,
+                health: Default::default(),
+                locks: dest_locks,
+            },
             assembler,
-            assembler_config,
             relations: None,
-            pinned: pinned.clone(),
-            toml_tables,
-            config_key: config.source.config_table.clone(),
-            config_allow: config.source.clone(),
-            scope_changes: Vec::new(),
-            config_decoder: None,
+            scope: scope::Scope::new(pinned.clone()),
             backfills,
-            dest_locks,
             metrics,
             load_counted: HashMap::new(),
             load_bars: crate::load_bars::LoadBars::default(),
             progress,
             progress_dirty: false,
-            state_dir: config.state.dir.clone(),
             tables: BTreeMap::new(),
             decoder: None,
-            hold,
-            safe,
-            received: Lsn::INVALID,
-            decoded: Lsn::INVALID,
-            durable_applied,
-            changed_at: HashMap::new(),
+            positions,
             pending_refresh: BTreeSet::new(),
             toast,
             spec: None,
             last_status: Instant::now(),
             last_flush: Instant::now(),
             events: Vec::new(),
-            applied_commit_time: 0,
             stop,
             source_end,
-            destination: Default::default(),
-            missing: BTreeSet::new(),
             source_waits: BTreeMap::new(),
             new_leaves: HashMap::new(),
             created_files: HashMap::new(),
@@ -563,13 +447,14 @@ impl Streamer {
         };
         let progress_applied = s.progress.applied;
         for key in &pinned {
-            let dest = config
+            let dest = s
+                .settings
                 .tables
                 .get(key)
                 .and_then(|t| t.destination_of(key))
                 .or_else(|| s.progress.tables.get(key).map(|t| t.destination.clone()))
-                .unwrap_or_else(|| table_name(key));
-            if config.tables.contains_key(key)
+                .unwrap_or_else(|| destinations::default_destination(key));
+            if s.settings.tables.contains_key(key)
                 && let Some(reason) = s.destination_refused(key, &dest)
             {
                 return Err(StreamError::State(format!(
@@ -611,10 +496,10 @@ impl Streamer {
             // at or after the start is right: the load's snapshot is taken
             // after it, the stream covers what follows). Later changes come
             // from the WAL; duplicates collapse.
-            s.scope_changes = config_rows_now(config).await;
+            s.scope.changes = config_rows_now(&s.settings).await;
             // Their resync counters are where a resync starts from, not a
             // request (a pinned table's row may be there from before).
-            for change in &s.scope_changes {
+            for change in &s.scope.changes {
                 if let ScopeChange::Set {
                     key,
                     resync: Some(n),
@@ -631,37 +516,6 @@ impl Streamer {
         })
         .await?;
         Ok(s)
-    }
-
-    /// Runs `f` until ClickHouse takes it. Transient and environment
-    /// errors pause the stream here (backoff to 10 s; status written every
-    /// second, so `walshadow status` and the metrics show what it waits
-    /// for); only a definite error comes back, as
-    /// [`StreamError::ClickHouse`]. A stop request ends the wait with
-    /// [`StreamError::Stopping`]: nothing past the request was recorded, so
-    /// nothing is lost by giving up.
-    async fn retry_clickhouse<F, Fut>(&mut self, what: &str, f: F) -> Result<(), StreamError>
-    where
-        F: Fn(ClickHouseClient) -> Fut,
-        Fut: std::future::Future<Output = Result<(), walshadow_emitter::ClickHouseError>>,
-    {
-        let mut backoff = DESTINATION_BACKOFF;
-        loop {
-            let e = match f(self.ch.clone()).await {
-                Ok(()) => {
-                    self.destination_ok();
-                    return Ok(());
-                }
-                Err(e) if e.is_definite() => {
-                    self.destination_ok();
-                    return Err(e.into());
-                }
-                Err(e) => e,
-            };
-            let delay = backoff.next_delay();
-            self.destination_failed(what, &e, delay);
-            self.pause(delay).await?;
-        }
     }
 
     /// Waits `d` before a retry, writing the status file every second so
@@ -682,56 +536,6 @@ impl Streamer {
             self.write_status();
         }
         Ok(())
-    }
-
-    fn destination_ok(&mut self) {
-        let d = &mut self.destination;
-        if let Some(since) = d.failing_since_unix_ms.take() {
-            let secs = crate::status::unix_ms_now().saturating_sub(since) as f64 / 1000.0;
-            tracing::info!(
-                failures = d.failures,
-                "ClickHouse takes requests again after {secs:.1} s: {} done",
-                d.waiting_for.as_deref().unwrap_or("the request")
-            );
-        }
-        d.failures = 0;
-        d.waiting_for = None;
-        d.last_success_unix_ms = Some(crate::status::unix_ms_now());
-        self.metrics.set_destination_ok(true);
-    }
-
-    fn destination_failed(
-        &mut self,
-        what: &str,
-        e: &walshadow_emitter::ClickHouseError,
-        retry_in: Duration,
-    ) {
-        let class = e.class();
-        let d = &mut self.destination;
-        d.failing_since_unix_ms
-            .get_or_insert_with(crate::status::unix_ms_now);
-        d.failures += 1;
-        d.waiting_for = Some(what.to_owned());
-        d.last_error = Some(e.to_string());
-        d.last_class = Some(class.as_str().to_owned());
-        self.metrics
-            .add_destination_error(&e.label(), class.as_str());
-        self.metrics.add_destination_retry();
-        self.metrics.set_destination_ok(false);
-        let failures = d.failures;
-        match class {
-            walshadow_emitter::ErrorClass::Environment => tracing::error!(
-                failures,
-                "ClickHouse cannot take the stream's requests ({what}): {e}; \
-                 the stream waits, retrying in {retry_in:?} (nothing is lost meanwhile: \
-                 progress and the slot stay behind these rows); fix the destination"
-            ),
-            _ => tracing::warn!(
-                failures,
-                "ClickHouse: {what}: {e}; retrying in {retry_in:?}"
-            ),
-        }
-        self.write_status();
     }
 
     /// Runs until the tap closes (the feed stopped), then flushes and
@@ -762,25 +566,23 @@ impl Streamer {
     }
 
     fn next_deadline(&self) -> Instant {
-        let mut d = self.last_status + Duration::from_secs(1);
-        for t in self.tables.values() {
-            if let Some(b) = &t.batch
-                && let Some(x) = b.deadline()
-            {
-                d = d.min(x);
-            }
-        }
-        d
+        self.settings
+            .flush
+            .next_wake(self.batches(), self.last_status)
+    }
+
+    /// Every table's batch.
+    fn batches(&self) -> impl Iterator<Item = &TableBatch> {
+        self.tables.values().filter_map(|t| t.batch.as_ref())
     }
 
     async fn on_timer(&mut self) -> Result<(), StreamError> {
         self.refresh_pending(None).await?;
-        let now = Instant::now();
-        let due = self
-            .tables
-            .values()
-            .any(|t| t.batch.as_ref().is_some_and(|b| b.is_due(now)));
-        if due || now.duration_since(self.last_flush) >= self.batch.max_age {
+        if self
+            .settings
+            .flush
+            .due(self.batches(), self.last_flush, Instant::now())
+        {
             self.flush_all().await?;
         }
         if self.progress_dirty {
@@ -816,9 +618,9 @@ impl Streamer {
         tracing::info!(from = %from, restart = %restart, applied = %self.progress.applied, "decoding the source's WAL");
         self.decoder = Some(WalStreamDecoder::new(from, restart, self.seg_size)?);
         // Open transactions are rebuilt from the restart position.
-        self.assembler = Assembler::open(self.assembler_config.clone())?;
+        self.assembler = Assembler::open(self.settings.assembler.clone())?;
         self.spec = None;
-        self.received = from;
+        self.positions.received = from;
         Ok(())
     }
 
@@ -827,7 +629,7 @@ impl Streamer {
             return Err(StreamError::State("WAL before the stream started".into()));
         };
         decoder.feed_at(start, data)?;
-        self.received = Lsn(start.0 + data.len() as u64);
+        self.positions.received = Lsn(start.0 + data.len() as u64);
         let db_oid = self.relations.as_ref().map(|r| r.db_oid);
         let major = self.major;
         while let Some(decoder) = self.decoder.as_mut() {
@@ -847,58 +649,32 @@ impl Streamer {
             }
             self.events = events;
             let end = crate::decode::aligned_end(end);
-            self.decoded = end;
-            if self.assembler.restart_lsn().is_none() {
-                // No transaction holds changes: everything up to here is
-                // decided.
-                self.safe.0 = self.safe.0.max(end);
-                self.safe.1 = self.safe.1.max(end);
-            }
+            let idle = self.assembler.restart_lsn().is_none();
+            self.positions.decoded_to(end, idle);
         }
         if self.backfills.has_queued() && self.relations.is_some() {
             // A load waiting for its S starts as soon as S is decoded.
             self.start_loads();
         }
-        if self
-            .tables
-            .values()
-            .any(|t| t.batch.as_ref().is_some_and(TableBatch::is_full))
-        {
+        if self.settings.flush.full(self.batches()) {
             self.flush_all().await?;
         }
-        if self.last_status.elapsed() >= Duration::from_secs(1) {
+        if self.last_status.elapsed() >= flush::TICK {
             self.on_timer().await?;
         }
         Ok(())
     }
 
     async fn on_event(&mut self, event: Event) -> Result<(), StreamError> {
-        match event {
-            Event::Change { xid, seq, payload } => self.assembler.add(xid, seq, &payload)?,
-            Event::Assign { top, subxacts } => {
-                for s in subxacts {
-                    self.assembler.assign(top, s);
-                }
-            }
-            Event::Abort {
-                xid,
-                subxacts,
-                prepared,
-            } => {
-                if prepared {
-                    self.assembler.abort_prepared(xid);
-                } else {
-                    self.assembler.abort(xid, &subxacts);
-                }
+        match crate::assemble::assemble(&mut self.assembler, event)? {
+            Assembled::Done => {}
+            Assembled::Commit(c, txn) => self.on_commit(c, txn).await?,
+            Assembled::Upkeep(Event::Abort { xid, subxacts, .. }) => {
                 for x in std::iter::once(&xid).chain(&subxacts) {
                     self.created_files.remove(x);
                 }
             }
-            Event::Prepare { xid, subxacts } => self.assembler.prepare(xid, &subxacts),
-            Event::RunningXacts { oldest_running } => {
-                self.assembler.forget_older_than(oldest_running)
-            }
-            Event::FileCreated { xid, rel } => {
+            Assembled::Upkeep(Event::FileCreated { xid, rel }) => {
                 // Past the bound new files are forgotten: a partition on
                 // one counts as one that may hold older rows (a reload,
                 // never a lost row).
@@ -910,44 +686,40 @@ impl Streamer {
                         .push(rel.rel_number);
                 }
             }
-            Event::Commit(c) => self.on_commit(c).await?,
-            Event::Pruned {
+            Assembled::Upkeep(Event::Pruned {
                 rel,
                 block,
                 offsets,
                 lsn,
                 end,
-            } => self.on_pruned(rel, block, offsets, lsn, end).await?,
+            }) => self.on_pruned(rel, block, offsets, lsn, end).await?,
+            Assembled::Upkeep(_) => {}
         }
         Ok(())
     }
 
-    async fn on_commit(&mut self, c: CommitEvent) -> Result<(), StreamError> {
+    async fn on_commit(
+        &mut self,
+        c: CommitEvent,
+        txn: Option<CommittedTxn>,
+    ) -> Result<(), StreamError> {
         self.committing = std::iter::once(c.xid)
             .chain(c.subxacts.iter().copied())
             .collect();
-        let r = self.apply_commit(c).await;
+        let r = self.apply_commit(c, txn).await;
         for x in std::mem::take(&mut self.committing) {
             self.created_files.remove(&x);
         }
         r
     }
 
-    async fn apply_commit(&mut self, c: CommitEvent) -> Result<(), StreamError> {
+    async fn apply_commit(
+        &mut self,
+        c: CommitEvent,
+        txn: Option<CommittedTxn>,
+    ) -> Result<(), StreamError> {
         // Loads check their snapshots against the commits seen.
         self.backfills.recent().record(c.xid, c.end);
-        let txn = if c.prepared {
-            match self.assembler.commit_prepared(c.xid) {
-                Ok(t) => Some(t),
-                Err(walshadow_txn::TxnError::NotPrepared { .. }) => {
-                    tracing::warn!(xid = c.xid, lsn = %c.lsn, "COMMIT PREPARED of a transaction prepared before walshadow's start: its changes are not streamed");
-                    None
-                }
-                Err(e) => return Err(e.into()),
-            }
-        } else {
-            Some(self.assembler.commit(c.xid, &c.subxacts)?)
-        };
         let skip = c.end <= self.progress.applied;
         if !skip {
             self.connect_relations().await?;
@@ -984,13 +756,14 @@ impl Streamer {
                     for key in keys {
                         self.interest.forget(key);
                     }
-                    let pinned = &self.pinned;
+                    let pinned = &self.scope.pinned;
                     self.pending_refresh
                         .extend(keys.iter().filter(|k| pinned.contains(*k)).cloned());
                 }
                 Reach::Everything => {
                     self.interest.forget_all();
-                    self.pending_refresh.extend(self.pinned.iter().cloned());
+                    self.pending_refresh
+                        .extend(self.scope.pinned.iter().cloned());
                 }
             }
             // A table's descriptor is read again, and its ClickHouse table
@@ -1029,7 +802,7 @@ impl Streamer {
                 }
             }
         }
-        if !self.scope_changes.is_empty() && !skip {
+        if !self.scope.changes.is_empty() && !skip {
             self.apply_scope_changes(&c).await?;
         }
         if refresh && (self.refresh_every || self.may_move_toast(&c, &reach)) {
@@ -1047,31 +820,23 @@ impl Streamer {
         let restart = self.assembler.restart_lsn().unwrap_or(c.end).min(c.end);
         if skip {
             // Already in ClickHouse: only the restart position moves.
-            self.safe = (self.safe.0.max(c.end), restart, self.safe.2);
+            self.positions.skipped(c.end, restart);
         } else {
-            self.safe = (c.end, restart, c.commit_time);
+            self.positions.committed(c.end, restart, c.commit_time);
         }
         Ok(())
     }
 
-    /// A change of `key` was decoded at `lsn` (see `changed_at`).
+    /// A change of `key` was decoded at `lsn`.
     pub(super) fn changed(&mut self, key: &str, lsn: Lsn) {
-        match self.changed_at.get_mut(key) {
-            Some(at) => *at = (*at).max(lsn),
-            None => {
-                self.changed_at.insert(key.to_owned(), lsn);
-            }
-        }
+        self.positions.changed(key, lsn);
     }
 
     /// Whether a table waiting for its refresh has a change past durable
     /// progress (TOAST chunks: its rows refresh it first).
     fn pending_changed_since_durable(&self) -> bool {
-        self.pending_refresh.iter().any(|k| {
-            self.changed_at
-                .get(k)
-                .is_some_and(|at| *at > self.durable_applied)
-        })
+        self.positions
+            .changed_since_durable(self.pending_refresh.iter())
     }
 
     /// Whether commit `c` can have given a TOAST relation of a table in
@@ -1129,13 +894,10 @@ impl Streamer {
         if self.refresh_every {
             return true;
         }
-        let past = |at: &Lsn| *at > self.durable_applied;
         match reach {
             Reach::Nothing => false,
-            Reach::Tables(keys) => keys
-                .iter()
-                .any(|k| self.changed_at.get(k).is_some_and(past)),
-            _ => self.changed_at.values().any(past),
+            Reach::Tables(keys) => self.positions.changed_since_durable(keys.iter()),
+            _ => self.positions.any_changed_since_durable(),
         }
     }
 
@@ -1148,9 +910,10 @@ impl Streamer {
             return Ok(Reach::Everything);
         }
         let keys: Vec<String> = self
+            .scope
             .pinned
             .iter()
-            .chain(std::iter::once(&self.config_key))
+            .chain(std::iter::once(&self.settings.source_config.config_table))
             .filter(|k| !self.interest.knows(k) && !self.pending_refresh.contains(*k))
             .cloned()
             .collect();
@@ -1238,8 +1001,8 @@ impl Streamer {
             };
             let relations = Relations::new(
                 catalog,
-                self.pinned.clone(),
-                self.config_key.clone(),
+                self.scope.pinned.clone(),
+                self.settings.config_key().to_owned(),
                 self.progress.applied,
             )
             .await?;
@@ -1268,13 +1031,7 @@ impl Streamer {
             self.flush_table(&key).await?;
         }
         self.last_flush = Instant::now();
-        let (applied, restart, commit_time) = self.safe;
-        if applied > self.progress.applied || restart > self.progress.restart {
-            self.progress.applied = self.progress.applied.max(applied);
-            self.progress.restart = self.progress.restart.max(restart);
-            if commit_time != 0 {
-                self.applied_commit_time = commit_time;
-            }
+        if self.positions.flushed(&mut self.progress) {
             self.progress_dirty = true;
         }
         for (key, w) in self.toast.overdue(self.progress.applied) {
@@ -1295,19 +1052,15 @@ impl Streamer {
     fn write_progress(&mut self) -> Result<(), StreamError> {
         // The mirror holds every chunk up to `applied` before progress says
         // so; its deletions wait for the progress already on disk.
-        self.toast.commit(self.durable_applied)?;
-        self.progress.write(&self.state_dir)?;
-        self.durable_applied = self.progress.applied;
+        self.toast.commit(self.positions.durable_applied)?;
+        self.progress.write(&self.settings.state_dir)?;
         self.progress_dirty = false;
-        let _ = self.hold.send(self.progress.restart);
-        // The shadow may follow everything ClickHouse holds.
         let catalog = self
             .relations
             .as_ref()
             .map_or(Lsn::INVALID, |r| r.catalog_lsn());
-        self.shadow
-            .feeder
-            .raise_ceiling(catalog.max(self.progress.applied));
+        self.positions
+            .made_durable(&self.progress, &self.shadow.feeder, catalog);
         Ok(())
     }
 
@@ -1318,36 +1071,36 @@ impl Streamer {
             updated_unix_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
-            received: self.received,
-            decoded: self.decoded,
+            received: self.positions.received,
+            decoded: self.positions.decoded,
             applied: self.progress.applied,
             restart: self.progress.restart,
             shadow_ceiling: self.shadow.feeder.ceiling(),
             shadow_replayed: self.shadow.feeder.positions().borrow().apply,
-            applied_commit_time: self.applied_commit_time,
+            applied_commit_time: self.positions.applied_commit_time,
             open_transactions: self.assembler.open_transactions().len(),
             memory_used: self.assembler.memory_used(),
             spilled_bytes: self.assembler.spilled_bytes(),
             toast: Some(ToastStatus::new(self.toast.stats(), self.toast.counters())),
             tables: self.table_status(),
             source_end: Lsn(self.source_end.load(std::sync::atomic::Ordering::Relaxed)),
-            destination: self.destination.clone(),
+            destination: self.destinations.health.clone(),
             config_table_ignored: self
                 .relations
                 .as_ref()
                 .and_then(|r| r.config_table_ignored().map(str::to_owned)),
         };
         self.update_metrics(&status);
-        if let Err(e) = status.write(&self.state_dir) {
+        if let Err(e) = status.write(&self.settings.state_dir) {
             tracing::debug!("writing status: {e}");
         }
     }
 }
 
 /// The config table's rows as the source has them now (first run only).
-async fn config_rows_now(config: &Config) -> Vec<ScopeChange> {
-    let Some((schema, name)) = walshadow_config::split_table_name(&config.source.config_table)
-    else {
+async fn config_rows_now(settings: &StreamSettings) -> Vec<ScopeChange> {
+    let config_key = settings.config_key();
+    let Some((schema, name)) = walshadow_config::split_table_name(config_key) else {
         return Vec::new();
     };
     let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
@@ -1363,7 +1116,7 @@ async fn config_rows_now(config: &Config) -> Vec<ScopeChange> {
         quote(&name)
     );
     let rows = async {
-        let mut cfg = walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url)?;
+        let mut cfg = settings.source.clone();
         cfg.physical = false;
         cfg.application_name = Some("walshadow".into());
         let mut c = walshadow_wal_reader::replication::ReplicationClient::connect(&cfg).await?;
@@ -1385,7 +1138,7 @@ async fn config_rows_now(config: &Config) -> Vec<ScopeChange> {
             })
             .collect(),
         Err(e) => {
-            tracing::warn!(table = %config.source.config_table, "reading the config table at the first start: {e}; rows written before walshadow's start point are not applied until they change");
+            tracing::warn!(table = %config_key, "reading the config table at the first start: {e}; rows written before walshadow's start point are not applied until they change");
             Vec::new()
         }
     }
@@ -1443,10 +1196,6 @@ impl Streamer {
 fn key_display(key: &[Option<String>]) -> String {
     let parts: Vec<&str> = key.iter().map(|k| k.as_deref().unwrap_or("NULL")).collect();
     format!("({})", parts.join(", "))
-}
-
-fn tuple_ref(t: &OwnedTuple) -> TupleRef<'_> {
-    TupleRef::from_wal(t.infomask2, t.infomask, t.hoff, &t.data)
 }
 
 fn row_error(key: &str, lsn: Lsn, e: RowError) -> RowsFault {

@@ -58,7 +58,7 @@ impl Streamer {
         // once it holds the table's lock, and publishes nothing.
         self.backfills.withdraw(key)?;
         {
-            let _guard = self.dest_locks.lock(&staged).await;
+            let _guard = self.destinations.locks.lock(&staged).await;
             self.drop_table("dropping a leftover resync table", &staged)
                 .await?;
         }
@@ -92,7 +92,7 @@ impl Streamer {
                 decoders: HashMap::new(),
             },
         );
-        self.pinned.insert(key.to_owned());
+        self.scope.pinned.insert(key.to_owned());
         // A fresh load: marks of an earlier one (say, this same resync
         // before a crash) name blocks of a table dropped above.
         self.backfills.withdraw(key)?;
@@ -175,7 +175,7 @@ impl Streamer {
             self.progress_dirty = true;
             return Ok(());
         }
-        let db = self.database.clone();
+        let db = self.database().to_owned();
         let uuid_of = |name: String| {
             let db = db.clone();
             move |ch: ClickHouseClient| {
@@ -198,8 +198,8 @@ impl Streamer {
         };
         // Everything streamed so far is in the resync table first.
         self.flush_table(key).await?;
-        let _own_guard = self.dest_locks.lock(&own).await;
-        let _staged_guard = self.dest_locks.lock(&staged).await;
+        let _own_guard = self.destinations.locks.lock(&own).await;
+        let _staged_guard = self.destinations.locks.lock(&staged).await;
         let exchanged = match &r.uuid {
             None => false,
             Some(u) => {
@@ -235,7 +235,7 @@ impl Streamer {
                 "EXCHANGE TABLES {db}.{} AND {db}.{}",
                 walshadow_emitter::quote_ident(&own),
                 walshadow_emitter::quote_ident(&staged),
-                db = walshadow_emitter::quote_ident(&self.database)
+                db = walshadow_emitter::quote_ident(self.database())
             );
             tracing::info!(table = %key, "resync: {sql}");
             self.retry_clickhouse("swapping in a resynced table", move |ch| {
@@ -256,7 +256,11 @@ impl Streamer {
             && let Some(dest) = &t.dest
         {
             let encoder = RowBinaryEncoder::new(dest);
-            t.batch = Some(TableBatch::new(own.clone(), encoder, self.batch.clone()));
+            t.batch = Some(TableBatch::new(
+                own.clone(),
+                encoder,
+                self.settings.batch.clone(),
+            ));
         }
         self.write_progress()?;
         tracing::info!(table = %key, destination = %own, s = %r.s, "resync done: the table was loaded again and swapped in");
@@ -291,7 +295,7 @@ impl Streamer {
     async fn drop_table(&mut self, what: &str, name: &str) -> Result<(), StreamError> {
         let sql = format!(
             "DROP TABLE IF EXISTS {}.{} SYNC",
-            walshadow_emitter::quote_ident(&self.database),
+            walshadow_emitter::quote_ident(self.database()),
             walshadow_emitter::quote_ident(name)
         );
         self.retry_clickhouse(what, move |ch| {
@@ -299,33 +303,5 @@ impl Streamer {
             async move { ch.execute(&sql).await }
         })
         .await
-    }
-
-    /// [`Streamer::retry_clickhouse`] for a request with an answer.
-    pub(super) async fn query_clickhouse<T, F, Fut>(
-        &mut self,
-        what: &str,
-        f: F,
-    ) -> Result<T, StreamError>
-    where
-        F: Fn(ClickHouseClient) -> Fut,
-        Fut: std::future::Future<Output = Result<T, walshadow_emitter::ClickHouseError>>,
-    {
-        let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
-        let out = std::sync::Arc::clone(&slot);
-        let f = &f;
-        self.retry_clickhouse(what, move |ch| {
-            let out = std::sync::Arc::clone(&out);
-            async move {
-                let v = f(ch).await?;
-                if let Ok(mut o) = out.lock() {
-                    *o = Some(v);
-                }
-                Ok(())
-            }
-        })
-        .await?;
-        let v = slot.lock().ok().and_then(|mut o| o.take());
-        v.ok_or_else(|| StreamError::State(format!("{what}: no answer kept")))
     }
 }

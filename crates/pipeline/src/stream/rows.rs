@@ -48,7 +48,7 @@ impl Streamer {
                 let file = change.rel.rel_number;
                 match (change.kind, change.tid, &change.new) {
                     (ChangeKind::Insert, Some(tid), Some(t)) => {
-                        match ToastChunk::from_tuple(tuple_ref(t)) {
+                        match ToastChunk::from_tuple(t.tuple_ref()) {
                             Ok(chunk) => {
                                 self.toast
                                     .insert_chunk(toast_relid, file, tid, chunk, seq)?
@@ -81,7 +81,7 @@ impl Streamer {
                 self.apply_row_change(c, seq, &key, &desc, &change).await
             }
             Resolved::Config { desc } => {
-                let key = self.config_key.clone();
+                let key = self.settings.config_key().to_owned();
                 self.changed(&key, c.end);
                 self.config_change(seq, &desc, &change);
                 Ok(())
@@ -320,7 +320,7 @@ impl Streamer {
         for &(i, p) in &key_positions {
             let mut wanted = vec![false; rd.positions.len()];
             *wanted.get_mut(i)? = true;
-            match rd.decoder.decode_only(tuple_ref(tuple), &source, &wanted) {
+            match rd.decoder.decode_only(tuple.tuple_ref(), &source, &wanted) {
                 Ok(values) => {
                     if let (Some(slot), Some(v)) = (row.get_mut(p), values.into_iter().nth(i)) {
                         *slot = v;
@@ -417,7 +417,7 @@ impl Streamer {
         };
         let toast = self.toast.source();
         let decode = |t: &OwnedTuple| -> Result<Vec<Value>, RowsFault> {
-            let r = decoder.decode(tuple_ref(t), &toast);
+            let r = decoder.decode(t.tuple_ref(), &toast);
             if let Some(e) = toast.take_error() {
                 return Err(RowsFault::Mirror(e));
             }

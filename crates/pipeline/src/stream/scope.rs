@@ -1,7 +1,32 @@
-//! Opt-ins and opt-outs read from the config table, applied at their
-//! commit, and the initial loads they start.
+//! Which tables stream: pinned in the config file or opted in by the
+//! config table, whose opt-ins and opt-outs are applied at their commit,
+//! with the initial loads they start.
 
 use super::*;
+
+/// See the module doc.
+#[derive(Debug)]
+pub(super) struct Scope {
+    /// Tables streaming now: pinned in the config file or opted in.
+    pub pinned: BTreeSet<String>,
+    /// Opt-ins and opt-outs of the commit being applied.
+    pub changes: Vec<ScopeChange>,
+    /// The config table's row decoder, for its layout now.
+    pub config_decoder: Option<(Arc<RelationDesc>, RowDecoder)>,
+    /// Tables in scope the catalog does not have (yet).
+    pub missing: BTreeSet<String>,
+}
+
+impl Scope {
+    pub fn new(pinned: BTreeSet<String>) -> Scope {
+        Scope {
+            pinned,
+            changes: Vec::new(),
+            config_decoder: None,
+            missing: BTreeSet::new(),
+        }
+    }
+}
 
 impl Streamer {
     /// Starts the loads whose `S` has been decoded, into tables whose
@@ -14,7 +39,7 @@ impl Streamer {
             .map(|(k, _)| (k.clone(), self.dest_of(k)))
             .collect();
         self.backfills
-            .start_due(self.decoded, |key| ready.get(key).cloned());
+            .start_due(self.positions.decoded, |key| ready.get(key).cloned());
     }
 
     /// An opt-in at `s` that cannot take effect: recorded as opted in and
@@ -49,25 +74,26 @@ impl Streamer {
     /// A change of the config table: remembered, applied after the commit.
     pub(super) fn config_change(&mut self, seq: Lsn, desc: &Arc<RelationDesc>, change: &Change) {
         if !self
+            .scope
             .config_decoder
             .as_ref()
             .is_some_and(|(d, _)| Arc::ptr_eq(d, desc))
         {
             match RowDecoder::new(desc) {
-                Ok(dec) => self.config_decoder = Some((Arc::clone(desc), dec)),
+                Ok(dec) => self.scope.config_decoder = Some((Arc::clone(desc), dec)),
                 Err(e) => {
-                    tracing::error!(lsn = %seq, "the config table {} cannot be read: {e}", self.config_key);
+                    tracing::error!(lsn = %seq, "the config table {} cannot be read: {e}", self.settings.config_key());
                     return;
                 }
             }
         }
-        let Some((_, decoder)) = &self.config_decoder else {
+        let Some((_, decoder)) = &self.scope.config_decoder else {
             return;
         };
         let source = self.toast.source();
         let row = |t: &OwnedTuple| {
             decoder
-                .decode(tuple_ref(t), &source)
+                .decode(t.tuple_ref(), &source)
                 .ok()
                 .and_then(|v| config_row(decoder, &v))
         };
@@ -87,7 +113,7 @@ impl Streamer {
                     resync,
                 }) = change.new.as_ref().and_then(row)
                 else {
-                    tracing::warn!(lsn = %seq, "a row of the config table {} without schema_name/table_name: ignored", self.config_key);
+                    tracing::warn!(lsn = %seq, "a row of the config table {} without schema_name/table_name: ignored", self.settings.config_key());
                     return;
                 };
                 if let Some(old) = old_key
@@ -110,7 +136,7 @@ impl Streamer {
             }
             _ => {}
         }
-        self.scope_changes.extend(out);
+        self.scope.changes.extend(out);
     }
 
     /// Applies the opt-ins and opt-outs of the commit `c` (its `end` is `S`).
@@ -131,7 +157,7 @@ impl Streamer {
         }
         let mut changed = false;
         let mut added = false;
-        for change in std::mem::take(&mut self.scope_changes) {
+        for change in std::mem::take(&mut self.scope.changes) {
             let (key, opt_in, load_text, destination, resync) = match change {
                 ScopeChange::Set {
                     key,
@@ -149,7 +175,7 @@ impl Streamer {
             if opt_in
                 && let (Some(n), Some(seen)) = (resync, seen)
                 && n != seen
-                && self.pinned.contains(&key)
+                && self.scope.pinned.contains(&key)
             {
                 let mode = match walshadow_config::InitialLoad::parse(load_text.as_deref()) {
                     Ok(walshadow_config::InitialLoad::BaseBackup) => crate::backfills::BASE_BACKUP,
@@ -164,16 +190,19 @@ impl Streamer {
                 tracing::warn!(table = %key, lsn = %s, "a config table row names no table as schema.name: ignored");
                 continue;
             }
-            if self.toml_tables.contains(&key) {
+            if self.settings.tables.contains_key(&key) {
                 tracing::warn!(table = %key, lsn = %s, "the table is pinned in the config file; its config table row changes nothing (remove it from the file to manage it by the table)");
                 continue;
             }
-            if opt_in && !self.pinned.contains(&key) && !self.config_allow.allows(&key) {
+            if opt_in
+                && !self.scope.pinned.contains(&key)
+                && !self.settings.source_config.allows(&key)
+            {
                 // Whoever may insert into the config table may not stream
                 // what the operator did not allow.
                 let reason = format!(
                     "the config table {} asks for it, and [source] config_table_allow does not allow it",
-                    self.config_key
+                    self.settings.config_key()
                 );
                 let dest = self.dest_of(&key);
                 self.refuse_opt_in(&key, dest, s, crate::stop::StopKind::NotAllowed, reason);
@@ -183,10 +212,10 @@ impl Streamer {
             if opt_in {
                 let load = match walshadow_config::InitialLoad::parse(load_text.as_deref()) {
                     Ok(l) => l,
-                    Err(text) if self.pinned.contains(&key) => {
+                    Err(text) if self.scope.pinned.contains(&key) => {
                         // Streaming already: it goes on (stopping it would
                         // leave a gap); only the new value is ignored.
-                        tracing::error!(table = %key, lsn = %s, "initial_load {text:?} in the config table {} is not a mode: ignored, the table keeps streaming (use none, copy or base_backup)", self.config_key);
+                        tracing::error!(table = %key, lsn = %s, "initial_load {text:?} in the config table {} is not a mode: ignored, the table keeps streaming (use none, copy or base_backup)", self.settings.config_key());
                         continue;
                     }
                     Err(text) => {
@@ -195,7 +224,7 @@ impl Streamer {
                         // waits, visibly, for a valid value.
                         let reason = format!(
                             "initial_load {text:?} in the config table {} is not a mode",
-                            self.config_key
+                            self.settings.config_key()
                         );
                         let dest = self.dest_of(&key);
                         self.refuse_opt_in(
@@ -209,7 +238,7 @@ impl Streamer {
                         continue;
                     }
                 };
-                if self.pinned.contains(&key) {
+                if self.scope.pinned.contains(&key) {
                     // A duplicate request collapses, but a table that was
                     // opted in without a load and never loaded takes the
                     // load its row now asks for.
@@ -239,7 +268,7 @@ impl Streamer {
                             .get(&key)
                             .map(|t| t.destination.clone())
                     })
-                    .unwrap_or_else(|| table_name(&key));
+                    .unwrap_or_else(|| destinations::default_destination(&key));
                 if let Some(reason) = self.destination_refused(&key, &dest) {
                     let kind = crate::stop::StopKind::DestinationTaken;
                     self.refuse_opt_in(&key, dest, s, kind, reason);
@@ -248,7 +277,7 @@ impl Streamer {
                 }
                 tracing::info!(table = %key, s = %s, initial_load = load.as_str(), destination = %dest, "table opted in");
                 let resync_seen = resync.unwrap_or(0);
-                self.pinned.insert(key.clone());
+                self.scope.pinned.insert(key.clone());
                 let entry = self
                     .progress
                     .tables
@@ -289,13 +318,13 @@ impl Streamer {
                 added = true;
                 changed = true;
             } else {
-                if !self.pinned.contains(&key) {
+                if !self.scope.pinned.contains(&key) {
                     continue;
                 }
                 tracing::info!(table = %key, lsn = %s, "table opted out: it is no longer streamed (its ClickHouse table stays)");
                 // Its rows up to here belong in ClickHouse.
                 self.flush_table(&key).await?;
-                self.pinned.remove(&key);
+                self.scope.pinned.remove(&key);
                 self.tables.remove(&key);
                 self.backfills.withdraw(&key)?;
                 self.toast.clear_waits(&key);
@@ -314,7 +343,7 @@ impl Streamer {
                     .is_some_and(|t| t.schema.is_none() && t.rows == 0 && t.resync.is_none())
                 {
                     self.progress.tables.remove(&key);
-                    self.missing.remove(&key);
+                    self.scope.missing.remove(&key);
                 }
                 changed = true;
             }
@@ -324,9 +353,9 @@ impl Streamer {
         }
         self.progress_dirty = true;
         if let Some(r) = self.relations.as_mut() {
-            r.set_pinned(self.pinned.clone());
+            r.set_pinned(self.scope.pinned.clone());
         }
-        let (pinned, config) = (&self.pinned, &self.config_key);
+        let (pinned, config) = (&self.scope.pinned, self.settings.config_key());
         self.interest.retain(|k| pinned.contains(k) || k == config);
         if added {
             self.refresh_tables(s, None).await?;

@@ -13,6 +13,7 @@ impl Streamer {
         only: Option<&BTreeSet<String>>,
     ) -> Result<(), StreamError> {
         let keys: Vec<String> = self
+            .scope
             .pinned
             .iter()
             .filter(|k| only.is_none_or(|o| o.contains(*k)))
@@ -32,10 +33,10 @@ impl Streamer {
             };
             let Some(desc) = relations.pinned_table(feeder, &key).await? else {
                 // Streams once created; until then status says so.
-                self.missing.insert(key);
+                self.scope.missing.insert(key);
                 continue;
             };
-            self.missing.remove(&key);
+            self.scope.missing.remove(&key);
             relations.remember_file(&key, &desc);
             if let Err(e) = RowDecoder::new(&desc) {
                 self.stop_table(
@@ -51,7 +52,7 @@ impl Streamer {
                 .tables
                 .get(&key)
                 .and_then(|t| t.schema.clone());
-            let new = match DestTable::new(&desc, &self.meta) {
+            let new = match DestTable::new(&desc, &self.settings.meta) {
                 Ok(d) => d,
                 // Created without a key, given one by a later transaction
                 // (a table made, then its primary key or replica identity
@@ -75,14 +76,17 @@ impl Streamer {
             let dest_name = self.dest_of(&key);
             let statements = match &old_schema {
                 None => {
-                    let sql =
-                        new.create_table_sql(&self.database, &dest_name, &TableSettings::default());
+                    let sql = new.create_table_sql(
+                        self.database(),
+                        &dest_name,
+                        &TableSettings::default(),
+                    );
                     tracing::info!(table = %key, destination = %dest_name, "creating the ClickHouse table");
                     vec![sql]
                 }
                 Some(old_desc) if *old_desc == *desc => Vec::new(),
                 Some(old_desc) => {
-                    let old = match DestTable::new(old_desc, &self.meta) {
+                    let old = match DestTable::new(old_desc, &self.settings.meta) {
                         Ok(d) => d,
                         Err(e) => {
                             self.stop_table(
@@ -97,7 +101,7 @@ impl Streamer {
                     let diff = SchemaDiff::between(&old, &new);
                     let statements = diff.and_then(|d| {
                         let decoder = RowDecoder::new(&desc).ok();
-                        d.ddl(&self.database, &dest_name, |col| {
+                        d.ddl(self.database(), &dest_name, |col| {
                             decoder.as_ref()?.missing_value(col.attnum)
                         })
                     });
@@ -138,11 +142,11 @@ impl Streamer {
                 self.flush_table(&key).await?;
                 let sql = format!(
                     "TRUNCATE TABLE {}.{}",
-                    walshadow_emitter::quote_ident(&self.database),
+                    walshadow_emitter::quote_ident(self.database()),
                     walshadow_emitter::quote_ident(&dest_name)
                 );
                 tracing::info!(table = %key, lsn = %lsn, old_oid = old.oid, new_oid = desc.oid, "the table was dropped and created again: its ClickHouse rows are removed");
-                let _guard = self.dest_locks.lock(&dest_name).await;
+                let _guard = self.destinations.locks.lock(&dest_name).await;
                 self.retry_clickhouse("truncating a re-created table", move |ch| {
                     let sql = sql.clone();
                     async move { ch.execute(&sql).await }
@@ -154,7 +158,7 @@ impl Streamer {
                 self.flush_table(&key).await?;
                 let settings = new.query_settings();
                 let mut refused = None;
-                let guard = self.dest_locks.lock(&dest_name).await;
+                let guard = self.destinations.locks.lock(&dest_name).await;
                 for sql in &statements {
                     tracing::info!(table = %key, "ClickHouse: {sql}");
                     let settings = settings.clone();
@@ -194,7 +198,7 @@ impl Streamer {
                 // (or by hand, or already there for CREATE … IF NOT
                 // EXISTS): rows go only into the layout they are encoded
                 // for.
-                let (db, table) = (self.database.clone(), dest_name.clone());
+                let (db, table) = (self.database().to_owned(), dest_name.clone());
                 let found = self
                     .query_clickhouse("reading a table's columns", move |ch| {
                         let (db, table) = (db.clone(), table.clone());
@@ -208,7 +212,7 @@ impl Streamer {
                         crate::stop::StopKind::SchemaChange,
                         format!(
                             "ClickHouse table {}.{dest_name} is not laid out as walshadow writes the table's rows ({diff}); rows sent to it would be misread",
-                            self.database
+                            self.database()
                         ),
                     );
                     continue;
@@ -248,7 +252,11 @@ impl Streamer {
                 t.dest = Some(new.clone());
                 t.decoders.clear();
                 let encoder = RowBinaryEncoder::new(&new);
-                t.batch = Some(TableBatch::new(dest_name, encoder, self.batch.clone()));
+                t.batch = Some(TableBatch::new(
+                    dest_name,
+                    encoder,
+                    self.settings.batch.clone(),
+                ));
             }
         }
         if loads {
@@ -385,23 +393,24 @@ impl Streamer {
         row: &[Value],
         meta: &RowMeta,
     ) -> Result<(), StreamError> {
-        for _ in 0..2 {
-            let Some(batch) = self.tables.get_mut(key).and_then(|t| t.batch.as_mut()) else {
-                return Ok(());
-            };
-            match batch.push(row, meta) {
-                Ok(()) => return Ok(()),
-                Err(walshadow_emitter::PushError::Full { .. }) => self.flush_table(key).await?,
-                Err(e) => {
-                    self.stop_table(
-                        key,
-                        lsn,
-                        crate::stop::StopKind::ValueOutOfRange,
-                        e.to_string(),
-                    );
-                    return Ok(());
-                }
-            }
+        let full = self
+            .tables
+            .get(key)
+            .and_then(|t| t.batch.as_ref())
+            .is_some_and(TableBatch::is_full);
+        if full {
+            self.flush_table(key).await?;
+        }
+        let Some(batch) = self.tables.get_mut(key).and_then(|t| t.batch.as_mut()) else {
+            return Ok(());
+        };
+        if let Err(e) = batch.push(row, meta) {
+            self.stop_table(
+                key,
+                lsn,
+                crate::stop::StopKind::ValueOutOfRange,
+                e.to_string(),
+            );
         }
         Ok(())
     }
@@ -447,11 +456,11 @@ impl Streamer {
             self.flush_table(&key).await?;
             let sql = format!(
                 "TRUNCATE TABLE {}.{}",
-                walshadow_emitter::quote_ident(&self.database),
+                walshadow_emitter::quote_ident(self.database()),
                 walshadow_emitter::quote_ident(&self.dest_of(&key))
             );
             tracing::info!(table = %key, lsn = %c.lsn, "TRUNCATE");
-            let _guard = self.dest_locks.lock(&self.dest_of(&key)).await;
+            let _guard = self.destinations.locks.lock(&self.dest_of(&key)).await;
             self.retry_clickhouse("truncating a table", move |ch| {
                 let sql = sql.clone();
                 async move { ch.execute(&sql).await }
@@ -464,7 +473,7 @@ impl Streamer {
                 // by the pass's file check.
                 let sql = format!(
                     "TRUNCATE TABLE IF EXISTS {}.{}",
-                    walshadow_emitter::quote_ident(&self.database),
+                    walshadow_emitter::quote_ident(self.database()),
                     walshadow_emitter::quote_ident(&walshadow_backfill::staging::staging_name(
                         &self.dest_of(&key)
                     ))
@@ -493,11 +502,11 @@ impl Streamer {
             sealed.range_token(),
             crc32c::crc32c(&sealed.body)
         );
-        let guard = self.dest_locks.share(&sealed.table).await;
+        let guard = self.destinations.locks.share(&sealed.table).await;
         let what = format!(
             "inserting {} rows into {}.{}",
             sealed.rows,
-            walshadow_emitter::quote_ident(&self.database),
+            walshadow_emitter::quote_ident(self.database()),
             walshadow_emitter::quote_ident(&sealed.table)
         );
         // The same bytes and token on every attempt: ClickHouse keeps one

@@ -1,0 +1,158 @@
+//! When the stream flushes: the one rule.
+//!
+//! A flush inserts every table's batch and moves progress to the last
+//! transaction boundary, so the slot and the shadow move with it. The
+//! stream flushes
+//!
+//! - when a batch is full (the size rule of [`TableBatch::is_full`], which
+//!   the loads follow too), after the WAL that filled it;
+//! - when a batch's oldest row is `max_age` old;
+//! - when the last flush is `max_age` old, rows or not: progress moves on
+//!   while no table in scope changes, and the source keeps no WAL for it.
+
+use std::time::{Duration, Instant};
+
+use walshadow_emitter::TableBatch;
+
+/// How often, at least, the stream looks at the clock (status, metrics,
+/// loads, the age rule).
+pub(super) const TICK: Duration = Duration::from_secs(1);
+
+/// See the module doc.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FlushRule {
+    /// `[clickhouse] batch_ms`.
+    pub max_age: Duration,
+}
+
+impl FlushRule {
+    /// A batch is full: flush before more WAL is decoded.
+    pub fn full<'a>(&self, mut batches: impl Iterator<Item = &'a TableBatch>) -> bool {
+        batches.any(TableBatch::is_full)
+    }
+
+    /// On the clock: a batch is full or old, or the last flush is.
+    pub fn due<'a>(
+        &self,
+        mut batches: impl Iterator<Item = &'a TableBatch>,
+        last_flush: Instant,
+        now: Instant,
+    ) -> bool {
+        now.duration_since(last_flush) >= self.max_age
+            || batches
+                .any(|b| b.is_full() || b.opened_at().is_some_and(|t| now >= t + self.max_age))
+    }
+
+    /// When to look at the clock next: the next tick after `last_tick`, or
+    /// sooner when a batch comes of age.
+    pub fn next_wake<'a>(
+        &self,
+        batches: impl Iterator<Item = &'a TableBatch>,
+        last_tick: Instant,
+    ) -> Instant {
+        batches
+            .filter_map(TableBatch::opened_at)
+            .map(|t| t + self.max_age)
+            .fold(last_tick + TICK, Instant::min)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use walshadow_emitter::{BatchConfig, DestTable, MetaColumns, RowBinaryEncoder, RowMeta};
+    use walshadow_rows::Value;
+    use walshadow_types::Lsn;
+    use walshadow_types::catalog::{AttributeDesc, RelationDesc};
+
+    fn batch(max_rows: usize) -> TableBatch {
+        let desc = RelationDesc {
+            oid: 16384,
+            schema: "public".into(),
+            name: "t".into(),
+            relkind: "r".into(),
+            relfilenode: 16384,
+            persistence: "p".into(),
+            replica_identity: vec!["a".into()],
+            replica_identity_kind: "d".into(),
+            toast_relid: None,
+            partition_parent: None,
+            attributes: vec![AttributeDesc {
+                attnum: 1,
+                name: "a".into(),
+                type_oid: walshadow_pg_format::type_oid::INT4,
+                typmod: -1,
+                len: 4,
+                by_value: true,
+                align: "i".into(),
+                storage: "p".into(),
+                not_null: true,
+                dropped: false,
+                ndims: 0,
+                missing_value: None,
+            }],
+            types: vec![],
+        };
+        let dest = DestTable::new(&desc, &MetaColumns::default()).unwrap();
+        TableBatch::new(
+            "t",
+            RowBinaryEncoder::new(&dest),
+            BatchConfig {
+                max_rows,
+                max_bytes: 1 << 20,
+            },
+        )
+    }
+
+    fn push(b: &mut TableBatch) {
+        let meta = RowMeta {
+            lsn: Lsn(10),
+            seq: Lsn(9),
+            xid: 1,
+            commit_time: 0,
+            deleted: false,
+        };
+        b.push(&[Value::Int32(1)], &meta).unwrap();
+    }
+
+    #[test]
+    fn full_old_or_idle() {
+        let rule = FlushRule {
+            max_age: Duration::from_secs(3600),
+        };
+        let now = Instant::now();
+        let (mut a, mut b) = (batch(2), batch(2));
+        assert!(!rule.full([&a, &b].into_iter()));
+        assert!(!rule.due([&a, &b].into_iter(), now, now));
+        // Nothing held, but the last flush is old: progress moves.
+        assert!(rule.due([&a, &b].into_iter(), now, now + rule.max_age));
+        push(&mut a);
+        assert!(!rule.due([&a, &b].into_iter(), now, now));
+        let opened = a.opened_at().unwrap();
+        assert!(rule.due(
+            [&a, &b].into_iter(),
+            opened + rule.max_age,
+            opened + rule.max_age
+        ));
+        push(&mut b);
+        push(&mut b);
+        assert!(rule.full([&a, &b].into_iter()));
+        assert!(rule.due([&a, &b].into_iter(), now, now));
+    }
+
+    #[test]
+    fn wakes_for_the_oldest_row() {
+        let rule = FlushRule {
+            max_age: Duration::from_millis(50),
+        };
+        let tick = Instant::now();
+        let mut a = batch(10);
+        assert_eq!(rule.next_wake([&a].into_iter(), tick), tick + TICK);
+        push(&mut a);
+        let opened = a.opened_at().unwrap();
+        assert_eq!(
+            rule.next_wake([&a].into_iter(), tick),
+            opened + rule.max_age
+        );
+    }
+}

@@ -1,0 +1,157 @@
+//! Where the stream is, and the rule that holds the shadow's replay.
+//!
+//! ```text
+//!  received ≥ decoded ≥ boundary.applied ──flush──▶ progress.applied ──write──▶ durable
+//!                                                       │                          │
+//!                            slot (restart) ◀── hold ───┘     replay ceiling ◀─────┘
+//! ```
+//!
+//! The boundary is the last transaction boundary: everything before it is
+//! decided, and a flush moves progress only there (never into a
+//! transaction's changes). Progress, once written, holds the source's slot
+//! at its restart position and lets the shadow replay up to
+//! [`replay_ceiling`].
+
+use std::collections::HashMap;
+
+use tokio::sync::watch;
+use walshadow_shadow::feeder::Feeder;
+use walshadow_types::Lsn;
+
+use crate::progress::Progress;
+
+/// The shadow never replays past the larger of the last catalog-changing
+/// commit the stream has processed and what is durable in ClickHouse:
+/// rows re-decoded after a crash (from durable progress) then find the
+/// catalog they were written under, and rows decoded now find the catalog
+/// at their commit. Raising is all a caller can do; the ceiling never
+/// falls.
+pub(crate) fn raise_replay_ceiling(feeder: &Feeder, catalog_lsn: Lsn, applied: Lsn) {
+    feeder.raise_ceiling(catalog_lsn.max(applied));
+}
+
+/// The last transaction boundary.
+#[derive(Debug, Clone, Copy)]
+struct Boundary {
+    applied: Lsn,
+    restart: Lsn,
+    /// Commit time of the last transaction applied there (0: none yet).
+    commit_time: i64,
+}
+
+/// See the module doc.
+#[derive(Debug)]
+pub(super) struct Positions {
+    /// The end of the WAL received.
+    pub received: Lsn,
+    /// The end of the last record decoded.
+    pub decoded: Lsn,
+    boundary: Boundary,
+    /// `applied` as last written to progress.json.
+    pub durable_applied: Lsn,
+    /// Commit time of the last transaction whose rows are applied.
+    pub applied_commit_time: i64,
+    /// The WAL position of the last change decoded for each table in scope
+    /// and the config table (rows, TOAST chunks, truncates, pruning): a
+    /// catalog change reaching only tables unchanged since
+    /// `durable_applied` needs nothing made durable first.
+    changed_at: HashMap<String, Lsn>,
+    /// The slot's restart position, to the feed.
+    hold: watch::Sender<Lsn>,
+}
+
+impl Positions {
+    /// Positions resumed from `progress`; the slot is held at its restart.
+    pub fn new(progress: &Progress, hold: watch::Sender<Lsn>) -> Positions {
+        let _ = hold.send(progress.restart);
+        Positions {
+            received: Lsn::INVALID,
+            decoded: Lsn::INVALID,
+            boundary: Boundary {
+                applied: progress.applied,
+                restart: progress.restart,
+                commit_time: 0,
+            },
+            durable_applied: progress.applied,
+            applied_commit_time: 0,
+            changed_at: HashMap::new(),
+            hold,
+        }
+    }
+
+    /// A record ending at `end` was decoded; `idle`: no transaction holds
+    /// changes, so everything up to it is decided.
+    pub fn decoded_to(&mut self, end: Lsn, idle: bool) {
+        self.decoded = end;
+        if idle {
+            self.boundary.applied = self.boundary.applied.max(end);
+            self.boundary.restart = self.boundary.restart.max(end);
+        }
+    }
+
+    /// A commit ending at `end` was applied; decoding would restart at
+    /// `restart`.
+    pub fn committed(&mut self, end: Lsn, restart: Lsn, commit_time: i64) {
+        self.boundary = Boundary {
+            applied: end,
+            restart,
+            commit_time,
+        };
+    }
+
+    /// A commit ending at `end` was already in ClickHouse: only the restart
+    /// position moves.
+    pub fn skipped(&mut self, end: Lsn, restart: Lsn) {
+        self.boundary.applied = self.boundary.applied.max(end);
+        self.boundary.restart = restart;
+    }
+
+    /// Every batch is in ClickHouse: progress moves to the boundary.
+    /// Whether it moved.
+    pub fn flushed(&mut self, progress: &mut Progress) -> bool {
+        let b = self.boundary;
+        if b.applied <= progress.applied && b.restart <= progress.restart {
+            return false;
+        }
+        progress.applied = progress.applied.max(b.applied);
+        progress.restart = progress.restart.max(b.restart);
+        if b.commit_time != 0 {
+            self.applied_commit_time = b.commit_time;
+        }
+        true
+    }
+
+    /// `progress` is on disk: the slot follows its restart position and
+    /// the shadow what ClickHouse holds.
+    pub fn made_durable(&mut self, progress: &Progress, feeder: &Feeder, catalog_lsn: Lsn) {
+        self.durable_applied = progress.applied;
+        let _ = self.hold.send(progress.restart);
+        raise_replay_ceiling(feeder, catalog_lsn, progress.applied);
+    }
+
+    /// A change of `key` was decoded at `lsn`.
+    pub fn changed(&mut self, key: &str, lsn: Lsn) {
+        match self.changed_at.get_mut(key) {
+            Some(at) => *at = (*at).max(lsn),
+            None => {
+                self.changed_at.insert(key.to_owned(), lsn);
+            }
+        }
+    }
+
+    /// Whether one of `keys` has a change past durable progress.
+    pub fn changed_since_durable<'a>(&self, mut keys: impl Iterator<Item = &'a String>) -> bool {
+        keys.any(|k| {
+            self.changed_at
+                .get(k)
+                .is_some_and(|at| *at > self.durable_applied)
+        })
+    }
+
+    /// Whether any table has a change past durable progress.
+    pub fn any_changed_since_durable(&self) -> bool {
+        self.changed_at
+            .values()
+            .any(|at| *at > self.durable_applied)
+    }
+}

@@ -1,0 +1,91 @@
+//! What the stream takes from the config file, read once at its start:
+//! `[clickhouse]`, `[stream]`, `[state]`, `[backfill]`, the config table
+//! of `[source]` and the `[table]` pins. Nothing later reads the file.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use walshadow_config::{BackfillConfig, ClickHouseConfig, Config, SourceConfig, TableConfig};
+use walshadow_emitter::{BatchConfig, MetaColumns};
+use walshadow_txn::AssemblerConfig;
+use walshadow_wal_reader::replication::ConnConfig;
+
+use super::StreamError;
+use super::flush::FlushRule;
+
+/// See the module doc.
+#[derive(Debug, Clone)]
+pub struct StreamSettings {
+    pub(super) clickhouse: ClickHouseConfig,
+    pub(super) meta: MetaColumns,
+    pub(super) batch: BatchConfig,
+    pub(super) flush: FlushRule,
+    pub(super) assembler: AssemblerConfig,
+    /// The source as `[source] url` names it (loads and TOAST reads connect
+    /// to it; the stream itself reads the feed).
+    pub(super) source: ConnConfig,
+    /// `[source]`: the config table and `config_table_allow`.
+    pub(super) source_config: SourceConfig,
+    pub(super) tables: BTreeMap<String, TableConfig>,
+    pub(super) backfill: BackfillConfig,
+    pub(super) state_dir: PathBuf,
+    pub(super) spill_dir: PathBuf,
+    /// `[stream] memory_mb`, in bytes.
+    pub(super) memory_bytes: usize,
+    pub(super) toast_cache_mb: usize,
+}
+
+impl StreamSettings {
+    /// The stream's settings; refuses a config without `[clickhouse]` or
+    /// with a source URL that does not parse.
+    pub fn new(config: &Config) -> Result<StreamSettings, StreamError> {
+        let ch = config
+            .clickhouse
+            .clone()
+            .ok_or_else(|| StreamError::State("no [clickhouse] section".into()))?;
+        let source = ConnConfig::from_url(&config.source.url)
+            .map_err(|e| StreamError::State(e.to_string()))?;
+        let memory_bytes = config.stream.memory_mb << 20;
+        Ok(StreamSettings {
+            meta: MetaColumns {
+                lsn: ch.lsn_column.clone(),
+                seq: ch.seq_column.clone(),
+                xid: ch.xid_column.clone(),
+                commit_time: ch.commit_time_column.clone(),
+                is_deleted: ch.deleted_column.clone(),
+                ..MetaColumns::default()
+            },
+            batch: BatchConfig {
+                max_rows: ch.batch_rows,
+                max_bytes: ch.batch_mb << 20,
+            },
+            flush: FlushRule {
+                max_age: Duration::from_millis(ch.batch_ms),
+            },
+            assembler: AssemblerConfig {
+                memory_budget_bytes: memory_bytes,
+                spill_dir: config.state.spill_dir(),
+            },
+            clickhouse: ch,
+            source,
+            source_config: config.source.clone(),
+            tables: config.tables.clone(),
+            backfill: config.backfill.clone(),
+            state_dir: config.state.dir.clone(),
+            spill_dir: config.state.spill_dir(),
+            memory_bytes,
+            toast_cache_mb: config.stream.toast_cache_mb,
+        })
+    }
+
+    /// The tables pinned in the config file.
+    pub(super) fn toml_tables(&self) -> BTreeSet<String> {
+        self.tables.keys().cloned().collect()
+    }
+
+    /// `schema.name` of the config table.
+    pub(super) fn config_key(&self) -> &str {
+        &self.source_config.config_table
+    }
+}
