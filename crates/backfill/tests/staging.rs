@@ -19,6 +19,7 @@ use walshadow_backfill::staging::{
 use walshadow_emitter::{ClickHouseClient, ClientConfig, DestTable, MetaColumns, TableSettings};
 use walshadow_testkit::{ClickHouseEngine, WorkDir};
 use walshadow_types::Lsn;
+use walshadow_types::catalog::fixtures::{attribute, relation};
 use walshadow_types::catalog::{AttributeDesc, RelationDesc};
 
 const DB: &str = "db";
@@ -30,38 +31,12 @@ const PUBLISHED: &str = "1\tL1\n2\tlive2\n4\tL4\n5\tL5\n6\tlive6\n";
 /// The destination before a publish: earlier life plus live window.
 const UNPUBLISHED: &str = "1\told1\n2\tlive2\n6\tlive6\n9\tstale\n";
 
-fn attr(attnum: i16, name: &str, type_oid: u32, not_null: bool) -> AttributeDesc {
-    AttributeDesc {
-        attnum,
-        name: name.into(),
-        type_oid,
-        typmod: -1,
-        len: -1,
-        by_value: false,
-        align: "i".into(),
-        storage: "x".into(),
-        not_null,
-        dropped: false,
-        ndims: 0,
-        missing_value: None,
-    }
-}
-
 fn kv() -> RelationDesc {
-    RelationDesc {
-        oid: 16384,
-        schema: "public".into(),
-        name: "kv".into(),
-        relkind: "r".into(),
-        relfilenode: 16384,
-        persistence: "p".into(),
-        replica_identity: vec!["id".into()],
-        replica_identity_kind: "d".into(),
-        toast_relid: None,
-        partition_parent: None,
-        attributes: vec![attr(1, "id", 23, true), attr(2, "v", 25, false)],
-        types: vec![],
-    }
+    let id = AttributeDesc {
+        not_null: true,
+        ..attribute(1, "id", 23)
+    };
+    relation("kv", vec![id, attribute(2, "v", 25)], &["id"], vec![])
 }
 
 struct Setup {

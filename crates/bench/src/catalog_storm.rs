@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail, ensure};
 use clap::Parser;
-use walshadow_bench::daemon::{self, Daemon, walshadow_binary};
+use walshadow_bench::daemon::{self, walshadow_binary};
 use walshadow_bench::machine::MachineContext;
 use walshadow_bench::source::start_source;
 use walshadow_pipeline::stream::REFRESH_EVERY_ENV;
-use walshadow_testkit::{ClickHouseEngine, Cluster, WorkDir, write_walshadow_config};
+use walshadow_testkit::{ClickHouseEngine, Cluster, Walshadow, WorkDir};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -98,19 +98,17 @@ fn main() -> Result<()> {
     cluster.psql(&schema)?;
     let work = WorkDir::new(&format!("catalog-storm-bench-pg{}", args.major))?;
     let ch = ClickHouseEngine::start()?;
-    let shadow_dir = work.path().join("shadow");
-    let config = write_walshadow_config(&cluster, work.path(), &shadow_dir, "walshadow_bench")?;
-    let mut text = std::fs::read_to_string(&config)?;
-    text.push_str(&format!(
+    let mut d = daemon::walshadow(&walshadow, &cluster, work.path(), "walshadow_bench")?;
+    let mut text = format!(
         "\n[clickhouse]\nurl = \"{}\"\ndatabase = \"app\"\n",
         ch.url()
-    ));
+    );
     for i in 0..args.tables {
         text.push_str(&format!("\n[table.\"public.t{i}\"]\n"));
     }
-    std::fs::write(&config, text)?;
+    d.append_config(&text)?;
     eprintln!("walshadow init …");
-    daemon::init(&walshadow, &config)?;
+    d.init()?;
 
     let mut next_id = 0i64;
     let mut modes = Vec::new();
@@ -119,14 +117,11 @@ fn main() -> Result<()> {
         ("refresh-every", vec![(REFRESH_EVERY_ENV, "1")]),
     ] {
         eprintln!("mode {mode} …");
-        let mut d = Daemon::start_with_env(
-            &walshadow,
-            &config,
-            work.path(),
-            &shadow_dir,
-            &cluster,
-            &env,
-        )?;
+        d.env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        d.start_run()?;
         // Every table gets a row, so each has its ClickHouse table and
         // descriptor, as in a running system.
         let mut warm = String::new();
@@ -151,7 +146,7 @@ fn main() -> Result<()> {
             fig.storm_ms
                 .push(probe(&cluster, &ch, &mut d, &mut next_id, args.poll_ms)?);
         }
-        d.stop()?;
+        d.stop_run()?;
         fig.idle_median_ms = median(&fig.idle_ms);
         fig.storm_median_ms = median(&fig.storm_ms);
         fig.ratio = fig.storm_median_ms / fig.idle_median_ms.max(1.0);
@@ -200,7 +195,7 @@ fn main() -> Result<()> {
 fn probe(
     cluster: &Cluster,
     ch: &ClickHouseEngine,
-    d: &mut Daemon,
+    d: &mut Walshadow,
     next_id: &mut i64,
     poll_ms: u64,
 ) -> Result<f64> {
@@ -214,11 +209,11 @@ fn probe(
         if ch.query(&sql).is_ok_and(|r| r.trim() == "1") {
             return Ok(ms(committed.elapsed()));
         }
-        d.check()?;
+        d.check_running()?;
         if committed.elapsed() > PROBE_TIMEOUT {
             bail!(
                 "probe {id} not in ClickHouse after {PROBE_TIMEOUT:?}:\n{}",
-                d.log_tail()
+                d.run_log_for_errors()
             );
         }
         std::thread::sleep(Duration::from_millis(poll_ms));

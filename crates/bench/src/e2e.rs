@@ -62,13 +62,13 @@ use walshadow_pipeline::progress::StateFile;
 
 use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
-use walshadow_bench::daemon::{self, Daemon, walshadow_binary};
+use walshadow_bench::daemon::{self, walshadow_binary};
 use walshadow_bench::engine_log;
 use walshadow_bench::machine::MachineContext;
 use walshadow_bench::procfs::{CpuSplit, find_engine_pid, proc_status_kb};
 use walshadow_bench::source::{sql_session, start_source};
 use walshadow_pipeline::progress::Progress;
-use walshadow_testkit::{ClickHouseEngine, Cluster, WorkDir, wait_until, write_walshadow_config};
+use walshadow_testkit::{ClickHouseEngine, Cluster, Walshadow, WorkDir, wait_until};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -137,23 +137,21 @@ fn main() -> Result<()> {
     let ch = ClickHouseEngine::start()?;
     let ch_version = ch.query("SELECT version()")?.trim().to_owned();
     let clock = EngineClock::calibrate(&ch)?;
-    let shadow_dir = work.path().join("shadow");
-    let state_dir = work.path().join("state");
-    let config = write_walshadow_config(&cluster, work.path(), &shadow_dir, "walshadow_bench")?;
-    let mut text = std::fs::read_to_string(&config)?;
-    text.push_str(&format!(
+    let mut daemon = daemon::walshadow(&walshadow, &cluster, work.path(), "walshadow_bench")?;
+    let state_dir = daemon.state_dir().to_owned();
+    let mut text = format!(
         "\n[clickhouse]\nurl = \"{}\"\ndatabase = \"app\"\nbatch_ms = {}\n",
         ch.url(),
         args.batch_ms
-    ));
+    );
     for t in TABLES {
         text.push_str(&format!("\n[table.\"{t}\"]\n"));
     }
-    std::fs::write(&config, text)?;
+    daemon.append_config(&text)?;
 
     eprintln!("walshadow init …");
-    daemon::init(&walshadow, &config)?;
-    let mut daemon = Daemon::start(&walshadow, &config, work.path(), &shadow_dir, &cluster)?;
+    daemon.init()?;
+    daemon.start_run()?;
     let engine_pid = find_engine_pid(ch.port());
 
     let probes = Probes::default();
@@ -179,7 +177,7 @@ fn main() -> Result<()> {
     })?;
     let checks = verify(&cluster, &ch, &probes, &fig)?;
     let engine = EngineLog::read(&ch.log_path(), clock, &fig);
-    daemon.stop()?;
+    daemon.stop_run()?;
     machine.after_run();
 
     let versions = Versions {
@@ -257,21 +255,21 @@ struct Figures {
 fn measure(
     args: &Args,
     cluster: &Cluster,
-    daemon: &mut Daemon,
+    daemon: &mut Walshadow,
     probes: &Probes,
     state_dir: &Path,
     engine_pid: Option<u32>,
 ) -> Result<Figures> {
     let mut fig = Figures::default();
     let next_id = AtomicI64::new(1);
-    let fence = |fig: &mut Figures, what: &str, daemon: &mut Daemon| -> Result<i64> {
+    let fence = |fig: &mut Figures, what: &str, daemon: &mut Walshadow| -> Result<i64> {
         let id = next_id.fetch_add(1, Ordering::Relaxed);
         cluster.psql(&format!(
             "insert into public.probe values ({id}, clock_timestamp())"
         ))?;
         fig.fences.insert(id);
         wait_until(STREAM_TIMEOUT, what, || {
-            daemon.check()?;
+            daemon.check_running()?;
             Ok(probes.max_seen.load(Ordering::Relaxed) >= id)
         })?;
         Ok(id)
@@ -334,7 +332,7 @@ fn measure(
                 &stop,
             )
         });
-        let sampler = s.spawn(|| sample_loop(daemon.pid(), state_dir, t0, &stop));
+        let sampler = s.spawn(|| sample_loop(daemon.run_pid().unwrap_or(0), state_dir, t0, &stop));
         let r = cmd.output().context("running pgbench");
         stop.store(true, Ordering::Relaxed);
         let periodic = prober
@@ -375,7 +373,7 @@ fn measure(
         .collect();
 
     eprintln!("load stopped; waiting for walshadow to catch up …");
-    daemon.check()?;
+    daemon.check_running()?;
     let last = fence(&mut fig, "walshadow to catch up after the load", daemon)?;
     fig.final_fence = last;
     let seen = probes
@@ -384,7 +382,8 @@ fn measure(
     fig.catch_up_secs = (seen.visible_us - t_end_unix) as f64 / 1e6;
     fig.total_secs = (seen.visible_us - t0_unix) as f64 / 1e6;
     let cpu1 = CpuSplit::now(cluster, daemon, engine_pid);
-    fig.peak_rss_mb = proc_status_kb(daemon.pid(), "VmHWM").unwrap_or(0) as f64 / 1024.0;
+    fig.peak_rss_mb =
+        proc_status_kb(daemon.run_pid().unwrap_or(0), "VmHWM").unwrap_or(0) as f64 / 1024.0;
     fig.walshadow_cpu_total_secs = cpu1.walshadow;
     fig.cpu = cpu1.since(&cpu0);
 
@@ -437,9 +436,10 @@ fn load_rows(rows: &BTreeMap<String, u64>) -> u64 {
 fn wait_progress(
     cluster: &Cluster,
     state_dir: &Path,
-    daemon: &mut Daemon,
+    daemon: &mut Walshadow,
 ) -> Result<BTreeMap<String, u64>> {
-    let p = daemon.wait_applied(cluster, state_dir, STREAM_TIMEOUT)?;
+    daemon.wait_applied(cluster, STREAM_TIMEOUT)?;
+    let p = Progress::read(state_dir)?.context("no progress file")?;
     Ok(p.tables.iter().map(|(k, t)| (k.clone(), t.rows)).collect())
 }
 

@@ -69,12 +69,12 @@ use anyhow::{Context, Result, bail, ensure};
 use clap::{Parser, ValueEnum};
 use walshadow_backfill::ledger::{Ledger, Phase};
 use walshadow_bench::backends::{Backends, sample_backends};
-use walshadow_bench::daemon::{self, Daemon, walshadow_binary};
+use walshadow_bench::daemon::{self, walshadow_binary};
 use walshadow_bench::machine::MachineContext;
 use walshadow_bench::procfs::{CpuSplit, find_engine_pid, proc_cpu_ns, proc_status_kb};
 use walshadow_bench::source::{sql_session, start_source};
 use walshadow_bench::{engine_log, run_log};
-use walshadow_testkit::{ClickHouseEngine, Cluster, WorkDir, wait_until, write_walshadow_config};
+use walshadow_testkit::{ClickHouseEngine, Cluster, Walshadow, WorkDir, wait_until};
 use walshadow_wal_reader::replication::ReplicationClient;
 
 #[derive(Debug, Parser)]
@@ -454,15 +454,13 @@ fn load_once(
     ))?;
     let ch = ClickHouseEngine::start()?;
     let ch_version = ch.query("SELECT version()")?.trim().to_owned();
-    let shadow_dir = work.path().join("shadow");
-    let state_dir = work.path().join("state");
     let slot = format!("walshadow_load_{index}");
-    let config = write_walshadow_config(cluster, work.path(), &shadow_dir, &slot)?;
-    let mut text = std::fs::read_to_string(&config)?;
-    text.push_str(&format!(
+    let mut daemon = daemon::walshadow(walshadow, cluster, work.path(), &slot)?;
+    let state_dir = daemon.state_dir().to_owned();
+    let mut text = format!(
         "\n[clickhouse]\nurl = \"{}\"\ndatabase = \"app\"\n",
         ch.url()
-    ));
+    );
     match mode {
         Mode::Copy => {
             text.push_str(&format!(
@@ -482,12 +480,12 @@ fn load_once(
     if let Some(n) = args.batch_rows {
         text.push_str(&format!("batch_rows = {n}\n"));
     }
-    std::fs::write(&config, text)?;
-    daemon::init(walshadow, &config)?;
-    let mut daemon = Daemon::start(walshadow, &config, work.path(), &shadow_dir, cluster)?;
+    daemon.append_config(&text)?;
+    daemon.init()?;
+    daemon.start_run()?;
     let engine_pid = find_engine_pid(ch.port());
     cluster.psql("insert into load_bench_marker values (1)")?;
-    daemon.wait_applied(cluster, &state_dir, START_TIMEOUT)?;
+    daemon.wait_applied(cluster, START_TIMEOUT)?;
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -538,7 +536,7 @@ fn load_once(
         .map(|b| BackendFigures::new(b, t0))
         .collect();
     run.source_backends_cpu_secs = run.backends.iter().map(|b| b.cpu_secs).sum();
-    let log = std::fs::read_to_string(work.path().join("run.log")).unwrap_or_default();
+    let log = daemon.run_log();
     run.log_warnings = run_log::warnings(&log);
     let done = run_log::last_fields(&log, &format!("initial load ({}) done", mode.name()));
     run.walshadow_secs = done
@@ -586,7 +584,7 @@ fn load_once(
         table.check,
         run.check
     );
-    daemon.stop()?;
+    daemon.stop_run()?;
     cluster.psql(&format!("select pg_drop_replication_slot('{slot}')"))?;
     Ok((run, ch_version))
 }
@@ -654,14 +652,15 @@ fn pid_cpu_ns(pid: Option<u32>) -> Option<u64> {
 fn measure(
     source: &mut Source<'_>,
     mode: Mode,
-    daemon: &mut Daemon,
+    daemon: &mut Walshadow,
     state_dir: &Path,
     table: &Table,
     engine_pid: Option<u32>,
     monitor: Option<u32>,
 ) -> Result<(Run, Instant)> {
     let mut run = Run {
-        rss_before_mb: proc_status_kb(daemon.pid(), "VmRSS").unwrap_or(0) as f64 / 1024.0,
+        rss_before_mb: proc_status_kb(daemon.run_pid().unwrap_or(0), "VmRSS").unwrap_or(0) as f64
+            / 1024.0,
         ..Run::default()
     };
     let processes0 = source.processes()?;
@@ -678,13 +677,14 @@ fn measure(
     let t0 = Instant::now();
     let mut next_sample = Duration::ZERO;
     let pass = loop {
-        daemon.check()?;
+        daemon.check_running()?;
         let at = t0.elapsed();
         let ledger = Ledger::read(state_dir)?;
         let pass = ledger.tables.get(KEY);
         let rows = pass.map_or(0, |p| p.rows);
         if at >= next_sample {
-            let rss = proc_status_kb(daemon.pid(), "VmRSS").unwrap_or(0) as f64 / 1024.0;
+            let rss =
+                proc_status_kb(daemon.run_pid().unwrap_or(0), "VmRSS").unwrap_or(0) as f64 / 1024.0;
             run.timeline.push((at.as_secs_f64(), rows, rss));
             next_sample += Duration::from_secs(1);
         }
@@ -703,7 +703,7 @@ fn measure(
                 Phase::Failed => bail!(
                     "the load failed: {}\n{}",
                     p.error.as_deref().unwrap_or("?"),
-                    daemon.log_tail()
+                    daemon.run_log_for_errors()
                 ),
                 Phase::Pending | Phase::Loading => {}
             }
@@ -711,7 +711,7 @@ fn measure(
         ensure!(
             at < LOAD_TIMEOUT,
             "no load done after {LOAD_TIMEOUT:?}; ledger: {pass:?}\n{}",
-            daemon.log_tail()
+            daemon.run_log_for_errors()
         );
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -738,8 +738,9 @@ fn measure(
         .1
         .zip(checkpoints0.1)
         .map(|(b, a)| b.saturating_sub(a));
-    run.peak_rss_mb = proc_status_kb(daemon.pid(), "VmHWM").unwrap_or(0) as f64 / 1024.0;
-    let rss = proc_status_kb(daemon.pid(), "VmRSS").unwrap_or(0) as f64 / 1024.0;
+    run.peak_rss_mb =
+        proc_status_kb(daemon.run_pid().unwrap_or(0), "VmHWM").unwrap_or(0) as f64 / 1024.0;
+    let rss = proc_status_kb(daemon.run_pid().unwrap_or(0), "VmRSS").unwrap_or(0) as f64 / 1024.0;
     run.timeline.push((run.secs, pass.rows, rss));
     ensure!(
         pass.mode == mode.name(),

@@ -4,9 +4,7 @@
 
 use std::path::Path;
 
-use walshadow_testkit::Cluster;
-
-use crate::daemon::Daemon;
+use walshadow_testkit::{Cluster, Walshadow};
 
 /// USER_HZ: the unit of `stat`'s time fields.
 pub const TICKS_PER_SEC: f64 = 100.0;
@@ -127,12 +125,12 @@ pub struct CpuSplit {
 
 impl CpuSplit {
     /// Each party's CPU so far.
-    pub fn now(cluster: &Cluster, daemon: &Daemon, engine_pid: Option<u32>) -> CpuSplit {
+    pub fn now(cluster: &Cluster, daemon: &Walshadow, engine_pid: Option<u32>) -> CpuSplit {
         CpuSplit {
             source_postgres: postmaster_cpu(&cluster.data_dir()),
             pgbench_and_psql: waited_children_cpu(),
             clickhouse_engine: engine_pid.and_then(own_cpu),
-            walshadow: own_cpu(daemon.pid()).unwrap_or(0.0),
+            walshadow: daemon.run_pid().and_then(own_cpu).unwrap_or(0.0),
             shadow_postgres: postmaster_cpu(daemon.shadow_dir()),
         }
     }

@@ -45,7 +45,7 @@ use std::time::Duration;
 use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, bail, ensure};
-use common::{OracleColumn, StreamHarness, same};
+use common::{BIN, OracleColumn, StreamHarness, same};
 use walshadow_testkit::{ClickHouseOptions, EngineTls, PgMajor, ServerUser, TestCa, WorkDir};
 
 const CATCH_UP: Duration = Duration::from_secs(180);
@@ -91,7 +91,7 @@ fn drill(major: PgMajor) -> Result<()> {
         eprintln!("security drill skipped: it needs root (to be walshadow and a second OS user)");
         return Ok(());
     }
-    let mut h = StreamHarness::new(major, "security", &["public.t"], "")?;
+    let mut h = StreamHarness::new(BIN, major, "security", &["public.t"], "")?;
     // Traversable, as /var/lib is: only walshadow's own modes guard it.
     std::fs::set_permissions(h.work.path(), std::fs::Permissions::from_mode(0o755))?;
     h.source
@@ -100,7 +100,7 @@ fn drill(major: PgMajor) -> Result<()> {
     // A socket directory gone before `run` is made again, private.
     std::fs::remove_dir_all(h.state_dir.join("shadow-socket"))?;
     // A secret in walshadow's environment stays out of its children's.
-    h.run_env
+    h.env
         .push(("PGPASSWORD".into(), "walshadow-env-secret".into()));
     h.start_run()?;
     h.source.psql(
@@ -248,7 +248,7 @@ fn drill(major: PgMajor) -> Result<()> {
 }
 
 fn hostile_owner(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "hostile", &[], "")?;
+    let mut h = StreamHarness::new(BIN, major, "hostile", &[], "")?;
     // The database belongs to a role that is not walshadow's; it plants
     // look-alikes of catalog functions that record each call.
     h.source.psql(
@@ -319,7 +319,7 @@ fn hostile_owner(major: PgMajor) -> Result<()> {
 }
 
 fn config_table_trust(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "cfgtrust", &[], "")?;
+    let mut h = StreamHarness::new(BIN, major, "cfgtrust", &[], "")?;
     {
         let text = std::fs::read_to_string(&h.config)?.replacen(
             "[shadow]",
@@ -481,6 +481,7 @@ fn clickhouse_over_tls(major: PgMajor) -> Result<()> {
         client.key.display()
     );
     let mut h = StreamHarness::with_engine(
+        BIN,
         major,
         "chtls",
         &["public.t"],

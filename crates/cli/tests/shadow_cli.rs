@@ -10,9 +10,8 @@
 //! drill changes the catalog; `log_connections` so the export test can count
 //! connections in the source's log).
 
-use std::fs::File;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 use walshadow_testkit::per_major;
 
@@ -21,7 +20,7 @@ use serde_json::Value;
 use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_shadow::postmaster::Postmaster;
 use walshadow_testkit::{
-    Cluster, ClusterOptions, Lsn, PgMajor, ServerUser, WorkDir, wait_until, write_walshadow_config,
+    Cluster, ClusterOptions, Lsn, PgMajor, ServerUser, Walshadow, WorkDir, wait_until,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_walshadow");
@@ -35,13 +34,13 @@ fn source_options() -> ClusterOptions {
         .conf("log_connections", "on")
 }
 
-/// A source cluster, a config for it, and `walshadow run` when started.
+/// A source cluster, a config for it, and `walshadow run` when started;
+/// derefs to the [`Walshadow`] (its `start_run` and `stop_run` check more).
 struct Harness {
+    // First: `run` and its shadow stop before the source.
+    walshadow: Walshadow,
     source: Cluster,
-    config: PathBuf,
     data_dir: PathBuf,
-    run_log: PathBuf,
-    run: Option<Child>,
     rt: tokio::runtime::Runtime,
     // Last: dropped after the shadow is stopped.
     work: WorkDir,
@@ -51,14 +50,11 @@ impl Harness {
     fn new(major: PgMajor, tag: &str) -> Result<Harness> {
         let source = Cluster::start(major, source_options())?;
         let work = WorkDir::new(&format!("cli-{tag}-pg{}", major.number()))?;
-        let data_dir = work.path().join("shadow");
-        let config = write_walshadow_config(&source, work.path(), &data_dir, "walshadow_cli")?;
+        let walshadow = Walshadow::configure(BIN.as_ref(), &source, work.path(), "walshadow_cli")?;
         Ok(Harness {
+            data_dir: walshadow.shadow_dir().to_owned(),
+            walshadow,
             source,
-            config,
-            data_dir,
-            run_log: work.path().join("run.log"),
-            run: None,
             rt: tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?,
@@ -66,59 +62,13 @@ impl Harness {
         })
     }
 
-    fn config(&self) -> &str {
-        self.config.to_str().unwrap_or_default()
-    }
-
-    /// Runs `walshadow ARGS...` to completion.
-    fn cli(&self, args: &[&str]) -> Result<Output> {
-        Command::new(BIN)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("running walshadow {}", args.join(" ")))
-    }
-
-    /// Runs `walshadow ARGS...`, which must succeed; returns its stdout.
-    fn cli_ok(&self, args: &[&str]) -> Result<String> {
-        let out = self.cli(args)?;
-        ensure!(
-            out.status.success(),
-            "walshadow {} failed ({}):\n{}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(String::from_utf8(out.stdout)?)
-    }
-
-    fn init(&self) -> Result<String> {
-        self.cli_ok(&["init", "--config", self.config()])
-    }
-
-    fn run_log(&self) -> String {
-        std::fs::read_to_string(&self.run_log).unwrap_or_default()
-    }
-
     /// Starts `walshadow run` and waits until the shadow answers.
     fn start_run(&mut self) -> Result<()> {
-        ensure!(self.run.is_none(), "walshadow run is already running");
-        let log = File::options()
-            .create(true)
-            .append(true)
-            .open(&self.run_log)?;
-        let child = Command::new(BIN)
-            .args(["run", "--config", self.config()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("starting walshadow run")?;
-        self.run = Some(child);
+        self.walshadow.start_run()?;
         let mut exited = None;
         wait_until(WAIT, "the shadow to accept connections", || {
-            if let Some(status) = self.run.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                exited = Some(status);
+            exited = self.walshadow.run_exited();
+            if exited.is_some() {
                 return Ok(true);
             }
             let out = self.cli(&[
@@ -131,7 +81,6 @@ impl Harness {
             Ok(out.status.success())
         })?;
         if let Some(status) = exited {
-            self.run = None;
             bail!(
                 "walshadow run exited ({status}) before the shadow answered:\n{}",
                 self.run_log()
@@ -140,38 +89,9 @@ impl Harness {
         Ok(())
     }
 
-    fn run_pid(&self) -> Result<String> {
-        Ok(self
-            .run
-            .as_ref()
-            .context("walshadow run is not running")?
-            .id()
-            .to_string())
-    }
-
-    /// Sends `signal` to `walshadow run` and waits for it to exit.
-    fn signal_run(&mut self, signal: &str) -> Result<std::process::ExitStatus> {
-        let pid = self.run_pid()?;
-        let status = Command::new("kill").args([signal, &pid]).status()?;
-        ensure!(status.success(), "kill {signal} {pid}: {status}");
-        let child = self.run.as_mut().context("no child")?;
-        let mut exit = None;
-        wait_until(WAIT, "walshadow run to exit", || {
-            exit = child.try_wait()?;
-            Ok(exit.is_some())
-        })?;
-        self.run = None;
-        exit.context("no exit status")
-    }
-
     /// SIGTERM: `run` must exit successfully, having stopped the shadow.
     fn stop_run(&mut self) -> Result<()> {
-        let status = self.signal_run("-TERM")?;
-        ensure!(
-            status.success(),
-            "walshadow run exited with {status} on SIGTERM:\n{}",
-            self.run_log()
-        );
+        self.walshadow.stop_run()?;
         ensure!(
             !self.data_dir.join("postmaster.pid").exists(),
             "the shadow still runs after walshadow run stopped:\n{}",
@@ -274,26 +194,28 @@ impl Harness {
     }
 }
 
+impl std::ops::Deref for Harness {
+    type Target = Walshadow;
+
+    fn deref(&self) -> &Walshadow {
+        &self.walshadow
+    }
+}
+
+impl std::ops::DerefMut for Harness {
+    fn deref_mut(&mut self) -> &mut Walshadow {
+        &mut self.walshadow
+    }
+}
+
 impl Drop for Harness {
     fn drop(&mut self) {
-        if self.run.is_some()
+        // The walshadow driver kills a `run` that does not stop and stops
+        // the shadow it leaves.
+        if self.walshadow.run_pid().is_some()
             && let Err(e) = self.signal_run("-TERM")
         {
             eprintln!("stopping walshadow run: {e:#}");
-            if let Some(mut c) = self.run.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-        if self.data_dir.join("postmaster.pid").exists()
-            && let Ok(mut cmd) = self.pg_bin("pg_ctl")
-        {
-            let _ = cmd
-                .arg("stop")
-                .arg("-D")
-                .arg(&self.data_dir)
-                .args(["-m", "immediate", "-w"])
-                .output();
         }
         // Shown by the test harness when the test fails.
         eprintln!("walshadow run log:\n{}", self.run_log());

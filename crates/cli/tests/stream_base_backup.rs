@@ -27,7 +27,7 @@ use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use common::loads::*;
-use common::{StreamHarness, col, same};
+use common::{BIN, StreamHarness, col, same};
 use walshadow_testkit::{Lsn, PgMajor, wait_until};
 
 /// A fast checkpoint (no wait for a spread one).
@@ -60,7 +60,7 @@ fn staging_tables_left(h: &StreamHarness) -> Result<u64> {
 }
 
 fn opt_in_under_load(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "bb-load", &[], CONFIG)?;
+    let mut h = StreamHarness::new(BIN, major, "bb-load", &[], CONFIG)?;
     h.source.psql(
         "create table orders (id bigint primary key, customer int, amount numeric(12,2), note text);
          alter table orders alter column note set storage external;
@@ -244,6 +244,7 @@ fn failures_recover(major: PgMajor) -> Result<()> {
         .local_addr()?
         .port();
     let mut h = StreamHarness::new(
+        BIN,
         major,
         "bb-fail",
         &[],
@@ -394,11 +395,10 @@ fn failures_recover(major: PgMajor) -> Result<()> {
     std::fs::remove_file(&paused)?;
     let mut exited = None;
     wait_until(CATCH_UP, "walshadow to abort after the exchange", || {
-        exited = h.run.as_mut().and_then(|c| c.try_wait().ok().flatten());
+        exited = h.run_exited();
         Ok(exited.is_some())
     })
     .with_context(|| common::tail(&h.run_log(), 40))?;
-    h.run = None;
     ensure!(
         h.run_log().contains(&format!(
             "failpoint {}: ending the process",
@@ -453,6 +453,7 @@ fn failures_recover(major: PgMajor) -> Result<()> {
 /// created on its own), loaded through its root.
 fn partitions_and_pinned(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(
+        BIN,
         major,
         "bb-parts",
         &[],

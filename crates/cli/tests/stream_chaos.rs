@@ -53,7 +53,7 @@ use std::time::Duration;
 use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
-use common::{OracleColumn, StreamHarness, same};
+use common::{BIN, OracleColumn, StreamHarness, same};
 use walshadow_testkit::{PgMajor, wait_until};
 
 const CATCH_UP: Duration = Duration::from_secs(180);
@@ -101,7 +101,7 @@ fn source_refusing_sessions(major: PgMajor) -> Result<()> {
     let opts = common::source_options()
         .conf("max_connections", "20")
         .conf("superuser_reserved_connections", "1");
-    let mut h = StreamHarness::with_options(major, "toastbusy", &["public.t"], "", opts)?;
+    let mut h = StreamHarness::with_options(BIN, major, "toastbusy", &["public.t"], "", opts)?;
     load_old_rows(
         &mut h,
         "public.t",
@@ -111,7 +111,7 @@ fn source_refusing_sessions(major: PgMajor) -> Result<()> {
     )?;
     // Held while the update arrives and every session slot fills up, so
     // the value's read meets a full source.
-    let pid = h.run.as_ref().context("run")?.id();
+    let pid = h.run_pid().context("run")?;
     signal(pid, "-STOP")?;
     let filled = (|| -> Result<Vec<std::thread::JoinHandle<Result<String>>>> {
         h.source.psql("update t set label = 'new' where id = 2")?;
@@ -173,7 +173,7 @@ fn source_refusing_sessions(major: PgMajor) -> Result<()> {
 per_major!(source_refusing_sessions => a_toast_read_waits_out_a_source_refusing_sessions: pg15, pg18);
 
 fn full_identity_old_value(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "fullgone", &["public.f"], "")?;
+    let mut h = StreamHarness::new(BIN, major, "fullgone", &["public.f"], "")?;
     load_old_rows(
         &mut h,
         "public.f",
@@ -200,7 +200,7 @@ fn full_identity_old_value(major: PgMajor) -> Result<()> {
 per_major!(full_identity_old_value => full_identity_row_with_a_gone_toast_value_is_superseded: pg15, pg18);
 
 fn waiting_supersedes(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "waitchain", &["public.t"], "")?;
+    let mut h = StreamHarness::new(BIN, major, "waitchain", &["public.t"], "")?;
     let pauses = h.arm_holds(&[walshadow_failpoints::STREAM_AFTER_TOAST_GONE])?;
     load_old_rows(
         &mut h,
@@ -261,7 +261,7 @@ fn waiting_supersedes(major: PgMajor) -> Result<()> {
 per_major!(waiting_supersedes => a_waiting_newer_version_takes_over_the_wait: pg15, pg18);
 
 fn rewrite_stores_anew(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "restored", &["public.t"], "")?;
+    let mut h = StreamHarness::new(BIN, major, "restored", &["public.t"], "")?;
     load_old_rows(
         &mut h,
         "public.t",
@@ -304,7 +304,7 @@ fn rewrite_stores_anew(major: PgMajor) -> Result<()> {
 per_major!(rewrite_stores_anew => a_value_a_rewrite_stored_anew_is_delivered: pg15, pg18);
 
 fn partitioned_add_column_default(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "ptdefault", &["public.pt"], "")?;
+    let mut h = StreamHarness::new(BIN, major, "ptdefault", &["public.pt"], "")?;
     h.source.psql(
         "create table pt (id int primary key, v text) partition by range (id);
          create table pt_1 partition of pt for values from (0) to (100);
@@ -333,7 +333,7 @@ fn partitioned_add_column_default(major: PgMajor) -> Result<()> {
 per_major!(partitioned_add_column_default => add_column_default_on_a_partitioned_table: pg15, pg18);
 
 fn money_into_an_older_layout(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "money", &["public.m"], "")?;
+    let mut h = StreamHarness::new(BIN, major, "money", &["public.m"], "")?;
     h.source
         .psql("create table m (id int primary key, price money)")?;
     // As an older walshadow made it.
@@ -423,7 +423,7 @@ fn wait_reloads(h: &mut StreamHarness, key: &str, n: usize, done: usize) -> Resu
 }
 
 fn partitions_change_rows(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "partmoves", &["public.pm"], "")?;
+    let mut h = StreamHarness::new(BIN, major, "partmoves", &["public.pm"], "")?;
     h.source.psql(
         "create table pm (id int primary key, v text) partition by range (id);
          create table pm_a partition of pm for values from (0) to (100);
@@ -552,7 +552,7 @@ fn partitions_change_rows(major: PgMajor) -> Result<()> {
 per_major!(partitions_change_rows => partitions_that_move_rows_reload_the_table: pg15, pg18);
 
 fn full_identity_column_ddl(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "fullddl", &["public.f"], "")?;
+    let mut h = StreamHarness::new(BIN, major, "fullddl", &["public.f"], "")?;
     h.source.psql(
         "create table f (a int, b text);
          alter table f replica identity full;",
@@ -601,6 +601,7 @@ per_major!(full_identity_column_ddl => column_ddl_on_a_full_identity_table_is_fo
 
 fn copy_load_newer_shape(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(
+        BIN,
         major,
         "copyshape",
         &["public.big"],
@@ -654,7 +655,7 @@ fn copy_load_newer_shape(major: PgMajor) -> Result<()> {
 per_major!(copy_load_newer_shape => a_copy_load_waits_for_the_shape_its_snapshot_sees: pg15, pg18);
 
 fn key_set_later(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "laterkey", &["public.k", "public.n"], "")?;
+    let mut h = StreamHarness::new(BIN, major, "laterkey", &["public.k", "public.n"], "")?;
     h.init()?;
     h.start_run()?;
     h.source.psql(

@@ -12,7 +12,7 @@ use std::time::Duration;
 use walshadow_testkit::per_major;
 
 use anyhow::{Result, ensure};
-use common::{OracleColumn, StreamHarness, col, same};
+use common::{BIN, OracleColumn, StreamHarness, col, same};
 use walshadow_testkit::{Cluster, PgMajor, Rng, wait_until};
 
 const CATCH_UP: Duration = Duration::from_secs(180);
@@ -203,6 +203,7 @@ fn workload_step(
 
 fn oracle(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(
+        BIN,
         major,
         "oracle",
         &[
@@ -308,6 +309,7 @@ const SHADOW_RESTARTED: &str = "the shadow PostgreSQL stopped; starting it again
 /// afterwards equal, nothing twice.
 fn crashes(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(
+        BIN,
         major,
         "crash",
         &[

@@ -35,7 +35,7 @@ fn cols() -> Vec<OracleColumn> {
 }
 
 fn harness(major: PgMajor, tag: &str, extra: &str) -> Result<StreamHarness> {
-    let h = StreamHarness::new(major, tag, &["public.t"], extra)?;
+    let h = StreamHarness::new(BIN, major, tag, &["public.t"], extra)?;
     h.source
         .psql("create table t (id int primary key, v text)")?;
     Ok(h)
@@ -67,7 +67,7 @@ fn walsender_pids(h: &StreamHarness) -> Result<Vec<u32>> {
 }
 
 fn run_pid(h: &StreamHarness) -> Result<u32> {
-    Ok(h.run.as_ref().context("run is not running")?.id())
+    h.run_pid().context("run is not running")
 }
 
 /// walshadow and its walsenders use under 15 % of a core each.
@@ -250,6 +250,7 @@ fn load_waits_out_the_source(major: PgMajor) -> Result<()> {
         .conf("max_connections", "20")
         .conf("superuser_reserved_connections", "1");
     let mut h = StreamHarness::with_options(
+        BIN,
         major,
         "loadwait",
         &["public.t"],
@@ -591,6 +592,7 @@ fn storm(h: &StreamHarness, n: usize, txn: impl Fn(usize) -> String) -> Result<(
 fn catalog_churn(major: PgMajor) -> Result<()> {
     let metrics_port = common::loads::free_port()?;
     let mut h = StreamHarness::new(
+        BIN,
         major,
         "churn",
         &[
@@ -711,6 +713,7 @@ fn set_batch_ms(h: &StreamHarness, ms: u64) -> Result<()> {
 fn catalog_coalescing(major: PgMajor) -> Result<()> {
     let metrics_port = common::loads::free_port()?;
     let mut h = StreamHarness::new(
+        BIN,
         major,
         "coalesce",
         &["public.t", "public.u"],

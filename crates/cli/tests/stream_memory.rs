@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
-use common::{StreamHarness, col, same};
+use common::{BIN, StreamHarness, col, same};
 use walshadow_testkit::PgMajor;
 
 /// What walshadow holds besides the transaction buffers: the raw-WAL queue
@@ -46,6 +46,7 @@ fn big_transaction(major: PgMajor) -> Result<()> {
     let budget = env_mb("WALSHADOW_BUDGET_MB", 64);
     let txn_mb = env_mb("WALSHADOW_BIG_TXN_MB", budget * 10);
     let mut h = StreamHarness::new(
+        BIN,
         major,
         "memory",
         &["public.big"],
@@ -66,7 +67,7 @@ fn big_transaction(major: PgMajor) -> Result<()> {
     let wal_mb = h.source.current_lsn()?.0.saturating_sub(before.0) / (1 << 20);
     h.wait_caught_up(Duration::from_secs(1800))?;
     let elapsed = started.elapsed();
-    let pid = h.run.as_ref().context("run")?.id();
+    let pid = h.run_pid().context("run")?;
     let peak = peak_rss_mb(pid)?;
     let spill = std::fs::read_to_string(h.state_dir.join("status.json")).unwrap_or_default();
     eprintln!(

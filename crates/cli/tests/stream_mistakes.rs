@@ -17,7 +17,7 @@ use std::time::Duration;
 use walshadow_testkit::per_major;
 
 use anyhow::{Result, ensure};
-use common::{OracleColumn, StreamHarness, same};
+use common::{BIN, OracleColumn, StreamHarness, same};
 use walshadow_testkit::{PgMajor, wait_until};
 
 const CATCH_UP: Duration = Duration::from_secs(180);
@@ -48,7 +48,7 @@ fn refused(h: &StreamHarness, args: &[&str], needles: &[&str]) -> Result<()> {
 }
 
 fn names(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "names", &[], "")?;
+    let mut h = StreamHarness::new(BIN, major, "names", &[], "")?;
     h.source.psql(
         "create schema a__b; create schema a; create schema x; create schema \"x.y\";
          create table a__b.c (id int primary key, v text);
@@ -167,7 +167,7 @@ fn names(major: PgMajor) -> Result<()> {
 per_major!(names => source_tables_map_one_to_one: pg15, pg18);
 
 fn typos(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "typos", &[], "")?;
+    let mut h = StreamHarness::new(BIN, major, "typos", &[], "")?;
     h.source.psql(
         "create table t (id int primary key, v text);
          insert into t select g, 'a' from generate_series(1, 100) g;
@@ -275,10 +275,9 @@ fn typos(major: PgMajor) -> Result<()> {
     h.start_run()?;
     let mut exited = None;
     wait_until(Duration::from_secs(60), "run to refuse", || {
-        exited = h.run.as_mut().and_then(|c| c.try_wait().ok().flatten());
+        exited = h.run_exited();
         Ok(exited.is_some())
     })?;
-    h.run = None;
     ensure!(exited.is_some_and(|s| !s.success()), "{exited:?}");
     let log = h.run_log();
     ensure!(
@@ -312,7 +311,7 @@ fn readme_setup(major: PgMajor) -> Result<()> {
         .and_then(|b| b.split("```").next())
         .ok_or_else(|| anyhow::anyhow!("README.md has no source-setup block"))?;
     let opts = common::source_options().auth(walshadow_testkit::Auth::scram("superpass"));
-    let mut h = StreamHarness::with_options(major, "readme", &[], "", opts)?;
+    let mut h = StreamHarness::with_options(BIN, major, "readme", &[], "", opts)?;
     h.source.psql(block)?;
     h.source.psql(
         "create table t (id int primary key, v text);
@@ -333,7 +332,7 @@ fn readme_setup(major: PgMajor) -> Result<()> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o600))?;
     }
-    h.run_env
+    h.env
         .push(("PGPASSFILE".into(), pgpass.display().to_string()));
     let text = std::fs::read_to_string(&h.config)?.replace(&superuser, &role);
     ensure!(text.contains(&role), "{text}");

@@ -25,7 +25,7 @@ use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use common::loads::*;
-use common::{StreamHarness, same};
+use common::{BIN, StreamHarness, same};
 use walshadow_testkit::{PgMajor, wait_until};
 
 fn opt_in_under_load(major: PgMajor) -> Result<()> {
@@ -33,6 +33,7 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
         .local_addr()?
         .port();
     let mut h = StreamHarness::new(
+        BIN,
         major,
         "optin",
         &[],
@@ -228,6 +229,7 @@ fn wait_paused(
 
 fn rewrites_retry(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(
+        BIN,
         major,
         "optin-rewrite",
         &[],
@@ -313,6 +315,7 @@ per_major!(rewrites_retry => copy_load_retries_after_rewrites: pg15, pg18);
 
 fn resumes_after_kill(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(
+        BIN,
         major,
         "optin-resume",
         &[],
@@ -381,6 +384,7 @@ fn toml_initial_load(major: PgMajor) -> Result<()> {
     // Pinned in the config file with `initial_load = "copy"`: its rows
     // from before walshadow started are loaded at the resume position.
     let mut h = StreamHarness::new(
+        BIN,
         major,
         "optin-toml",
         &[],

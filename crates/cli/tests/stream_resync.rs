@@ -11,7 +11,7 @@ use std::time::Duration;
 use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
-use common::{OracleColumn, StreamHarness, same};
+use common::{BIN, OracleColumn, StreamHarness, same};
 use walshadow_testkit::{PgMajor, wait_until};
 
 const CATCH_UP: Duration = Duration::from_secs(180);
@@ -34,6 +34,7 @@ fn wait_state(h: &mut StreamHarness, key: &str, state: &str) -> Result<serde_jso
 fn resync(major: PgMajor) -> Result<()> {
     let port = common::loads::free_port()?;
     let mut h = StreamHarness::new(
+        BIN,
         major,
         "resync",
         &["public.t"],
@@ -164,7 +165,7 @@ per_major!(resync => stopped_table_comes_back_with_resync: pg15, pg18);
 /// at the older snapshot, reaches the table made again), the second load
 /// is swapped in, and the table equals the source.
 fn resync_started_over(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "resyncagain", &["public.t"], "")?;
+    let mut h = StreamHarness::new(BIN, major, "resyncagain", &["public.t"], "")?;
     let pauses = h.arm_holds(&[walshadow_failpoints::COPY_BEFORE_FIRST_INSERT])?;
     let paused = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
         let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
@@ -231,6 +232,7 @@ fn load_progress(major: PgMajor) -> Result<()> {
         .local_addr()?
         .port();
     let mut h = StreamHarness::new(
+        BIN,
         major,
         "progress",
         &[],
@@ -308,7 +310,7 @@ per_major!(load_progress => load_progress_is_shown: pg15, pg18);
 /// at a failpoint): the next start finishes the resync exactly once,
 /// never exchanging back.
 fn resync_crashes(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "resync-crash", &["public.t"], "")?;
+    let mut h = StreamHarness::new(BIN, major, "resync-crash", &["public.t"], "")?;
     h.source
         .psql("create table t (id int primary key, v text, n int)")?;
     h.init()?;
@@ -333,10 +335,9 @@ fn resync_crashes(major: PgMajor) -> Result<()> {
         ))?;
         let mut exit = None;
         wait_until(CATCH_UP, &format!("run to end at {point}"), || {
-            exit = h.run.as_mut().and_then(|c| c.try_wait().ok().flatten());
+            exit = h.run_exited();
             Ok(exit.is_some())
         })?;
-        h.run = None;
         ensure!(exit.is_some_and(|s| !s.success()), "{point}: {exit:?}");
         ensure!(
             h.run_log()

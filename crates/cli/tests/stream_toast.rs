@@ -31,7 +31,7 @@ use std::time::Duration;
 use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
-use common::{OracleColumn, StreamHarness, col, same};
+use common::{BIN, OracleColumn, StreamHarness, col, same};
 use walshadow_testkit::{Lsn, PgMajor};
 
 const CATCH_UP: Duration = Duration::from_secs(180);
@@ -149,7 +149,7 @@ fn source_value_ids(h: &StreamHarness, toast: &str) -> Result<BTreeSet<u32>> {
 
 fn fidelity(major: PgMajor) -> Result<()> {
     let tables = ["public.docs", "public.docs_after", "public.scratch"];
-    let mut h = StreamHarness::new(major, "toast", &tables, "")?;
+    let mut h = StreamHarness::new(BIN, major, "toast", &tables, "")?;
     h.source.psql(&schema(major))?;
     // docs_after's values predate walshadow.
     // Row 99 is left alone by the workload until walshadow is down.
@@ -326,7 +326,7 @@ per_major!(fidelity => toast_values_are_delivered_whole: pg15, pg16, pg17, pg18)
 
 fn unresolvable(major: PgMajor) -> Result<()> {
     let tables = ["public.locked", "public.fine"];
-    let mut h = StreamHarness::new(major, "toast-denied", &tables, "")?;
+    let mut h = StreamHarness::new(BIN, major, "toast-denied", &tables, "")?;
     h.source.psql(
         "create role ws login replication;
          create table public.locked (id int primary key, big text, small int);

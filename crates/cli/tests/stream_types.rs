@@ -35,7 +35,7 @@ use std::time::Duration;
 use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, bail, ensure};
-use common::{OracleColumn, StreamHarness, col, same};
+use common::{BIN, OracleColumn, StreamHarness, col, same};
 use walshadow_testkit::{Lsn, PgMajor, wait_until};
 
 const CATCH_UP: Duration = Duration::from_secs(180);
@@ -705,7 +705,7 @@ fn every_type(major: PgMajor) -> Result<()> {
     // The PostgreSQL 18 build here has no libxml, so xml only on 15.
     let with_xml = major == PgMajor::V15;
     let cols = type_columns(with_xml);
-    let mut h = StreamHarness::new(major, "types", &["public.all_types"], "")?;
+    let mut h = StreamHarness::new(BIN, major, "types", &["public.all_types"], "")?;
     h.source.psql(&type_schema(&cols))?;
     h.init()?;
     h.start_run()?;
@@ -810,7 +810,7 @@ fn measure_columns() -> Vec<OracleColumn> {
 }
 
 fn partitions(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "parts", &["public.measure"], "")?;
+    let mut h = StreamHarness::new(BIN, major, "parts", &["public.measure"], "")?;
     h.source.psql(PARTITIONED)?;
     h.init()?;
     h.start_run()?;
@@ -891,7 +891,13 @@ fn partitions(major: PgMajor) -> Result<()> {
 per_major!(partitions => partitioned_table_streams_into_its_root: pg15, pg18);
 
 fn pinned_later(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "later", &["public.later", "extra.later_too"], "")?;
+    let mut h = StreamHarness::new(
+        BIN,
+        major,
+        "later",
+        &["public.later", "extra.later_too"],
+        "",
+    )?;
     h.source
         .psql("create table public.present (k int primary key)")?;
     h.init()?;
@@ -985,7 +991,7 @@ fn stops_alone(major: PgMajor) -> Result<()> {
         "public.retype",
         "public.toasty",
     ];
-    let mut h = StreamHarness::new(major, "stops", &tables, "")?;
+    let mut h = StreamHarness::new(BIN, major, "stops", &tables, "")?;
     h.source.psql(STOPS_SCHEMA)?;
     h.init()?;
     h.start_run()?;
@@ -1152,7 +1158,7 @@ per_major!(stops_alone => a_table_stops_alone: pg15, pg18);
 /// cannot apply it, the table stops with a reason; rows are never dropped
 /// silently).
 fn truncate_partition(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(major, "trunc", &["public.measure"], "")?;
+    let mut h = StreamHarness::new(BIN, major, "trunc", &["public.measure"], "")?;
     h.source.psql(PARTITIONED)?;
     h.init()?;
     h.start_run()?;

@@ -446,27 +446,19 @@ impl SchemaDiff {
 pub(crate) mod tests {
     use walshadow_types::Oid;
     use walshadow_types::catalog::TypeDesc;
+    use walshadow_types::catalog::fixtures::{attribute, relation};
 
     use super::*;
     use crate::types::oid;
 
     pub(crate) fn attr(attnum: i16, name: &str, type_oid: Oid, not_null: bool) -> AttributeDesc {
         AttributeDesc {
-            attnum,
-            name: name.into(),
-            type_oid,
-            typmod: -1,
-            len: -1,
-            by_value: false,
-            align: "i".into(),
-            storage: "x".into(),
             not_null,
-            dropped: false,
-            ndims: 0,
-            missing_value: None,
+            ..attribute(attnum, name, type_oid)
         }
     }
 
+    /// Table `public.t`, replica identity `kind` on `key`.
     pub(crate) fn rel(
         attributes: Vec<AttributeDesc>,
         key: &[&str],
@@ -474,18 +466,8 @@ pub(crate) mod tests {
         types: Vec<TypeDesc>,
     ) -> RelationDesc {
         RelationDesc {
-            oid: 16384,
-            schema: "public".into(),
-            name: "t".into(),
-            relkind: "r".into(),
-            relfilenode: 16384,
-            persistence: "p".into(),
-            replica_identity: key.iter().map(|s| s.to_string()).collect(),
             replica_identity_kind: kind.into(),
-            toast_relid: None,
-            partition_parent: None,
-            attributes,
-            types,
+            ..relation("t", attributes, key, types)
         }
     }
 

@@ -331,32 +331,12 @@ fn type_name(type_oid: Oid, types: &[TypeDesc]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use walshadow_types::catalog::fixtures::type_desc;
 
     fn attr(name: &str, type_oid: Oid, typmod: i32, not_null: bool) -> AttributeDesc {
         AttributeDesc {
             typmod,
             ..crate::schema::tests::attr(1, name, type_oid, not_null)
-        }
-    }
-
-    pub(crate) fn tdesc(oid: Oid, name: &str, typtype: &str, category: &str) -> TypeDesc {
-        TypeDesc {
-            oid,
-            schema: "public".into(),
-            name: name.into(),
-            typtype: typtype.into(),
-            category: category.into(),
-            len: -1,
-            by_value: false,
-            align: "i".into(),
-            storage: "x".into(),
-            element: None,
-            base_type: None,
-            base_typmod: None,
-            enum_labels: vec![],
-            enum_oids: vec![],
-            composite_relid: None,
-            range_subtype: None,
         }
     }
 
@@ -411,14 +391,14 @@ mod tests {
 
     #[test]
     fn enums_domains_arrays() {
-        let mut e = tdesc(50000, "mood", "e", "E");
+        let mut e = type_desc(50000, "mood", "e", "E");
         e.enum_labels = vec!["sad".into(), "ok".into()];
-        let mut d = tdesc(50001, "posint", "d", "N");
+        let mut d = type_desc(50001, "posint", "d", "N");
         d.base_type = Some(oid::NUMERIC);
         d.base_typmod = Some(numeric_typmod(12, 3));
-        let mut arr = tdesc(50002, "_mood", "b", "A");
+        let mut arr = type_desc(50002, "_mood", "b", "A");
         arr.element = Some(50000);
-        let mut int_arr = tdesc(1007, "_int4", "b", "A");
+        let mut int_arr = type_desc(1007, "_int4", "b", "A");
         int_arr.element = Some(oid::INT4);
         let types = vec![e, d, arr, int_arr];
 
@@ -445,7 +425,7 @@ mod tests {
 
     #[test]
     fn unsupported_names_column() {
-        let mut point = tdesc(600, "point", "b", "G");
+        let mut point = type_desc(600, "point", "b", "G");
         point.schema = "pg_catalog".into();
         let err = clickhouse_type(&attr("where", 600, -1, true), &[point]).unwrap_err();
         assert_eq!(err.column, "where");

@@ -449,67 +449,35 @@ impl CopyDecoder {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use walshadow_types::catalog::fixtures::{attribute, relation, type_desc};
     use walshadow_types::catalog::{AttributeDesc, TypeDesc};
 
+    /// Column `attnum`: `len` bytes (-1 varlena), by value up to 8.
     fn attr(attnum: i16, name: &str, type_oid: u32, len: i16, align: &str) -> AttributeDesc {
         AttributeDesc {
-            attnum,
-            name: name.into(),
-            type_oid,
-            typmod: -1,
             len,
             by_value: len > 0 && len <= 8,
             align: align.into(),
             storage: if len == -1 { "x" } else { "p" }.into(),
-            not_null: false,
-            dropped: false,
-            ndims: 0,
-            missing_value: None,
+            ..attribute(attnum, name, type_oid)
         }
     }
 
     fn array_type(oid: u32, element: u32) -> TypeDesc {
         TypeDesc {
-            oid,
             schema: "pg_catalog".into(),
-            name: format!("_{element}"),
-            typtype: "b".into(),
-            category: "A".into(),
-            len: -1,
-            by_value: false,
             align: "d".into(),
-            storage: "x".into(),
             element: Some(element),
-            base_type: None,
-            base_typmod: None,
-            enum_labels: vec![],
-            enum_oids: vec![],
-            composite_relid: None,
-            range_subtype: None,
-        }
-    }
-
-    fn relation(attributes: Vec<AttributeDesc>, types: Vec<TypeDesc>) -> RelationDesc {
-        RelationDesc {
-            oid: 16384,
-            schema: "public".into(),
-            name: "t".into(),
-            relkind: "r".into(),
-            relfilenode: 16384,
-            persistence: "p".into(),
-            replica_identity: vec![],
-            replica_identity_kind: "d".into(),
-            toast_relid: None,
-            partition_parent: None,
-            attributes,
-            types,
+            ..type_desc(oid, &format!("_{element}"), "b", "A")
         }
     }
 
     /// The kind walshadow-rows resolves for an array of `element_oid`.
     pub(crate) fn array_kind(element_oid: u32) -> Kind {
         let desc = relation(
+            "t",
             vec![attr(1, "a", 900_000, -1, "d")],
+            &[],
             vec![array_type(900_000, element_oid)],
         );
         let d = RowDecoder::new(&desc).unwrap();
@@ -521,6 +489,7 @@ pub(crate) mod tests {
         let mut gone = attr(3, "........pg.dropped.3........", 0, 4, "i");
         gone.dropped = true;
         let desc = relation(
+            "t",
             vec![
                 attr(1, "id", 23, 4, "i"),
                 attr(2, "we\"ird", 25, -1, "i"),
@@ -528,6 +497,7 @@ pub(crate) mod tests {
                 attr(4, "a", 1007, -1, "i"),
                 attr(5, "x", 142, -1, "i"),
             ],
+            &[],
             vec![array_type(1007, 23)],
         );
         CopyDecoder::new(&desc).unwrap()
@@ -753,7 +723,7 @@ pub(crate) mod tests {
     fn a_relation_without_live_columns() {
         let mut gone = attr(1, "gone", 23, 4, "i");
         gone.dropped = true;
-        let mut d = CopyDecoder::new(&relation(vec![gone], vec![])).unwrap();
+        let mut d = CopyDecoder::new(&relation("t", vec![gone], &[], vec![])).unwrap();
         assert_eq!(d.select_list(), "");
         let mut s = header();
         s.extend_from_slice(&0i16.to_be_bytes());

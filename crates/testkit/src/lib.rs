@@ -25,6 +25,11 @@
 //! - [`Rng`] is a seeded generator whose seed is printed for replay.
 //! - [`ClickHouseEngine`] runs `scripts/clickhouse-engine` (ClickHouse 26.9 in-process via
 //!   chdb, behind ClickHouse's HTTP interface) on a loopback port, with stop/start drills.
+//! - [`Walshadow`] drives the walshadow binary a caller names: its commands, `walshadow
+//!   run` as a child process (signalled, restarted, stopped with its shadow on drop), and
+//!   the applied position it reports. [`StreamHarness`] stands a source, an engine and a
+//!   config around it for the streaming drills, and [`oracle`] compares a source table
+//!   with its ClickHouse table `FINAL` row by row.
 //! - [`FaultProxy`] sits between a client and a ClickHouse HTTP endpoint and is switched at
 //!   runtime into fault modes ([`ProxyMode`]): fake `200 Ok.`, a load balancer's status, a
 //!   wrong password.
@@ -37,14 +42,17 @@
 pub mod all_types;
 mod clickhouse;
 mod cluster;
+pub mod daemon;
 pub mod fault_proxy;
 mod heap_file;
 mod install;
+pub mod oracle;
 mod parity;
 mod per_major;
 mod rng;
 mod server_text;
 mod server_user;
+pub mod stream_harness;
 mod tls;
 mod wait;
 mod waldump;
@@ -52,6 +60,7 @@ mod workdir;
 
 pub use clickhouse::{ClickHouseEngine, ClickHouseOptions, EngineTls, HttpReply};
 pub use cluster::{Auth, Cluster, ClusterOptions};
+pub use daemon::Walshadow;
 pub use fault_proxy::{FaultProxy, ProxyMode};
 pub use heap_file::{heap_tuples, relation_file};
 pub use install::{PgInstall, tools_dirs};
@@ -60,6 +69,7 @@ pub use per_major::block_on;
 pub use rng::Rng;
 pub use server_text::{TEXT_SETTINGS, assert_same_text, server_text};
 pub use server_user::ServerUser;
+pub use stream_harness::StreamHarness;
 pub use tls::{CertPair, TestCa};
 pub use wait::wait_until;
 pub use waldump::{

@@ -86,3 +86,113 @@ pub struct RelationDesc {
     /// by OID; built-in scalar types included.
     pub types: Vec<TypeDesc>,
 }
+
+/// Descriptors built by hand for tests that need no catalog to describe a
+/// table: a plain heap table in `public` (OID 16384, `relkind` r, replica
+/// identity DEFAULT) with nullable varlena columns, a test spelling out
+/// with `..` only what it is about (`AttributeDesc { not_null: true,
+/// ..attribute(1, "id", 23) }`). Compiled for this crate's tests and with
+/// feature `test-fixtures`, which the other crates' dev-dependencies turn
+/// on.
+#[cfg(any(test, feature = "test-fixtures"))]
+pub mod fixtures {
+    use super::{AttributeDesc, RelationDesc, TypeDesc};
+    use crate::Oid;
+
+    /// The OID and relfilenode of [`relation`]: the first a user table
+    /// gets in a fresh cluster (`FirstNormalObjectId`).
+    pub const RELATION_OID: Oid = crate::FIRST_NORMAL_OBJECT_ID;
+
+    /// Column `attnum` of type `type_oid`: no typmod, nullable, varlena
+    /// (`attlen` -1, int-aligned, storage x).
+    pub fn attribute(attnum: i16, name: &str, type_oid: Oid) -> AttributeDesc {
+        AttributeDesc {
+            attnum,
+            name: name.into(),
+            type_oid,
+            typmod: -1,
+            len: -1,
+            by_value: false,
+            align: "i".into(),
+            storage: "x".into(),
+            not_null: false,
+            dropped: false,
+            ndims: 0,
+            missing_value: None,
+        }
+    }
+
+    /// Type `public.name`: varlena, int-aligned, storage x, no element,
+    /// base, labels, fields or subtype.
+    pub fn type_desc(oid: Oid, name: &str, typtype: &str, category: &str) -> TypeDesc {
+        TypeDesc {
+            oid,
+            schema: "public".into(),
+            name: name.into(),
+            typtype: typtype.into(),
+            category: category.into(),
+            len: -1,
+            by_value: false,
+            align: "i".into(),
+            storage: "x".into(),
+            element: None,
+            base_type: None,
+            base_typmod: None,
+            enum_labels: vec![],
+            enum_oids: vec![],
+            composite_relid: None,
+            range_subtype: None,
+        }
+    }
+
+    /// Table `public.name` of `attributes`, replica identity DEFAULT on
+    /// the `key` columns (none: no key), using `types`.
+    pub fn relation(
+        name: &str,
+        attributes: Vec<AttributeDesc>,
+        key: &[&str],
+        types: Vec<TypeDesc>,
+    ) -> RelationDesc {
+        RelationDesc {
+            oid: RELATION_OID,
+            schema: "public".into(),
+            name: name.into(),
+            relkind: "r".into(),
+            relfilenode: RELATION_OID,
+            persistence: "p".into(),
+            replica_identity: key.iter().map(|k| k.to_string()).collect(),
+            replica_identity_kind: "d".into(),
+            toast_relid: None,
+            partition_parent: None,
+            attributes,
+            types,
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_fixture_is_a_plain_public_table() {
+            let desc = relation(
+                "kv",
+                vec![
+                    AttributeDesc {
+                        not_null: true,
+                        ..attribute(1, "id", 23)
+                    },
+                    attribute(2, "v", 25),
+                ],
+                &["id"],
+                vec![type_desc(900_000, "mood", "e", "E")],
+            );
+            assert_eq!(
+                (desc.schema.as_str(), desc.relkind.as_str()),
+                ("public", "r")
+            );
+            assert_eq!(desc.oid, 16384);
+            assert_eq!(desc.replica_identity, ["id"]);
+        }
+    }
+}

@@ -1,14 +1,18 @@
 //! Helpers shared by the emitter's ClickHouse tests: relation descriptors
-//! built by hand (the shadow is not needed to describe a table), values in
-//! PostgreSQL's units, and a client for an engine.
+//! built by hand (`walshadow_types::catalog::fixtures`; the shadow is not
+//! needed to describe a table), values in PostgreSQL's units, and a client
+//! for an engine.
 
-#![allow(dead_code)]
+// Each test file uses a subset.
+#![allow(dead_code, unused_imports)]
 
 use walshadow_emitter::{ClickHouseClient, ClientConfig};
 use walshadow_rows::{Numeric, Value};
 use walshadow_testkit::ClickHouseEngine;
 use walshadow_types::Oid;
-use walshadow_types::catalog::{AttributeDesc, RelationDesc, TypeDesc};
+use walshadow_types::catalog::AttributeDesc;
+use walshadow_types::catalog::fixtures::attribute;
+pub use walshadow_types::catalog::fixtures::{relation, type_desc};
 
 pub fn client(engine: &ClickHouseEngine, database: &str) -> ClickHouseClient {
     let mut config = ClientConfig::new(engine.url(), database);
@@ -21,61 +25,9 @@ pub fn client(engine: &ClickHouseEngine, database: &str) -> ClickHouseClient {
 
 pub fn attr(attnum: i16, name: &str, type_oid: Oid, typmod: i32, not_null: bool) -> AttributeDesc {
     AttributeDesc {
-        attnum,
-        name: name.into(),
-        type_oid,
         typmod,
-        len: -1,
-        by_value: false,
-        align: "i".into(),
-        storage: "x".into(),
         not_null,
-        dropped: false,
-        ndims: 0,
-        missing_value: None,
-    }
-}
-
-pub fn type_desc(oid: Oid, name: &str, typtype: &str, category: &str) -> TypeDesc {
-    TypeDesc {
-        oid,
-        schema: "public".into(),
-        name: name.into(),
-        typtype: typtype.into(),
-        category: category.into(),
-        len: -1,
-        by_value: false,
-        align: "i".into(),
-        storage: "x".into(),
-        element: None,
-        base_type: None,
-        base_typmod: None,
-        enum_labels: vec![],
-        enum_oids: vec![],
-        composite_relid: None,
-        range_subtype: None,
-    }
-}
-
-pub fn relation(
-    name: &str,
-    attributes: Vec<AttributeDesc>,
-    key: &[&str],
-    types: Vec<TypeDesc>,
-) -> RelationDesc {
-    RelationDesc {
-        oid: 16384,
-        schema: "public".into(),
-        name: name.into(),
-        relkind: "r".into(),
-        relfilenode: 16384,
-        persistence: "p".into(),
-        replica_identity: key.iter().map(|k| k.to_string()).collect(),
-        replica_identity_kind: "d".into(),
-        toast_relid: None,
-        partition_parent: None,
-        attributes,
-        types,
+        ..attribute(attnum, name, type_oid)
     }
 }
 
