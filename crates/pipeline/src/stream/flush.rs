@@ -63,36 +63,11 @@ mod tests {
     use walshadow_emitter::{BatchConfig, DestTable, MetaColumns, RowBinaryEncoder, RowMeta};
     use walshadow_rows::Value;
     use walshadow_types::Lsn;
-    use walshadow_types::catalog::{AttributeDesc, RelationDesc};
+    use walshadow_types::catalog::fixtures;
 
     fn batch(max_rows: usize) -> TableBatch {
-        let desc = RelationDesc {
-            oid: 16384,
-            schema: "public".into(),
-            name: "t".into(),
-            relkind: "r".into(),
-            relfilenode: 16384,
-            persistence: "p".into(),
-            replica_identity: vec!["a".into()],
-            replica_identity_kind: "d".into(),
-            toast_relid: None,
-            partition_parent: None,
-            attributes: vec![AttributeDesc {
-                attnum: 1,
-                name: "a".into(),
-                type_oid: walshadow_pg_format::type_oid::INT4,
-                typmod: -1,
-                len: 4,
-                by_value: true,
-                align: "i".into(),
-                storage: "p".into(),
-                not_null: true,
-                dropped: false,
-                ndims: 0,
-                missing_value: None,
-            }],
-            types: vec![],
-        };
+        let int4 = walshadow_pg_format::type_oid::INT4;
+        let desc = fixtures::relation("t", vec![fixtures::attribute(1, "a", int4)], &["a"], vec![]);
         let dest = DestTable::new(&desc, &MetaColumns::default()).unwrap();
         TableBatch::new(
             "t",
