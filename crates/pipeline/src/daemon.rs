@@ -55,7 +55,6 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
     walshadow_shadow::run::warn_about_transport(config);
     // What the shadow and the WAL intake take from the config, once.
     let settings = ShadowSettings::from(config);
-    let stream_settings = StreamSettings::new(config)?;
     // Before the shadow, its sockets, the metrics port or the mirror.
     let _lock = walshadow_shadow::state_lock::StateLock::acquire(&config.state.dir, "run")?;
     // Without a destination only the shadow runs; with one, tables come
@@ -68,6 +67,7 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
         stopped?;
         return Ok(());
     }
+    let stream_settings = StreamSettings::new(config)?;
     let paths = StatePaths {
         dir: config.state.dir.clone(),
     };
