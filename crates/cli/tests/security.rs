@@ -57,11 +57,21 @@ fn cols() -> Vec<OracleColumn> {
 }
 
 /// Every path under `dir` (itself included), not following links.
+/// Every path under `dir`. The daemon is running: a temporary file or a
+/// recycled WAL segment may go between the listing and the look, and a path
+/// that is gone has no mode to check.
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let meta = match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        r => r?,
+    };
     out.push(dir.to_owned());
-    let meta = std::fs::symlink_metadata(dir)?;
     if meta.is_dir() {
-        for e in std::fs::read_dir(dir)? {
+        let entries = match std::fs::read_dir(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            r => r?,
+        };
+        for e in entries {
             walk(&e?.path(), out)?;
         }
     }
@@ -126,7 +136,10 @@ fn drill(major: PgMajor) -> Result<()> {
     walk(&h.data_dir, &mut paths)?;
     let mut open = Vec::new();
     for p in &paths {
-        let meta = std::fs::symlink_metadata(p)?;
+        let meta = match std::fs::symlink_metadata(p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            r => r?,
+        };
         if meta.file_type().is_symlink() {
             continue;
         }

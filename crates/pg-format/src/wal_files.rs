@@ -11,6 +11,12 @@ fn segments_per_id(seg_size: u32) -> u64 {
     0x1_0000_0000u64 / u64::from(seg_size.max(1))
 }
 
+/// The first byte of the segment holding `lsn` (`XLByteToSeg` then
+/// `XLogSegNoOffsetToRecPtr` at offset 0); a zero size counts as one byte.
+pub fn segment_start(lsn: Lsn, seg_size: u32) -> Lsn {
+    Lsn(lsn.0 - lsn.0 % u64::from(seg_size.max(1)))
+}
+
 /// The file name PostgreSQL gives segment `segno` of timeline `tli`:
 /// `%08X%08X%08X` of the timeline, `segno / per-id` and `segno % per-id`.
 pub fn segment_file_name(tli: TimeLineId, segno: u64, seg_size: u32) -> String {

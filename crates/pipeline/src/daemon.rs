@@ -6,7 +6,7 @@ use walshadow_state_file::StateFile;
 
 use tokio::sync::{mpsc, watch};
 use walshadow_config::Config;
-use walshadow_shadow::intake::WalTap;
+use walshadow_intake::WalTap;
 use walshadow_shadow::run::{RunError, Shadow, ShadowSettings, StatePaths, load_init_state};
 
 use crate::progress::Progress;
@@ -61,7 +61,7 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
     // from the config file and from the config table.
     if config.clickhouse.is_none() {
         let shadow = Shadow::start(&settings).await?;
-        let fed = walshadow_shadow::intake::feed_until_stopped(&settings, &shadow, stop).await;
+        let fed = walshadow_intake::feed_until_stopped(&settings, &shadow, stop).await;
         let stopped = shadow.stop().await;
         fed?;
         stopped?;
@@ -167,13 +167,9 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
         hold: hold_rx,
         source_end,
     };
-    let fed = walshadow_shadow::intake::feed_tapped_until_stopped(
-        &settings,
-        &shadow,
-        Some(tap),
-        stop.clone(),
-    )
-    .await;
+    let fed =
+        walshadow_intake::feed_tapped_until_stopped(&settings, &shadow, Some(tap), stop.clone())
+            .await;
     // The tap is closed: the pipeline flushes and records its progress —
     // within STOP_GRACE of a stop request. Past it, the pipeline is
     // dropped where it waits (a ClickHouse request that does not answer):

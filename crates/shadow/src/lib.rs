@@ -11,9 +11,10 @@
 //! - [`feeder`]: the walsender the shadow's walreceiver connects to.
 //! - [`process`]: running PostgreSQL binaries as the unprivileged user.
 //! - [`run`]: the shadow's lifecycle: started, kept running, stopped.
-//! - [`intake`]: the daemon's WAL intake: the source's WAL through the filter
-//!   into the store, filter checkpoints and what the slot is told, the raw-WAL
-//!   tap the streaming pipeline reads.
+//!
+//! The daemon's WAL intake (the source's WAL through the filter into the
+//! store, and to the streaming pipeline) is the crate above this one,
+//! `walshadow-intake`.
 //! - [`postmaster`]: whether the shadow's postmaster is up (its lock file).
 //! - [`state_lock`]: one process per state directory.
 //! - [`catalog`]: `ShadowCatalog`, relation descriptors from the shadow.
@@ -24,7 +25,6 @@ pub mod bootstrap;
 pub mod catalog;
 pub mod feeder;
 pub mod filter;
-pub mod intake;
 pub mod postmaster;
 pub mod process;
 pub mod run;

@@ -212,7 +212,8 @@ impl Shadow {
         };
         let state = load_init_state(&paths)?;
         let user = ServerUser::resolve(settings.run_as.as_deref())?;
-        let seg_start = crate::intake::segment_start(state.backup_start, state.segment_size);
+        let seg_start =
+            walshadow_pg_format::wal_files::segment_start(state.backup_start, state.segment_size);
         let store = if dir_has_entries(&paths.wal()) {
             SegmentStore::open(paths.wal())?
         } else {

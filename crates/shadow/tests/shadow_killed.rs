@@ -8,8 +8,8 @@ use std::time::Duration;
 use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
+use walshadow_intake::feed;
 use walshadow_shadow::catalog::ShadowCatalog;
-use walshadow_shadow::intake::feed;
 use walshadow_shadow::postmaster::Postmaster;
 use walshadow_shadow::run::{Shadow, ShadowSettings};
 use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir};

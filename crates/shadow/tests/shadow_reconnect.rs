@@ -5,7 +5,7 @@ use std::time::Duration;
 use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result};
-use walshadow_shadow::intake::feed_until_stopped;
+use walshadow_intake::feed_until_stopped;
 use walshadow_shadow::run::{Shadow, ShadowSettings};
 use walshadow_testkit::{Cluster, ClusterOptions, PgMajor, WorkDir};
 

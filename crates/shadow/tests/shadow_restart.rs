@@ -15,8 +15,8 @@ use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_config::Config;
+use walshadow_intake::feed;
 use walshadow_shadow::filter::checkpoint::{self, Identity};
-use walshadow_shadow::intake::feed;
 use walshadow_shadow::run::{Shadow, ShadowSettings};
 use walshadow_testkit::{
     Cluster, ClusterOptions, Lsn, PgMajor, WorkDir, wait_until, write_walshadow_config,

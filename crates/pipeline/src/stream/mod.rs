@@ -48,9 +48,9 @@ use walshadow_emitter::{
     ClickHouseClient, ClickHouseError, ClientConfig, DestTable, RowBinaryEncoder, RowMeta,
     SchemaDiff, TableBatch, TableSettings, TlsOptions,
 };
+use walshadow_intake::TapEvent;
 use walshadow_rows::{RowDecoder, RowError, ToastChunk, Value};
 use walshadow_shadow::catalog::ShadowCatalog;
-use walshadow_shadow::intake::TapEvent;
 use walshadow_shadow::run::Shadow;
 use walshadow_txn::{Assembler, CommittedTxn};
 use walshadow_types::catalog::RelationDesc;

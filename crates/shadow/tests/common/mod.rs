@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use walshadow_config::Config;
+use walshadow_intake::feed;
 use walshadow_shadow::catalog::ShadowCatalog;
-use walshadow_shadow::intake::feed;
 use walshadow_shadow::run::{Shadow, ShadowSettings};
 use walshadow_testkit::{Cluster, Lsn};
 

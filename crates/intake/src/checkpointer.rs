@@ -7,12 +7,12 @@ use std::time::Duration;
 use walshadow_types::Lsn;
 use walshadow_wal_reader::replication::WalFollower;
 
-use crate::filter::checkpoint;
-use crate::filter::pipeline::FilterPipeline;
-use crate::run::RunError;
-use crate::segment_store::SegmentStore;
+use walshadow_shadow::filter::checkpoint;
+use walshadow_shadow::filter::pipeline::FilterPipeline;
+use walshadow_shadow::run::RunError;
+use walshadow_shadow::segment_store::SegmentStore;
 
-use super::timeline_at;
+use crate::timeline_at;
 
 /// Takes filter checkpoints and advances the slot behind them.
 #[derive(Debug)]

@@ -13,24 +13,25 @@
 //! slot's flush position is the last checkpoint (and never past what the
 //! tap holds), so the source keeps only the WAL since then. Bytes the store
 //! already holds are checked, not appended twice. The shadow itself (start,
-//! keep running, stop) is [`crate::run::Shadow`].
+//! keep running, stop) is [`walshadow_shadow::run::Shadow`].
 
 mod checkpointer;
 mod tap;
 
 use std::time::Duration;
+use walshadow_pg_format::wal_files::segment_start;
 use walshadow_state_file::StateFile;
 
 use walshadow_types::{Lsn, PgMajor};
 use walshadow_wal_reader::replication::{ConnConfig, FollowEvent, ReplicationClient, WalFollower};
 
-use crate::bootstrap::InitState;
-use crate::filter::checkpoint;
-use crate::filter::pipeline::FilterPipeline;
-use crate::run::{RunError, SHADOW_CHECK_EVERY, Shadow, ShadowSettings};
-use crate::segment_store::SegmentStore;
 use checkpointer::Checkpointer;
 pub use tap::{TAP_STALL, TapEvent, WalTap};
+use walshadow_shadow::bootstrap::InitState;
+use walshadow_shadow::filter::checkpoint;
+use walshadow_shadow::filter::pipeline::FilterPipeline;
+use walshadow_shadow::run::{RunError, SHADOW_CHECK_EVERY, Shadow, ShadowSettings};
+use walshadow_shadow::segment_store::SegmentStore;
 
 /// Feeds the shadow until `stop` turns true, starting again from the last
 /// checkpoint after transient source errors (backing off from 1 s to 30 s;
@@ -116,11 +117,6 @@ pub async fn feed_tapped_until_stopped(
     }
 }
 
-/// The first byte of the segment holding `lsn`.
-pub fn segment_start(lsn: Lsn, seg_size: u32) -> Lsn {
-    Lsn(lsn.0 - lsn.0 % u64::from(seg_size))
-}
-
 /// Where streaming resumes and what the slot may be told.
 #[derive(Debug, Clone, Copy)]
 struct ResumePoint {
@@ -200,7 +196,7 @@ async fn feed_tapped_from(
             (pipeline, resume)
         }
         None => {
-            let filter = crate::bootstrap::load_seed(&settings.state_dir, major)?;
+            let filter = walshadow_shadow::bootstrap::load_seed(&settings.state_dir, major)?;
             let seg_start = segment_start(state.backup_start, state.segment_size);
             let pipeline = FilterPipeline::new(filter, seg_start, state.segment_size)?;
             let resume = ResumePoint {
@@ -460,7 +456,7 @@ async fn recycle(
     };
     let db = source.dbname.as_deref().unwrap_or("postgres");
     let redo = async {
-        let mut cat = crate::catalog::ShadowCatalog::connect(
+        let mut cat = walshadow_shadow::catalog::ShadowCatalog::connect(
             &shadow.socket_dir,
             shadow.port,
             &source.user,
