@@ -42,7 +42,7 @@
 //! is retried on a fresh backup. Without data checksums a torn read cannot
 //! be told from a consistent one (documented in the operator guide).
 
-use crate::waiting_backoff;
+use crate::attempts::{AttemptError, Attempts};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -177,23 +177,6 @@ pub enum PassError {
     Ledger { keys: String, detail: String },
 }
 
-/// Why one attempt ended.
-#[derive(Debug, thiserror::Error)]
-enum AttemptError {
-    /// The backup does not fit what was planned (a rewrite, a torn page):
-    /// a new backup soon.
-    #[error("{0}")]
-    Retry(String),
-    /// Anything else; retried after a longer pause.
-    #[error("{0}")]
-    Failed(String),
-    /// The source or ClickHouse cannot be reached or refuses for now:
-    /// retried with backoff for as long as it lasts, not counted against
-    /// `max_attempts`.
-    #[error("{0}")]
-    Waiting(String),
-}
-
 fn failed<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> AttemptError + '_ {
     move |e| AttemptError::Failed(format!("{what}: {e}"))
 }
@@ -288,11 +271,10 @@ impl BackupPass {
     /// failed (their entries stay pending with the error).
     pub async fn run(self) -> Result<PassSummary, PassError> {
         let started = Instant::now();
-        let mut last = String::new();
-        let mut attempts = 0;
-        let mut waits = 0u32;
-        while attempts < self.max_attempts {
-            attempts += 1;
+        let mut tries = Attempts::new(self.max_attempts, Duration::from_millis(500), |n| {
+            Duration::from_secs(2 << n.min(4))
+        });
+        while let Some(attempts) = tries.start() {
             let live = self.update_each(|p| {
                 p.attempts += 1;
                 p.phase = Phase::Loading;
@@ -313,38 +295,25 @@ impl BackupPass {
                     self.log_summary(&summary);
                     return Ok(summary);
                 }
-                Err(AttemptError::Waiting(why)) => {
-                    // Not these tables' fault: not an attempt used up.
-                    attempts -= 1;
-                    let backoff = waiting_backoff(waits);
-                    waits = waits.saturating_add(1);
-                    tracing::warn!(tables = %self.keys(), "initial load (base_backup) waits for the source or ClickHouse ({why}); trying again in {backoff:?}");
-                    self.update_each(|p| {
-                        p.phase = Phase::Pending;
-                        p.error = Some(format!("waiting: {why}"));
-                    })?;
-                    tokio::time::sleep(backoff).await;
-                }
                 Err(e) => {
-                    waits = 0;
-                    last = e.to_string();
-                    tracing::warn!(tables = %self.keys(), attempt = attempts, "initial load (base_backup) attempt failed: {last}");
+                    let setback = tries.failed(e);
+                    if setback.waiting {
+                        tracing::warn!(tables = %self.keys(), "initial load (base_backup) waits for the source or ClickHouse ({}); trying again in {:?}", setback.why, setback.pause);
+                    } else {
+                        tracing::warn!(tables = %self.keys(), attempt = attempts, "initial load (base_backup) attempt failed: {}", setback.why);
+                    }
                     self.update_each(|p| {
                         p.phase = Phase::Pending;
-                        p.error = Some(last.clone());
+                        p.error = Some(setback.recorded());
                     })?;
-                    let backoff = match e {
-                        AttemptError::Retry(_) => Duration::from_millis(500),
-                        _ => Duration::from_secs(2 << attempts.min(4)),
-                    };
-                    tokio::time::sleep(backoff).await;
+                    tokio::time::sleep(setback.pause).await;
                 }
             }
         }
         let err = PassError::Exhausted {
             keys: self.keys(),
-            attempts,
-            last,
+            attempts: tries.used(),
+            last: tries.last().to_owned(),
         };
         let text = format!(
             "{err}; remedy: see the error; the load runs again when the table is opted in again or walshadow restarts"
@@ -1349,8 +1318,5 @@ mod tests {
             source_failed("BASE_BACKUP")(sink),
             AttemptError::Waiting(_)
         ));
-        assert_eq!(waiting_backoff(0), Duration::from_secs(1));
-        assert_eq!(waiting_backoff(3), Duration::from_secs(8));
-        assert_eq!(waiting_backoff(40), Duration::from_secs(30));
     }
 }

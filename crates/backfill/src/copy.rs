@@ -37,7 +37,7 @@
 //! file, own marks) into the root's one ClickHouse table, selecting the
 //! root's columns by name.
 
-use crate::waiting_backoff;
+use crate::attempts::{AttemptError, Attempts};
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -119,31 +119,6 @@ pub enum LoadError {
     Cancelled { key: String },
 }
 
-/// Why one attempt ended.
-#[derive(Debug)]
-enum AttemptError {
-    /// The snapshot does not fit (a rewrite, a re-created table): try a
-    /// new one.
-    Retry(String),
-    /// Anything else; also retried, with the marks kept.
-    Failed(String),
-    /// The source or ClickHouse cannot be reached or refuses for now (a
-    /// connection lost, too many clients, a shutdown, ClickHouse down or
-    /// out of space): retried with backoff for as long as it lasts, not
-    /// counted against `max_attempts`, the marks kept.
-    Waiting(String),
-}
-
-impl std::fmt::Display for AttemptError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            AttemptError::Retry(s) | AttemptError::Failed(s) | AttemptError::Waiting(s) => {
-                f.write_str(s)
-            }
-        }
-    }
-}
-
 /// A source error: [`AttemptError::Waiting`] when reconnecting may get
 /// past it by itself.
 fn failed(
@@ -194,16 +169,16 @@ impl CopyLoad {
     /// Runs attempts until the table is loaded or `max_attempts` failed.
     pub async fn run(self) -> Result<LoadSummary, LoadError> {
         let started = Instant::now();
-        let mut last = String::new();
-        let mut attempts = 0;
-        let mut waits = 0u32;
-        while attempts < self.max_attempts {
+        let mut tries = Attempts::new(self.max_attempts, Duration::from_millis(200), |_| {
+            Duration::from_secs(2)
+        });
+        loop {
             if self.is_cancelled() {
                 return Err(LoadError::Cancelled {
                     key: self.key.clone(),
                 });
             }
-            attempts += 1;
+            let Some(attempts) = tries.start() else { break };
             self.update(|p| {
                 p.attempts += 1;
                 p.phase = Phase::Loading;
@@ -243,38 +218,25 @@ impl CopyLoad {
                     );
                     return Ok(summary);
                 }
-                Err(AttemptError::Waiting(why)) => {
-                    // Not this table's fault: not an attempt used up.
-                    attempts -= 1;
-                    let backoff = waiting_backoff(waits);
-                    waits = waits.saturating_add(1);
-                    tracing::warn!(table = %self.key, "initial load (copy) waits for the source or ClickHouse ({why}); trying again in {backoff:?}");
-                    self.update(|p| {
-                        p.phase = Phase::Pending;
-                        p.error = Some(format!("waiting: {why}"));
-                    })?;
-                    tokio::time::sleep(backoff).await;
-                }
                 Err(e) => {
-                    waits = 0;
-                    last = e.to_string();
-                    tracing::warn!(table = %self.key, attempt = attempts, "initial load (copy) attempt failed: {last}");
+                    let setback = tries.failed(e);
+                    if setback.waiting {
+                        tracing::warn!(table = %self.key, "initial load (copy) waits for the source or ClickHouse ({}); trying again in {:?}", setback.why, setback.pause);
+                    } else {
+                        tracing::warn!(table = %self.key, attempt = attempts, "initial load (copy) attempt failed: {}", setback.why);
+                    }
                     self.update(|p| {
                         p.phase = Phase::Pending;
-                        p.error = Some(last.clone());
+                        p.error = Some(setback.recorded());
                     })?;
-                    let backoff = match e {
-                        AttemptError::Retry(_) => Duration::from_millis(200),
-                        _ => Duration::from_secs(2),
-                    };
-                    tokio::time::sleep(backoff).await;
+                    tokio::time::sleep(setback.pause).await;
                 }
             }
         }
         let err = LoadError::Exhausted {
             key: self.key.clone(),
-            attempts,
-            last,
+            attempts: tries.used(),
+            last: tries.last().to_owned(),
         };
         let text = format!(
             "{err}; remedy: see the error; the load runs again when the table is opted in again or walshadow restarts"

@@ -20,20 +20,10 @@
 //!
 //! `object_store` (a backup already in object storage) comes later.
 
+mod attempts;
 pub mod backup;
 pub mod copy;
 pub mod ledger;
 pub mod snapshot;
 pub mod staging;
 pub mod walk_sink;
-
-/// Pause before a load's next try after `waits` tries in a row that met
-/// the source or ClickHouse not ready (not counted as attempts): 1 s,
-/// doubling, at most 30 s.
-pub(crate) fn waiting_backoff(waits: u32) -> std::time::Duration {
-    walshadow_types::Backoff::new(
-        std::time::Duration::from_secs(1),
-        std::time::Duration::from_secs(30),
-    )
-    .after(waits)
-}
