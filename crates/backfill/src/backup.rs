@@ -963,6 +963,8 @@ impl BackupPass {
             gated = s.gate.gated,
             deferred = s.gate.deferred,
             deferred_emitted = s.gate.deferred_emitted,
+            deferred_dropped = s.gate.deferred_dropped,
+            not_committed_dropped = s.gate.not_committed_dropped,
             multixact_emitted = s.gate.multixact_emitted,
             toast_chunks = s.toast_chunks,
             toast_waits = s.toast_waits,

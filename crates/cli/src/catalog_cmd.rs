@@ -9,8 +9,9 @@ use walshadow_config::Config;
 use walshadow_shadow::access::{ShadowAddress, export_schema};
 use walshadow_types::Lsn;
 
+/// Which shadow database to read, and from which LSN on: both commands'.
 #[derive(Debug, clap::Args)]
-pub struct ShowArgs {
+struct ShadowAt {
     /// The TOML config file.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
@@ -23,6 +24,24 @@ pub struct ShowArgs {
     /// How long to wait for --lsn.
     #[arg(long, default_value = "60", value_name = "SECONDS")]
     timeout: u64,
+}
+
+impl ShadowAt {
+    fn address(&self) -> anyhow::Result<(Config, ShadowAddress)> {
+        let config = Config::load(&self.config)?;
+        let addr = ShadowAddress::from_config(&config, self.db.clone())?;
+        Ok((config, addr))
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout)
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    at: ShadowAt,
     /// The relation, as SCHEMA.TABLE.
     #[arg(value_name = "SCHEMA.TABLE")]
     relation: String,
@@ -41,21 +60,11 @@ pub struct ShowArgs {
 /// reference objects the target lacks. Statistics are not exported.
 #[derive(Debug, clap::Args)]
 pub struct ExportArgs {
-    /// The TOML config file.
-    #[arg(long, value_name = "FILE")]
-    config: PathBuf,
-    /// Wait until the shadow has replayed this LSN first.
-    #[arg(long, value_name = "LSN")]
-    lsn: Option<Lsn>,
-    /// Database (default: the one in [source] url).
-    #[arg(long)]
-    db: Option<String>,
+    #[command(flatten)]
+    at: ShadowAt,
     /// Write here instead of standard output.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
-    /// How long to wait for --lsn.
-    #[arg(long, default_value = "60", value_name = "SECONDS")]
-    timeout: u64,
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -66,18 +75,14 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 pub fn show(args: ShowArgs) -> anyhow::Result<()> {
-    let config = Config::load(&args.config)?;
-    let addr = ShadowAddress::from_config(&config, args.db.clone())?;
+    let (_, addr) = args.at.address()?;
     let Some((schema, table)) = walshadow_types::split_table_key(&args.relation) else {
         bail!("{:?}: give the relation as SCHEMA.TABLE", args.relation);
     };
     let (schema, table) = (schema.as_str(), table.as_str());
-    let desc = runtime()?.block_on(async {
-        let mut cat = addr
-            .session(args.lsn, Duration::from_secs(args.timeout))
-            .await?;
-        anyhow::Ok(cat.relation_by_name(schema, table).await?)
-    })?;
+    let desc = runtime()?.block_on(addr.read(args.at.lsn, args.at.timeout(), async |cat| {
+        cat.relation_by_name(schema, table).await
+    }))?;
     let Some(desc) = desc else {
         bail!(
             "{schema}.{table}: no such relation in database {} of the shadow",
@@ -89,12 +94,11 @@ pub fn show(args: ShowArgs) -> anyhow::Result<()> {
 }
 
 pub fn export(args: ExportArgs) -> anyhow::Result<()> {
-    let config = Config::load(&args.config)?;
-    let addr = ShadowAddress::from_config(&config, args.db.clone())?;
+    let (config, addr) = args.at.address()?;
     runtime()?.block_on(export_schema(
         &addr,
-        args.lsn,
-        Duration::from_secs(args.timeout),
+        args.at.lsn,
+        args.at.timeout(),
         &config.shadow.pg_bin,
         args.out.as_deref(),
     ))?;

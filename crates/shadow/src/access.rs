@@ -41,6 +41,20 @@ pub enum AccessError {
     PgDump(std::process::ExitStatus),
 }
 
+impl AccessError {
+    /// The shadow closed or lost the session (it was being restarted).
+    fn is_connection_lost(&self) -> bool {
+        match self {
+            AccessError::Catalog(CatalogError::Query(e))
+            | AccessError::Connect {
+                source: CatalogError::Query(e),
+                ..
+            } => e.is_transient(),
+            _ => false,
+        }
+    }
+}
+
 /// Where the shadow listens and who to connect as.
 #[derive(Debug, Clone)]
 pub struct ShadowAddress {
@@ -120,6 +134,33 @@ impl ShadowAddress {
             }
         }
         self.connect(&self.db).await
+    }
+
+    /// `read` on a [`session`](Self::session), begun again while within
+    /// `timeout` when the shadow drops the connection: `walshadow run`
+    /// stops a shadow left up by an earlier run and starts it again, and a
+    /// session opened on the old one is cut.
+    pub async fn read<T>(
+        &self,
+        lsn: Option<Lsn>,
+        timeout: Duration,
+        mut read: impl AsyncFnMut(&mut ShadowCatalog) -> Result<T, CatalogError>,
+    ) -> Result<T, AccessError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let result = match self.session(lsn, left).await {
+                Ok(mut cat) => read(&mut cat).await.map_err(AccessError::from),
+                Err(e) => Err(e),
+            };
+            match result {
+                Err(e) if e.is_connection_lost() && tokio::time::Instant::now() < deadline => {
+                    tracing::debug!("{e}; reading again");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                r => return r,
+            }
+        }
     }
 
     /// A plain SQL session on `db` (`ShadowCatalog` keeps its own).
