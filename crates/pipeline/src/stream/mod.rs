@@ -68,6 +68,7 @@ use crate::scope::{ScopeChange, config_row};
 use crate::status::{StatusFile, TableStatus, ToastStatus};
 use crate::toast::{SourceReadError, SourceValue, Toast, Wait};
 
+mod catalog;
 mod destinations;
 mod flush;
 mod positions;
@@ -128,9 +129,6 @@ pub enum StreamError {
     #[error("stopped while waiting for ClickHouse")]
     Stopping,
 }
-
-/// How many relation files made by open transactions are remembered.
-const CREATED_FILES_KEPT: usize = 4096;
 
 /// A relation's row decoder, with the position in the destination's live
 /// columns of each value it decodes (partitions may order columns
@@ -195,8 +193,8 @@ pub struct Streamer {
     settings: StreamSettings,
     destinations: destinations::Destinations,
     assembler: Assembler,
-    relations: Option<Relations>,
     scope: scope::Scope,
+    catalog: catalog::CatalogFollow,
     backfills: Backfills,
     metrics: crate::metrics::Metrics,
     /// Rows and bytes of each load already counted in `metrics`.
@@ -211,9 +209,6 @@ pub struct Streamer {
     major: walshadow_types::PgMajor,
     positions: positions::Positions,
     toast: Toast,
-    /// Tables a catalog commit reached whose descriptors are not read
-    /// again yet: at their next change, a scope change or the next tick.
-    pending_refresh: BTreeSet<String>,
     /// A speculative insertion waiting for its confirmation.
     spec: Option<(Lsn, Change)>,
     last_status: Instant,
@@ -226,24 +221,6 @@ pub struct Streamer {
     /// Tables whose row waits for a TOAST read the source cannot serve
     /// now, with what status shows.
     source_waits: BTreeMap<String, String>,
-    /// Partitioned tables whose leaf partitions changed, with the new set,
-    /// until their reload records it.
-    new_leaves: HashMap<String, BTreeSet<Oid>>,
-    /// Relation files made by transactions not ended yet (the newest
-    /// [`CREATED_FILES_KEPT`]): a partition that joins a table on a file its
-    /// own transaction made holds only rows that transaction wrote, which
-    /// the stream has.
-    created_files: HashMap<walshadow_types::Xid, Vec<Oid>>,
-    /// The transaction whose commit is being applied, with its
-    /// subtransactions.
-    committing: Vec<walshadow_types::Xid>,
-    /// What each table in scope (and the config table) depends on in the
-    /// catalog: which catalog-changing commits refresh which tables.
-    interest: crate::catalog_reach::CatalogInterest,
-    /// [`REFRESH_EVERY_ENV`] is set: every catalog-changing commit
-    /// refreshes every table, as before commits were judged (for the
-    /// benchmark's side-by-side figure).
-    refresh_every: bool,
     /// Per load under way: when the daemon first saw it, and its blocks
     /// read then (the ETA's rate).
     load_seen: HashMap<String, (Instant, u64)>,
@@ -418,8 +395,8 @@ impl Streamer {
                 locks: dest_locks,
             },
             assembler,
-            relations: None,
             scope: scope::Scope::new(pinned.clone()),
+            catalog: catalog::CatalogFollow::new(std::env::var_os(REFRESH_EVERY_ENV).is_some()),
             backfills,
             metrics,
             load_counted: HashMap::new(),
@@ -429,7 +406,6 @@ impl Streamer {
             tables: BTreeMap::new(),
             decoder: None,
             positions,
-            pending_refresh: BTreeSet::new(),
             toast,
             spec: None,
             last_status: Instant::now(),
@@ -438,11 +414,6 @@ impl Streamer {
             stop,
             source_end,
             source_waits: BTreeMap::new(),
-            new_leaves: HashMap::new(),
-            created_files: HashMap::new(),
-            committing: Vec::new(),
-            interest: crate::catalog_reach::CatalogInterest::default(),
-            refresh_every: std::env::var_os(REFRESH_EVERY_ENV).is_some(),
             load_seen: HashMap::new(),
         };
         let progress_applied = s.progress.applied;
@@ -630,7 +601,7 @@ impl Streamer {
         };
         decoder.feed_at(start, data)?;
         self.positions.received = Lsn(start.0 + data.len() as u64);
-        let db_oid = self.relations.as_ref().map(|r| r.db_oid);
+        let db_oid = self.catalog.relations.as_ref().map(|r| r.db_oid);
         let major = self.major;
         while let Some(decoder) = self.decoder.as_mut() {
             let mut events = std::mem::take(&mut self.events);
@@ -652,7 +623,7 @@ impl Streamer {
             let idle = self.assembler.restart_lsn().is_none();
             self.positions.decoded_to(end, idle);
         }
-        if self.backfills.has_queued() && self.relations.is_some() {
+        if self.backfills.has_queued() && self.catalog.relations.is_some() {
             // A load waiting for its S starts as soon as S is decoded.
             self.start_loads();
         }
@@ -671,16 +642,17 @@ impl Streamer {
             Assembled::Commit(c, txn) => self.on_commit(c, txn).await?,
             Assembled::Upkeep(Event::Abort { xid, subxacts, .. }) => {
                 for x in std::iter::once(&xid).chain(&subxacts) {
-                    self.created_files.remove(x);
+                    self.catalog.created_files.remove(x);
                 }
             }
             Assembled::Upkeep(Event::FileCreated { xid, rel }) => {
                 // Past the bound new files are forgotten: a partition on
                 // one counts as one that may hold older rows (a reload,
                 // never a lost row).
-                let kept: usize = self.created_files.values().map(Vec::len).sum();
-                if kept < CREATED_FILES_KEPT {
-                    self.created_files
+                let kept: usize = self.catalog.created_files.values().map(Vec::len).sum();
+                if kept < catalog::CREATED_FILES_KEPT {
+                    self.catalog
+                        .created_files
                         .entry(xid)
                         .or_default()
                         .push(rel.rel_number);
@@ -703,12 +675,12 @@ impl Streamer {
         c: CommitEvent,
         txn: Option<CommittedTxn>,
     ) -> Result<(), StreamError> {
-        self.committing = std::iter::once(c.xid)
+        self.catalog.committing = std::iter::once(c.xid)
             .chain(c.subxacts.iter().copied())
             .collect();
         let r = self.apply_commit(c, txn).await;
-        for x in std::mem::take(&mut self.committing) {
-            self.created_files.remove(&x);
+        for x in std::mem::take(&mut self.catalog.committing) {
+            self.catalog.created_files.remove(&x);
         }
         r
     }
@@ -733,7 +705,7 @@ impl Streamer {
         // Tables waiting for a refresh were not judged: any catalog change
         // may concern them, so the catalog position follows every one.
         let refresh = reach != Reach::Nothing
-            || (c.catalog_changed && !skip && !self.pending_refresh.is_empty());
+            || (c.catalog_changed && !skip && !self.catalog.pending_refresh.is_empty());
         if refresh {
             // The shadow moves past no commit whose rows might be
             // re-decoded (after a crash, from durable progress) with a
@@ -754,15 +726,17 @@ impl Streamer {
                 Reach::Nothing => {}
                 Reach::Tables(keys) => {
                     for key in keys {
-                        self.interest.forget(key);
+                        self.catalog.interest.forget(key);
                     }
                     let pinned = &self.scope.pinned;
-                    self.pending_refresh
+                    self.catalog
+                        .pending_refresh
                         .extend(keys.iter().filter(|k| pinned.contains(*k)).cloned());
                 }
                 Reach::Everything => {
-                    self.interest.forget_all();
-                    self.pending_refresh
+                    self.catalog.interest.forget_all();
+                    self.catalog
+                        .pending_refresh
                         .extend(self.scope.pinned.iter().cloned());
                 }
             }
@@ -772,10 +746,11 @@ impl Streamer {
             // partitioned table: its partitions are judged at each commit
             // that reaches it (a DETACH, a change to the detached table and
             // its ATTACH again would look like nothing at the end of the run).
-            if self.refresh_every {
+            if self.catalog.refresh_every {
                 self.refresh_pending(None).await?;
             } else {
                 let partitioned: Vec<String> = self
+                    .catalog
                     .pending_refresh
                     .iter()
                     .filter(|k| {
@@ -805,11 +780,11 @@ impl Streamer {
         if !self.scope.changes.is_empty() && !skip {
             self.apply_scope_changes(&c).await?;
         }
-        if refresh && (self.refresh_every || self.may_move_toast(&c, &reach)) {
+        if refresh && (self.catalog.refresh_every || self.may_move_toast(&c, &reach)) {
             // TOAST relations rewritten, truncated or gone with this commit
             // (the mirror needs the chunks this very commit wrote).
             let feeder = &self.shadow.feeder;
-            if let Some(r) = self.relations.as_mut() {
+            if let Some(r) = self.catalog.relations.as_mut() {
                 let files = r.toast_files(feeder).await?;
                 self.toast.catalog_now(files, c.lsn, c.end)?;
             }
@@ -836,7 +811,7 @@ impl Streamer {
     /// progress (TOAST chunks: its rows refresh it first).
     fn pending_changed_since_durable(&self) -> bool {
         self.positions
-            .changed_since_durable(self.pending_refresh.iter())
+            .changed_since_durable(self.catalog.pending_refresh.iter())
     }
 
     /// Whether commit `c` can have given a TOAST relation of a table in
@@ -846,7 +821,7 @@ impl Streamer {
         if *reach == Reach::Everything {
             return true;
         }
-        let Some(relations) = self.relations.as_ref() else {
+        let Some(relations) = self.catalog.relations.as_ref() else {
             return true;
         };
         match self.toast.known_relations() {
@@ -864,24 +839,24 @@ impl Streamer {
     /// at the catalog position of the last catalog commit.
     pub(super) async fn refresh_pending(&mut self, only: Option<&str>) -> Result<(), StreamError> {
         let keys: BTreeSet<String> = match only {
-            Some(k) if self.pending_refresh.contains(k) => BTreeSet::from([k.to_owned()]),
+            Some(k) if self.catalog.pending_refresh.contains(k) => BTreeSet::from([k.to_owned()]),
             Some(_) => return Ok(()),
-            None => std::mem::take(&mut self.pending_refresh),
+            None => std::mem::take(&mut self.catalog.pending_refresh),
         };
         if keys.is_empty() {
             return Ok(());
         }
         for k in &keys {
-            self.pending_refresh.remove(k);
+            self.catalog.pending_refresh.remove(k);
         }
-        let Some(lsn) = self.relations.as_ref().map(|r| r.catalog_lsn()) else {
+        let Some(lsn) = self.catalog.relations.as_ref().map(|r| r.catalog_lsn()) else {
             return Ok(());
         };
         self.refresh_tables(lsn, Some(&keys)).await?;
         // A TOAST relation the tables gained (ADD COLUMN of a toastable
         // type) is known to the mirror from here.
         let feeder = &self.shadow.feeder;
-        if let Some(r) = self.relations.as_mut() {
+        if let Some(r) = self.catalog.relations.as_mut() {
             let files = r.toast_files(feeder).await?;
             self.toast.learn_files(files);
         }
@@ -891,7 +866,7 @@ impl Streamer {
     /// Whether a table `reach` names (every table, for `Everything`) has a
     /// change past durable progress.
     fn changed_since_durable(&self, reach: &Reach) -> bool {
-        if self.refresh_every {
+        if self.catalog.refresh_every {
             return true;
         }
         match reach {
@@ -906,7 +881,7 @@ impl Streamer {
     /// judged before depends on (tables waiting for a refresh are not
     /// judged: they are refreshed anyway).
     async fn catalog_reach(&mut self, c: &CommitEvent) -> Result<Reach, StreamError> {
-        if self.refresh_every {
+        if self.catalog.refresh_every {
             return Ok(Reach::Everything);
         }
         let keys: Vec<String> = self
@@ -914,19 +889,24 @@ impl Streamer {
             .pinned
             .iter()
             .chain(std::iter::once(&self.settings.source_config.config_table))
-            .filter(|k| !self.interest.knows(k) && !self.pending_refresh.contains(*k))
+            .filter(|k| {
+                !self.catalog.interest.knows(k) && !self.catalog.pending_refresh.contains(*k)
+            })
             .cloned()
             .collect();
         self.connect_relations().await?;
         let feeder = &self.shadow.feeder;
-        let Some(relations) = self.relations.as_mut() else {
+        let Some(relations) = self.catalog.relations.as_mut() else {
             return Ok(Reach::Everything);
         };
         for key in keys {
             let interest = relations.interest(feeder, &key).await?;
-            self.interest.set(&key, interest);
+            self.catalog.interest.set(&key, interest);
         }
-        let reach = self.interest.reach(&c.invals, self.major, relations.db_oid);
+        let reach = self
+            .catalog
+            .interest
+            .reach(&c.invals, self.major, relations.db_oid);
         if reach == Reach::Nothing {
             tracing::trace!(lsn = %c.lsn, "catalog change concerns no table in scope");
             self.metrics.add_catalog_commit("skipped");
@@ -951,7 +931,7 @@ impl Streamer {
     ) -> Result<(), StreamError> {
         self.connect_relations().await?;
         let feeder = &self.shadow.feeder;
-        let Some(relations) = self.relations.as_mut() else {
+        let Some(relations) = self.catalog.relations.as_mut() else {
             return Ok(());
         };
         if let Resolved::Toast {
@@ -976,7 +956,7 @@ impl Streamer {
     }
 
     async fn connect_relations(&mut self) -> Result<&mut Relations, StreamError> {
-        if self.relations.is_none() {
+        if self.catalog.relations.is_none() {
             let wait = Duration::from_secs(300);
             let started = Instant::now();
             // The shadow takes connections once it is consistent (on a first
@@ -1006,18 +986,19 @@ impl Streamer {
                 self.progress.applied,
             )
             .await?;
-            self.relations = Some(relations);
+            self.catalog.relations = Some(relations);
             self.refresh_tables(self.progress.applied, None).await?;
             if !self.toast.knows_catalog() {
                 let feeder = &self.shadow.feeder;
-                if let Some(r) = self.relations.as_mut() {
+                if let Some(r) = self.catalog.relations.as_mut() {
                     let files = r.toast_files(feeder).await?;
                     let applied = self.progress.applied;
                     self.toast.catalog_now(files, applied, applied)?;
                 }
             }
         }
-        self.relations
+        self.catalog
+            .relations
             .as_mut()
             .ok_or_else(|| StreamError::State("shadow catalog".into()))
     }
@@ -1056,6 +1037,7 @@ impl Streamer {
         self.progress.write(&self.settings.state_dir)?;
         self.progress_dirty = false;
         let catalog = self
+            .catalog
             .relations
             .as_ref()
             .map_or(Lsn::INVALID, |r| r.catalog_lsn());
@@ -1086,6 +1068,7 @@ impl Streamer {
             source_end: Lsn(self.source_end.load(std::sync::atomic::Ordering::Relaxed)),
             destination: self.destinations.health.clone(),
             config_table_ignored: self
+                .catalog
                 .relations
                 .as_ref()
                 .and_then(|r| r.config_table_ignored().map(str::to_owned)),

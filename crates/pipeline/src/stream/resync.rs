@@ -78,7 +78,7 @@ impl Streamer {
         if let Some(t) = self.progress.tables.get_mut(key) {
             // Every change up to `s` is in the rows the load writes.
             t.loaded_at = Some(s);
-            if let Some(leaves) = self.new_leaves.remove(key) {
+            if let Some(leaves) = self.catalog.new_leaves.remove(key) {
                 t.leaves = Some(leaves);
             }
         }

@@ -34,7 +34,7 @@ impl Streamer {
             _ => {}
         }
         let feeder = &self.shadow.feeder;
-        let resolved = match self.relations.as_mut() {
+        let resolved = match self.catalog.relations.as_mut() {
             Some(r) => r.resolve(feeder, change.rel).await?,
             None => return Ok(()),
         };
@@ -71,7 +71,7 @@ impl Streamer {
             Resolved::Pinned { key, desc } => {
                 // Its ClickHouse table follows the catalog before its rows
                 // (the check first: this runs for every row).
-                if !self.pending_refresh.is_empty() {
+                if !self.catalog.pending_refresh.is_empty() {
                     self.refresh_pending(Some(&key)).await?;
                 }
                 self.changed(&key, c.end);

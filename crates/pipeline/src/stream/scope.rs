@@ -150,7 +150,7 @@ impl Streamer {
         // in scope before: the catalog commits skipped since concerned
         // none of those, so the shadow may replay them now, and a restart
         // re-decoding them sees the same answers for those tables.
-        if let Some(r) = self.relations.as_mut()
+        if let Some(r) = self.catalog.relations.as_mut()
             && r.catalog_lsn() < s
         {
             r.catalog_changed(s);
@@ -352,16 +352,18 @@ impl Streamer {
             return Ok(());
         }
         self.progress_dirty = true;
-        if let Some(r) = self.relations.as_mut() {
+        if let Some(r) = self.catalog.relations.as_mut() {
             r.set_pinned(self.scope.pinned.clone());
         }
         let (pinned, config) = (&self.scope.pinned, self.settings.config_key());
-        self.interest.retain(|k| pinned.contains(k) || k == config);
+        self.catalog
+            .interest
+            .retain(|k| pinned.contains(k) || k == config);
         if added {
             self.refresh_tables(s, None).await?;
         }
         let feeder = &self.shadow.feeder;
-        if let Some(r) = self.relations.as_mut() {
+        if let Some(r) = self.catalog.relations.as_mut() {
             let files = r.toast_files(feeder).await?;
             self.toast.catalog_now(files, c.lsn, c.end)?;
         }

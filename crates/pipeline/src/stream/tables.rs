@@ -28,7 +28,7 @@ impl Streamer {
                 continue;
             }
             let feeder = &self.shadow.feeder;
-            let Some(relations) = self.relations.as_mut() else {
+            let Some(relations) = self.catalog.relations.as_mut() else {
                 return Ok(());
             };
             let Some(desc) = relations.pinned_table(feeder, &key).await? else {
@@ -301,7 +301,7 @@ impl Streamer {
         desc: &RelationDesc,
     ) -> Result<Option<String>, StreamError> {
         let feeder = &self.shadow.feeder;
-        let Some(relations) = self.relations.as_mut() else {
+        let Some(relations) = self.catalog.relations.as_mut() else {
             return Ok(None);
         };
         let leaves = relations.partition_leaves(feeder, desc.oid).await?;
@@ -309,9 +309,10 @@ impl Streamer {
         let made_here = |file: Oid| {
             file != 0
                 && self
+                    .catalog
                     .committing
                     .iter()
-                    .filter_map(|x| self.created_files.get(x))
+                    .filter_map(|x| self.catalog.created_files.get(x))
                     .any(|files| files.contains(&file))
         };
         let made: BTreeSet<Oid> = leaves
@@ -345,7 +346,7 @@ impl Streamer {
         }
         // Recorded with the reload (`start_resync` makes both durable at
         // once): a crash before it finds the change again.
-        self.new_leaves.insert(key.to_owned(), now);
+        self.catalog.new_leaves.insert(key.to_owned(), now);
         Ok(Some(format!(
             "partitions of {key} changed without row changes in the WAL (relations {left:?} left it, {joined:?} were attached with rows they may hold)"
         )))
@@ -421,7 +422,7 @@ impl Streamer {
         oids: &[Oid],
     ) -> Result<(), StreamError> {
         let feeder = &self.shadow.feeder;
-        let tables = match self.relations.as_mut() {
+        let tables = match self.catalog.relations.as_mut() {
             Some(r) => r.truncated_tables(feeder, oids).await?,
             None => return Ok(()),
         };
