@@ -89,9 +89,14 @@ struct Args {
     #[arg(long)]
     rate: Option<u32>,
     /// walshadow's `clickhouse.batch_ms`: a table's batch is flushed at
-    /// most this long after its first row.
-    #[arg(long, default_value_t = 50)]
+    /// most this long after its first row (walshadow's default).
+    #[arg(long, default_value_t = 1000)]
     batch_ms: u64,
+    /// walshadow's `clickhouse.idle_flush_ms`: once the stream has decoded
+    /// all it received, rows held are flushed at most this often; 0 is off
+    /// (walshadow's default).
+    #[arg(long, default_value_t = 20)]
+    idle_flush_ms: u64,
     /// Rows in `accounts`, streamed through walshadow before the load.
     #[arg(long, default_value_t = 100_000)]
     accounts: u32,
@@ -140,9 +145,10 @@ fn main() -> Result<()> {
     let mut daemon = daemon::walshadow(&walshadow, &cluster, work.path(), "walshadow_bench")?;
     let state_dir = daemon.state_dir().to_owned();
     let mut text = format!(
-        "\n[clickhouse]\nurl = \"{}\"\ndatabase = \"app\"\nbatch_ms = {}\n",
+        "\n[clickhouse]\nurl = \"{}\"\ndatabase = \"app\"\nbatch_ms = {}\nidle_flush_ms = {}\n",
         ch.url(),
-        args.batch_ms
+        args.batch_ms,
+        args.idle_flush_ms
     );
     for t in TABLES {
         text.push_str(&format!("\n[table.\"{t}\"]\n"));
@@ -931,14 +937,15 @@ fn report(
     let met = |ok: bool| if ok { "met" } else { "MISSED" };
 
     println!(
-        "End to end, PostgreSQL {version} -> walshadow -> ClickHouse engine {ch_version}: {} s of load from {} pgbench clients ({}), batch_ms {}",
+        "End to end, PostgreSQL {version} -> walshadow -> ClickHouse engine {ch_version}: {} s of load from {} pgbench clients ({}), batch_ms {}, idle_flush_ms {}",
         args.seconds,
         args.clients,
         args.rate.map_or_else(
             || "as fast as they go".to_owned(),
             |r| format!("-R {r} tx/s")
         ),
-        args.batch_ms
+        args.batch_ms,
+        args.idle_flush_ms
     );
     println!(
         "{}",
@@ -1107,6 +1114,7 @@ fn report(
                 "clients": args.clients,
                 "rate": args.rate,
                 "batch_ms": args.batch_ms,
+                "idle_flush_ms": args.idle_flush_ms,
                 "accounts": args.accounts,
                 "probe_ms": args.probe_ms,
                 "poll_ms": args.poll_ms,

@@ -15,7 +15,10 @@
 //! - catalog churn: hundreds of temporary-table commits and unrelated DDL
 //!   refresh nothing, while each change that does concern a table in scope
 //!   (a new enum label, a new partition, a column, a table created under
-//!   an awaited name, or moved there) still takes effect at its commit.
+//!   an awaited name, or moved there) still takes effect at its commit;
+//! - a commit is visible once the stream idles, not at `batch_ms`, and a
+//!   flush's tables are inserted at once: one whose ClickHouse table is
+//!   renamed away waits without holding back the others.
 
 mod common;
 
@@ -690,12 +693,22 @@ fn catalog_churn(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-/// `[clickhouse] batch_ms` of the harness's config set to `ms`.
+/// `[clickhouse] batch_ms` of the harness's config set to `ms`, with the
+/// idle flush off: rows stay held in their batch until it comes of age.
 fn set_batch_ms(h: &StreamHarness, ms: u64) -> Result<()> {
     let text = std::fs::read_to_string(&h.config)?;
     let (head, rest) = text.split_once("batch_ms = ").context("no batch_ms")?;
     let rest = rest.split_once('\n').map_or("", |(_, r)| r);
-    std::fs::write(&h.config, format!("{head}batch_ms = {ms}\n{rest}"))?;
+    let rest = match rest.split_once("idle_flush_ms = ") {
+        Some((before, after)) => {
+            format!("{before}{}", after.split_once('\n').map_or("", |(_, r)| r))
+        }
+        None => rest.to_owned(),
+    };
+    std::fs::write(
+        &h.config,
+        format!("{head}batch_ms = {ms}\nidle_flush_ms = 0\n{rest}"),
+    )?;
     Ok(())
 }
 
@@ -752,6 +765,8 @@ fn catalog_coalescing(major: PgMajor) -> Result<()> {
         Ok(replayed > before_vacuum)
     })?;
     h.kill_run()?;
+    // Rows wait 200 ms in their batch from here on (no idle flush), so a
+    // grant right after a change finds the change not yet durable.
     set_batch_ms(&h, 200)?;
     h.start_run()?;
     h.wait_caught_up(CATCH_UP)?;
@@ -806,3 +821,87 @@ fn catalog_coalescing(major: PgMajor) -> Result<()> {
 
 per_major!(catalog_coalescing => catalog_commits_coalesce_only_when_nothing_waits: pg15, pg18);
 per_major!(catalog_churn => catalog_churn_refreshes_only_what_concerns_a_table: pg15, pg18);
+
+/// Rows in ClickHouse table `app.{table}` (`FINAL`); 0 while it is missing.
+fn ch_count(h: &StreamHarness, table: &str) -> Result<u64> {
+    match h
+        .ch
+        .query(&format!("SELECT count() FROM app.{table} FINAL"))
+    {
+        Ok(n) => Ok(n.trim().parse()?),
+        Err(_) => Ok(0),
+    }
+}
+
+/// A commit is visible without waiting for `batch_ms` once the stream has
+/// decoded all it received, and a flush inserts its tables at once: with
+/// `a` renamed away in ClickHouse (its insert waits), the rows of `b` that
+/// the same transaction wrote still arrive, while progress stays behind
+/// `a`'s rows; once `a` is back both are equal to the source.
+fn idle_flush_and_tables_at_once(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(BIN, major, "idleflush", &["public.a", "public.b"], "")?;
+    h.source.psql(
+        "create table a (id int primary key, v text);
+         create table b (id int primary key, v text);",
+    )?;
+    // Batches wait ten minutes for their age: only idleness flushes them.
+    let text = std::fs::read_to_string(&h.config)?
+        .replace("batch_ms = 200", "batch_ms = 600000\nidle_flush_ms = 20");
+    std::fs::write(&h.config, text)?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into a values (1, 'first'); insert into b values (1, 'first');")?;
+    wait_until(
+        Duration::from_secs(60),
+        "the first rows, without waiting for batch_ms",
+        || {
+            h.check_running()?;
+            Ok(ch_count(&h, "a")? == 1 && ch_count(&h, "b")? == 1)
+        },
+    )?;
+
+    h.ch.query("RENAME TABLE app.a TO app.a_away")?;
+    h.source.psql(
+        "begin;
+         insert into a select g, 'waits' from generate_series(2, 100) g;
+         insert into b select g, 'arrives' from generate_series(2, 100) g;
+         commit;",
+    )?;
+    let written = h.source.flush_lsn()?;
+    wait_until(
+        Duration::from_secs(60),
+        "b's rows while a's insert waits",
+        || {
+            h.check_running()?;
+            Ok(ch_count(&h, "b")? == 100)
+        },
+    )?;
+    let s = h.status_json()?;
+    let applied: Lsn = s["applied"].as_str().context("applied")?.parse()?;
+    ensure!(
+        applied < written,
+        "applied {applied} past a's rows ClickHouse never took"
+    );
+    ensure!(
+        s["destination"]["waiting_for"]
+            .as_str()
+            .is_some_and(|w| w.contains("`a`")),
+        "status does not say what waits: {s}"
+    );
+    ensure!(ch_count(&h, "a_away")? == 1, "a's rows went elsewhere");
+    h.ch.query("RENAME TABLE app.a_away TO app.a")?;
+    wait_until(Duration::from_secs(60), "a's rows once it is back", || {
+        h.check_running()?;
+        Ok(ch_count(&h, "a")? == 100)
+    })?;
+    h.assert_equal("a", "a", &cols())?;
+    h.assert_equal("b", "b", &cols())?;
+    h.stop_run()?;
+    if h.run_log().contains("table stopped") {
+        bail!("a table stopped:\n{}", h.run_log());
+    }
+    Ok(())
+}
+
+per_major!(idle_flush_and_tables_at_once => idle_commits_are_visible_and_a_flush_inserts_its_tables_at_once: pg15, pg18);

@@ -29,9 +29,7 @@ use common::{BIN, StreamHarness, same};
 use walshadow_testkit::{PgMajor, wait_until};
 
 fn opt_in_under_load(major: PgMajor) -> Result<()> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = walshadow_testkit::free_port()?;
     let mut h = StreamHarness::new(
         BIN,
         major,

@@ -228,9 +228,7 @@ per_major!(resync_started_over => resync_asked_again_while_loading_starts_over: 
 /// A load's progress shows in `status` (fraction of blocks, ETA) and the
 /// metrics while it runs; once done, `status` counts its rows as loaded.
 fn load_progress(major: PgMajor) -> Result<()> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = walshadow_testkit::free_port()?;
     let mut h = StreamHarness::new(
         BIN,
         major,

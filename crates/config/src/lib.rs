@@ -31,6 +31,7 @@
 //! # batch_rows = 100000                     # flush a table's batch at N rows,
 //! # batch_mb = 16                           # ... or N MB,
 //! # batch_ms = 1000                         # ... or after N ms, whichever first
+//! # idle_flush_ms = 20                      # once no WAL waits: flush, at most every N ms (0: off)
 //! # request_timeout_s = 120                 # bound on one HTTP request (an insert attempt, DDL)
 //! # lsn_column = "_lsn"                     # commit LSN (UInt64)
 //! # seq_column = "_seq"                     # the change's own LSN (UInt64)
@@ -161,6 +162,11 @@ pub struct ClickHouseConfig {
     pub batch_mb: usize,
     #[serde(default = "default_batch_ms")]
     pub batch_ms: u64,
+    /// When the stream has decoded all the WAL it has received and a batch
+    /// holds rows, flush once the last flush is this many ms old (commits
+    /// become visible without waiting for `batch_ms`); 0 turns it off.
+    #[serde(default = "default_idle_flush_ms")]
+    pub idle_flush_ms: u64,
     /// Bound on one HTTP request to ClickHouse, in seconds (an insert
     /// attempt, DDL); a slower one is retried.
     #[serde(default = "default_request_timeout_s")]
@@ -527,6 +533,9 @@ fn default_batch_mb() -> usize {
 fn default_batch_ms() -> u64 {
     1000
 }
+fn default_idle_flush_ms() -> u64 {
+    20
+}
 fn default_lsn_column() -> String {
     "_lsn".into()
 }
@@ -706,6 +715,7 @@ impl Config {
             in_range("clickhouse.batch_rows", ch.batch_rows as u64, 1, 10_000_000)?;
             in_range("clickhouse.batch_mb", ch.batch_mb as u64, 1, 4096)?;
             in_range("clickhouse.batch_ms", ch.batch_ms, 1, 3_600_000)?;
+            in_range("clickhouse.idle_flush_ms", ch.idle_flush_ms, 0, 3_600_000)?;
             in_range(
                 "clickhouse.request_timeout_s",
                 ch.request_timeout_s,

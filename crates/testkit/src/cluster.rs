@@ -775,21 +775,31 @@ fn check_output(out: &Output, what: &str) -> Result<()> {
 }
 
 /// A TCP port on 127.0.0.1 nobody listens on now, and not handed out before by this
-/// process. Another process may still take it before the server binds; the caller retries.
-pub(crate) fn free_port() -> Result<u16> {
+/// process. Taken below Linux's ephemeral range (32768–60999): the kernel hands those
+/// out to every outgoing connection and every bind to port 0 (the shadow's port, other
+/// processes' probes), so one found free there can be taken before the server binds
+/// it. Each process starts at its own place in the range. Another process may still
+/// take it; the caller retries.
+pub fn free_port() -> Result<u16> {
+    const FIRST: u32 = 16_384;
+    const SPAN: u32 = 16_384;
     static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    for _ in 0..100 {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .context("binding a probe socket on 127.0.0.1")?
-            .port();
-        if !given.contains(&port) {
-            given.push(port);
-            return Ok(port);
+    let start = std::process::id().wrapping_mul(7_919) % SPAN;
+    for i in 0..SPAN {
+        let Ok(port) = u16::try_from(FIRST + (start + i) % SPAN) else {
+            continue;
+        };
+        if given.contains(&port) || TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
         }
+        given.push(port);
+        return Ok(port);
     }
-    bail!("found no unused TCP port on 127.0.0.1")
+    bail!(
+        "found no unused TCP port on 127.0.0.1 in {FIRST}..{}",
+        FIRST + SPAN
+    )
 }
 
 /// PostgreSQL's stored form of an MD5 password: `md5` + hex(md5(password || role)).

@@ -59,7 +59,7 @@ mod waldump;
 mod workdir;
 
 pub use clickhouse::{ClickHouseEngine, ClickHouseOptions, EngineTls, HttpReply};
-pub use cluster::{Auth, Cluster, ClusterOptions};
+pub use cluster::{Auth, Cluster, ClusterOptions, free_port};
 pub use daemon::Walshadow;
 pub use fault_proxy::{FaultProxy, ProxyMode};
 pub use heap_file::{heap_tuples, relation_file};

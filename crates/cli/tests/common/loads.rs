@@ -139,9 +139,7 @@ impl OrdersWorkload {
 
 /// A free loopback port (for `[metrics] listen`).
 pub fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    walshadow_testkit::free_port()
 }
 
 /// `GET /metrics` from the daemon's endpoint.

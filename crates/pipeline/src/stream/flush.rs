@@ -6,7 +6,12 @@
 //!
 //! - when a batch is full (the size rule of [`TableBatch::is_full`], which
 //!   the loads follow too), after the WAL that filled it;
-//! - when a batch's oldest row is `max_age` old;
+//! - when the stream is idle (all WAL received is decoded) and a batch
+//!   holds rows, once the last flush is `idle_gap` old: a commit is visible
+//!   without waiting for the deadline, while under steady traffic the gap
+//!   keeps the inserts per second bounded (each costs ClickHouse a part);
+//! - when a batch's oldest row is `max_age` old (a stream that never idles:
+//!   catch-up, a backlog);
 //! - when the last flush is `max_age` old, rows or not: progress moves on
 //!   while no table in scope changes, and the source keeps no WAL for it.
 
@@ -23,12 +28,26 @@ pub(super) const TICK: Duration = Duration::from_secs(1);
 pub(super) struct FlushRule {
     /// `[clickhouse] batch_ms`.
     pub max_age: Duration,
+    /// `[clickhouse] idle_flush_ms`; `None` when 0 (off).
+    pub idle_gap: Option<Duration>,
 }
 
 impl FlushRule {
     /// A batch is full: flush before more WAL is decoded.
     pub fn full<'a>(&self, mut batches: impl Iterator<Item = &'a TableBatch>) -> bool {
         batches.any(TableBatch::is_full)
+    }
+
+    /// The stream is idle: flush rows held, unless the last flush was
+    /// less than `idle_gap` ago.
+    pub fn idle<'a>(
+        &self,
+        mut batches: impl Iterator<Item = &'a TableBatch>,
+        last_flush: Instant,
+        now: Instant,
+    ) -> bool {
+        self.idle_gap
+            .is_some_and(|gap| now >= last_flush + gap && batches.any(|b| b.opened_at().is_some()))
     }
 
     /// On the clock: a batch is full or old, or the last flush is.
@@ -44,16 +63,25 @@ impl FlushRule {
     }
 
     /// When to look at the clock next: the next tick after `last_tick`, or
-    /// sooner when a batch comes of age.
+    /// sooner when a batch comes of age, or, rows being held, when the idle
+    /// gap after `last_flush` ends (the clock only fires while no WAL
+    /// waits, so that is an idle flush).
     pub fn next_wake<'a>(
         &self,
         batches: impl Iterator<Item = &'a TableBatch>,
         last_tick: Instant,
+        last_flush: Instant,
     ) -> Instant {
-        batches
+        let mut held = false;
+        let wake = batches
             .filter_map(TableBatch::opened_at)
+            .inspect(|_| held = true)
             .map(|t| t + self.max_age)
-            .fold(last_tick + TICK, Instant::min)
+            .fold(last_tick + TICK, Instant::min);
+        match self.idle_gap {
+            Some(gap) if held => wake.min(last_flush + gap),
+            _ => wake,
+        }
     }
 }
 
@@ -94,6 +122,7 @@ mod tests {
     fn full_old_or_idle() {
         let rule = FlushRule {
             max_age: Duration::from_secs(3600),
+            idle_gap: None,
         };
         let now = Instant::now();
         let (mut a, mut b) = (batch(2), batch(2));
@@ -119,15 +148,50 @@ mod tests {
     fn wakes_for_the_oldest_row() {
         let rule = FlushRule {
             max_age: Duration::from_millis(50),
+            idle_gap: None,
         };
         let tick = Instant::now();
         let mut a = batch(10);
-        assert_eq!(rule.next_wake([&a].into_iter(), tick), tick + TICK);
+        assert_eq!(rule.next_wake([&a].into_iter(), tick, tick), tick + TICK);
         push(&mut a);
         let opened = a.opened_at().unwrap();
         assert_eq!(
-            rule.next_wake([&a].into_iter(), tick),
+            rule.next_wake([&a].into_iter(), tick, tick),
             opened + rule.max_age
+        );
+    }
+
+    #[test]
+    fn idle_flushes_held_rows_after_the_gap() {
+        let gap = Duration::from_millis(20);
+        let rule = FlushRule {
+            max_age: Duration::from_millis(500),
+            idle_gap: Some(gap),
+        };
+        let flushed = Instant::now();
+        let mut a = batch(10);
+        // Nothing held: idleness flushes nothing, and the clock keeps its tick.
+        assert!(!rule.idle([&a].into_iter(), flushed, flushed + gap));
+        assert_eq!(
+            rule.next_wake([&a].into_iter(), flushed, flushed),
+            flushed + TICK
+        );
+        push(&mut a);
+        assert!(!rule.idle([&a].into_iter(), flushed, flushed + gap / 2));
+        assert!(rule.idle([&a].into_iter(), flushed, flushed + gap));
+        assert_eq!(
+            rule.next_wake([&a].into_iter(), flushed, flushed),
+            flushed + gap
+        );
+        // Off: rows wait for their age.
+        let off = FlushRule {
+            idle_gap: None,
+            ..rule
+        };
+        assert!(!off.idle([&a].into_iter(), flushed, flushed + gap * 100));
+        assert_eq!(
+            off.next_wake([&a].into_iter(), flushed, flushed),
+            a.opened_at().unwrap() + off.max_age
         );
     }
 }

@@ -518,6 +518,9 @@ impl Streamer {
                 ev = rx.recv() => ev,
                 _ = tokio::time::sleep_until(deadline.into()) => {
                     self.on_timer().await?;
+                    if rx.is_empty() && self.settings.flush.idle(self.batches(), self.last_flush, Instant::now()) {
+                        self.flush_all().await?;
+                    }
                     continue;
                 }
             };
@@ -525,6 +528,14 @@ impl Streamer {
                 None => break,
                 Some(TapEvent::Start { from }) => self.restart_decoding(from).await?,
                 Some(TapEvent::Wal { start, data }) => self.on_wal(start, &data).await?,
+            }
+            if rx.is_empty()
+                && self
+                    .settings
+                    .flush
+                    .idle(self.batches(), self.last_flush, Instant::now())
+            {
+                self.flush_all().await?;
             }
         }
         self.backfills.abort_all();
@@ -539,7 +550,7 @@ impl Streamer {
     fn next_deadline(&self) -> Instant {
         self.settings
             .flush
-            .next_wake(self.batches(), self.last_status)
+            .next_wake(self.batches(), self.last_status, self.last_flush)
     }
 
     /// Every table's batch.
@@ -1007,10 +1018,7 @@ impl Streamer {
     /// boundary (`safe`; it is only ever set at one, and this is called
     /// between records, never inside a commit's changes).
     async fn flush_all(&mut self) -> Result<(), StreamError> {
-        let keys: Vec<String> = self.tables.keys().cloned().collect();
-        for key in keys {
-            self.flush_table(&key).await?;
-        }
+        self.flush_tables().await?;
         self.last_flush = Instant::now();
         if self.positions.flushed(&mut self.progress) {
             self.progress_dirty = true;

@@ -62,6 +62,7 @@ impl StreamSettings {
             },
             flush: FlushRule {
                 max_age: Duration::from_millis(ch.batch_ms),
+                idle_gap: (ch.idle_flush_ms > 0).then(|| Duration::from_millis(ch.idle_flush_ms)),
             },
             assembler: AssemblerConfig {
                 memory_budget_bytes: memory_bytes,

@@ -489,20 +489,82 @@ impl Streamer {
         Ok(())
     }
 
+    /// Inserts one table's batch, waiting out a destination that does not
+    /// take it.
     pub(super) async fn flush_table(&mut self, key: &str) -> Result<(), StreamError> {
         let sealed = self
             .tables
             .get_mut(key)
             .and_then(|t| t.batch.as_mut())
             .and_then(|b| b.seal());
-        let Some(sealed) = sealed else {
+        match sealed {
+            Some(sealed) => self.insert_sealed(key, sealed).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Inserts every table's batch, the tables at once: a flush takes its
+    /// slowest insert rather than the sum of them. An insert that does not
+    /// go through is then retried on its own, with the same bytes and
+    /// token, so ClickHouse keeps one copy whatever the first try did.
+    pub(super) async fn flush_tables(&mut self) -> Result<(), StreamError> {
+        let mut sealed = Vec::new();
+        for (key, t) in &mut self.tables {
+            if let Some(s) = t.batch.as_mut().and_then(|b| b.seal()) {
+                sealed.push((key.clone(), s));
+            }
+        }
+        if sealed.len() < 2 {
+            for (key, s) in sealed {
+                self.insert_sealed(&key, s).await?;
+            }
             return Ok(());
-        };
-        let token = format!(
-            "{}/{:08x}",
-            sealed.range_token(),
-            crc32c::crc32c(&sealed.body)
-        );
+        }
+        // The destinations' locks in key order, all held until the tries
+        // end (a swap waits for them, as for a single insert).
+        let mut guards = Vec::with_capacity(sealed.len());
+        for (_, s) in &sealed {
+            guards.push(self.destinations.locks.share(&s.table).await);
+        }
+        let mut tries = tokio::task::JoinSet::new();
+        for (i, (_, s)) in sealed.iter().enumerate() {
+            let (s, ch) = (s.clone(), self.destinations.client.clone());
+            tries.spawn(async move { (i, s.insert_once(&ch, &insert_token(&s)).await) });
+        }
+        let mut outcomes: Vec<Option<Result<(), walshadow_emitter::ClickHouseError>>> =
+            (0..sealed.len()).map(|_| None).collect();
+        while let Some(joined) = tries.join_next().await {
+            let (i, r) = joined.map_err(|e| StreamError::State(format!("an insert task: {e}")))?;
+            if let Some(slot) = outcomes.get_mut(i) {
+                *slot = Some(r);
+            }
+        }
+        drop(guards);
+        for ((key, s), outcome) in sealed.into_iter().zip(outcomes) {
+            match outcome {
+                Some(Ok(())) => {
+                    self.destination_ok();
+                    self.inserted(&key, &s);
+                }
+                Some(Err(e)) if e.is_definite() => {
+                    self.destination_ok();
+                    self.insert_refused(&key, &s, &e);
+                }
+                // Waited out on its own, as one insert would be.
+                _ => self.insert_sealed(&key, s).await?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Inserts `sealed` (a batch of `key`) until ClickHouse takes or
+    /// refuses it.
+    async fn insert_sealed(
+        &mut self,
+        key: &str,
+        sealed: walshadow_emitter::SealedBatch,
+    ) -> Result<(), StreamError> {
+        let token = insert_token(&sealed);
         let guard = self.destinations.locks.share(&sealed.table).await;
         let what = format!(
             "inserting {} rows into {}.{}",
@@ -522,23 +584,46 @@ impl Streamer {
         drop(guard);
         match inserted {
             Ok(()) => {
-                if let Some(t) = self.progress.tables.get_mut(key) {
-                    t.rows += sealed.rows as u64;
-                }
-                self.metrics.add_rows(key, sealed.rows as u64);
+                self.inserted(key, &sealed);
                 Ok(())
             }
             Err(StreamError::ClickHouse(e)) => {
-                let lsn = sealed.first.0;
-                self.stop_table(
-                    key,
-                    lsn,
-                    crate::stop::StopKind::RowsRefused,
-                    format!("ClickHouse refused the rows: {e}"),
-                );
+                self.insert_refused(key, &sealed, &e);
                 Ok(())
             }
             Err(e) => Err(e),
         }
     }
+
+    fn inserted(&mut self, key: &str, sealed: &walshadow_emitter::SealedBatch) {
+        if let Some(t) = self.progress.tables.get_mut(key) {
+            t.rows += sealed.rows as u64;
+        }
+        self.metrics.add_rows(key, sealed.rows as u64);
+    }
+
+    /// A definite refusal stops the table at the batch's first row.
+    fn insert_refused(
+        &mut self,
+        key: &str,
+        sealed: &walshadow_emitter::SealedBatch,
+        e: &walshadow_emitter::ClickHouseError,
+    ) {
+        self.stop_table(
+            key,
+            sealed.first.0,
+            crate::stop::StopKind::RowsRefused,
+            format!("ClickHouse refused the rows: {e}"),
+        );
+    }
+}
+
+/// The insert's deduplication token: the batch's LSN range and a checksum
+/// of its bytes.
+fn insert_token(sealed: &walshadow_emitter::SealedBatch) -> String {
+    format!(
+        "{}/{:08x}",
+        sealed.range_token(),
+        crc32c::crc32c(&sealed.body)
+    )
 }
