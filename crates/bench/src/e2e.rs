@@ -93,10 +93,15 @@ struct Args {
     #[arg(long, default_value_t = 1000)]
     batch_ms: u64,
     /// walshadow's `clickhouse.idle_flush_ms`: once the stream has decoded
-    /// all it received, rows held are flushed at most this often; 0 is off
-    /// (walshadow's default).
-    #[arg(long, default_value_t = 20)]
-    idle_flush_ms: u64,
+    /// all it received, rows held are flushed at most this often; 0 is off.
+    /// Absent: walshadow's default, and not written into the config (so a
+    /// walshadow from before the setting runs too).
+    #[arg(long)]
+    idle_flush_ms: Option<u64>,
+    /// walshadow's `clickhouse.insert_concurrency` (absent: its default,
+    /// not written).
+    #[arg(long)]
+    insert_concurrency: Option<u32>,
     /// Rows in `accounts`, streamed through walshadow before the load.
     #[arg(long, default_value_t = 100_000)]
     accounts: u32,
@@ -145,10 +150,14 @@ fn main() -> Result<()> {
     let mut daemon = daemon::walshadow(&walshadow, &cluster, work.path(), "walshadow_bench")?;
     let state_dir = daemon.state_dir().to_owned();
     let mut text = format!(
-        "\n[clickhouse]\nurl = \"{}\"\ndatabase = \"app\"\nbatch_ms = {}\nidle_flush_ms = {}\n",
+        "\n[clickhouse]\nurl = \"{}\"\ndatabase = \"app\"\nbatch_ms = {}\n{}",
         ch.url(),
         args.batch_ms,
         args.idle_flush_ms
+            .map_or_else(String::new, |ms| format!("idle_flush_ms = {ms}\n"))
+            + &args
+                .insert_concurrency
+                .map_or_else(String::new, |n| format!("insert_concurrency = {n}\n"))
     );
     for t in TABLES {
         text.push_str(&format!("\n[table.\"{t}\"]\n"));
@@ -937,7 +946,7 @@ fn report(
     let met = |ok: bool| if ok { "met" } else { "MISSED" };
 
     println!(
-        "End to end, PostgreSQL {version} -> walshadow -> ClickHouse engine {ch_version}: {} s of load from {} pgbench clients ({}), batch_ms {}, idle_flush_ms {}",
+        "End to end, PostgreSQL {version} -> walshadow -> ClickHouse engine {ch_version}: {} s of load from {} pgbench clients ({}), batch_ms {}, idle_flush_ms {}, insert_concurrency {}",
         args.seconds,
         args.clients,
         args.rate.map_or_else(
@@ -946,6 +955,9 @@ fn report(
         ),
         args.batch_ms,
         args.idle_flush_ms
+            .map_or_else(|| "default".to_owned(), |ms| ms.to_string()),
+        args.insert_concurrency
+            .map_or_else(|| "default".to_owned(), |n| n.to_string())
     );
     println!(
         "{}",
@@ -1115,6 +1127,7 @@ fn report(
                 "rate": args.rate,
                 "batch_ms": args.batch_ms,
                 "idle_flush_ms": args.idle_flush_ms,
+                "insert_concurrency": args.insert_concurrency,
                 "accounts": args.accounts,
                 "probe_ms": args.probe_ms,
                 "poll_ms": args.poll_ms,

@@ -845,8 +845,10 @@ fn idle_flush_and_tables_at_once(major: PgMajor) -> Result<()> {
          create table b (id int primary key, v text);",
     )?;
     // Batches wait ten minutes for their age: only idleness flushes them.
-    let text = std::fs::read_to_string(&h.config)?
-        .replace("batch_ms = 200", "batch_ms = 600000\nidle_flush_ms = 20");
+    let text = std::fs::read_to_string(&h.config)?.replace(
+        "batch_ms = 200",
+        "batch_ms = 600000\nidle_flush_ms = 20\ninsert_concurrency = 4",
+    );
     std::fs::write(&h.config, text)?;
     h.init()?;
     h.start_run()?;
@@ -877,17 +879,21 @@ fn idle_flush_and_tables_at_once(major: PgMajor) -> Result<()> {
             Ok(ch_count(&h, "b")? == 100)
         },
     )?;
+    wait_until(
+        Duration::from_secs(60),
+        "status to say a's insert waits",
+        || {
+            let s = h.status_json()?;
+            Ok(s["destination"]["waiting_for"]
+                .as_str()
+                .is_some_and(|w| w.contains("`a`")))
+        },
+    )?;
     let s = h.status_json()?;
     let applied: Lsn = s["applied"].as_str().context("applied")?.parse()?;
     ensure!(
         applied < written,
         "applied {applied} past a's rows ClickHouse never took"
-    );
-    ensure!(
-        s["destination"]["waiting_for"]
-            .as_str()
-            .is_some_and(|w| w.contains("`a`")),
-        "status does not say what waits: {s}"
     );
     ensure!(ch_count(&h, "a_away")? == 1, "a's rows went elsewhere");
     h.ch.query("RENAME TABLE app.a_away TO app.a")?;

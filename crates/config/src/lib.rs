@@ -32,6 +32,7 @@
 //! # batch_mb = 16                           # ... or N MB,
 //! # batch_ms = 1000                         # ... or after N ms, whichever first
 //! # idle_flush_ms = 20                      # once no WAL waits: flush, at most every N ms (0: off)
+//! # insert_concurrency = 4                  # tables of one flush inserted at once
 //! # request_timeout_s = 120                 # bound on one HTTP request (an insert attempt, DDL)
 //! # lsn_column = "_lsn"                     # commit LSN (UInt64)
 //! # seq_column = "_seq"                     # the change's own LSN (UInt64)
@@ -167,6 +168,10 @@ pub struct ClickHouseConfig {
     /// become visible without waiting for `batch_ms`); 0 turns it off.
     #[serde(default = "default_idle_flush_ms")]
     pub idle_flush_ms: u64,
+    /// How many tables of one flush are inserted at once. Progress moves
+    /// once all of them are in, whatever the order they finish in.
+    #[serde(default = "default_insert_concurrency")]
+    pub insert_concurrency: usize,
     /// Bound on one HTTP request to ClickHouse, in seconds (an insert
     /// attempt, DDL); a slower one is retried.
     #[serde(default = "default_request_timeout_s")]
@@ -536,6 +541,9 @@ fn default_batch_ms() -> u64 {
 fn default_idle_flush_ms() -> u64 {
     20
 }
+fn default_insert_concurrency() -> usize {
+    4
+}
 fn default_lsn_column() -> String {
     "_lsn".into()
 }
@@ -716,6 +724,12 @@ impl Config {
             in_range("clickhouse.batch_mb", ch.batch_mb as u64, 1, 4096)?;
             in_range("clickhouse.batch_ms", ch.batch_ms, 1, 3_600_000)?;
             in_range("clickhouse.idle_flush_ms", ch.idle_flush_ms, 0, 3_600_000)?;
+            in_range(
+                "clickhouse.insert_concurrency",
+                ch.insert_concurrency as u64,
+                1,
+                64,
+            )?;
             in_range(
                 "clickhouse.request_timeout_s",
                 ch.request_timeout_s,
@@ -1054,6 +1068,8 @@ mod tests {
         for (line, key) in [
             ("batch_mb = 17592186044416", "clickhouse.batch_mb"),
             ("batch_ms = 0", "clickhouse.batch_ms"),
+            ("insert_concurrency = 0", "clickhouse.insert_concurrency"),
+            ("idle_flush_ms = 3600001", "clickhouse.idle_flush_ms"),
             (
                 "request_timeout_s = 9223372036854775807",
                 "clickhouse.request_timeout_s",

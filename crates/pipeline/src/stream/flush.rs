@@ -33,11 +33,6 @@ pub(super) struct FlushRule {
 }
 
 impl FlushRule {
-    /// A batch is full: flush before more WAL is decoded.
-    pub fn full<'a>(&self, mut batches: impl Iterator<Item = &'a TableBatch>) -> bool {
-        batches.any(TableBatch::is_full)
-    }
-
     /// The stream is idle: flush rows held, unless the last flush was
     /// less than `idle_gap` ago.
     pub fn idle<'a>(
@@ -63,25 +58,29 @@ impl FlushRule {
     }
 
     /// When to look at the clock next: the next tick after `last_tick`, or
-    /// sooner when a batch comes of age, or, rows being held, when the idle
-    /// gap after `last_flush` ends (the clock only fires while no WAL
-    /// waits, so that is an idle flush).
+    /// sooner when a batch comes of age.
     pub fn next_wake<'a>(
         &self,
         batches: impl Iterator<Item = &'a TableBatch>,
         last_tick: Instant,
-        last_flush: Instant,
     ) -> Instant {
-        let mut held = false;
-        let wake = batches
+        batches
             .filter_map(TableBatch::opened_at)
-            .inspect(|_| held = true)
             .map(|t| t + self.max_age)
-            .fold(last_tick + TICK, Instant::min);
-        match self.idle_gap {
-            Some(gap) if held => wake.min(last_flush + gap),
-            _ => wake,
-        }
+            .fold(last_tick + TICK, Instant::min)
+    }
+
+    /// Rows being held, when the idle gap after `last_flush` ends: the
+    /// stream flushes then if it is idle by that time.
+    pub fn idle_wake<'a>(
+        &self,
+        mut batches: impl Iterator<Item = &'a TableBatch>,
+        last_flush: Instant,
+    ) -> Option<Instant> {
+        let gap = self.idle_gap?;
+        batches
+            .any(|b| b.opened_at().is_some())
+            .then_some(last_flush + gap)
     }
 }
 
@@ -126,7 +125,6 @@ mod tests {
         };
         let now = Instant::now();
         let (mut a, mut b) = (batch(2), batch(2));
-        assert!(!rule.full([&a, &b].into_iter()));
         assert!(!rule.due([&a, &b].into_iter(), now, now));
         // Nothing held, but the last flush is old: progress moves.
         assert!(rule.due([&a, &b].into_iter(), now, now + rule.max_age));
@@ -140,7 +138,6 @@ mod tests {
         ));
         push(&mut b);
         push(&mut b);
-        assert!(rule.full([&a, &b].into_iter()));
         assert!(rule.due([&a, &b].into_iter(), now, now));
     }
 
@@ -152,11 +149,11 @@ mod tests {
         };
         let tick = Instant::now();
         let mut a = batch(10);
-        assert_eq!(rule.next_wake([&a].into_iter(), tick, tick), tick + TICK);
+        assert_eq!(rule.next_wake([&a].into_iter(), tick), tick + TICK);
         push(&mut a);
         let opened = a.opened_at().unwrap();
         assert_eq!(
-            rule.next_wake([&a].into_iter(), tick, tick),
+            rule.next_wake([&a].into_iter(), tick),
             opened + rule.max_age
         );
     }
@@ -172,16 +169,13 @@ mod tests {
         let mut a = batch(10);
         // Nothing held: idleness flushes nothing, and the clock keeps its tick.
         assert!(!rule.idle([&a].into_iter(), flushed, flushed + gap));
-        assert_eq!(
-            rule.next_wake([&a].into_iter(), flushed, flushed),
-            flushed + TICK
-        );
+        assert_eq!(rule.idle_wake([&a].into_iter(), flushed), None);
         push(&mut a);
         assert!(!rule.idle([&a].into_iter(), flushed, flushed + gap / 2));
         assert!(rule.idle([&a].into_iter(), flushed, flushed + gap));
         assert_eq!(
-            rule.next_wake([&a].into_iter(), flushed, flushed),
-            flushed + gap
+            rule.idle_wake([&a].into_iter(), flushed),
+            Some(flushed + gap)
         );
         // Off: rows wait for their age.
         let off = FlushRule {
@@ -189,9 +183,6 @@ mod tests {
             ..rule
         };
         assert!(!off.idle([&a].into_iter(), flushed, flushed + gap * 100));
-        assert_eq!(
-            off.next_wake([&a].into_iter(), flushed, flushed),
-            a.opened_at().unwrap() + off.max_age
-        );
+        assert_eq!(off.idle_wake([&a].into_iter(), flushed), None);
     }
 }

@@ -512,15 +512,27 @@ impl Streamer {
     /// Runs until the tap closes (the feed stopped), then flushes and
     /// records progress.
     pub async fn run(mut self, mut rx: mpsc::Receiver<TapEvent>) -> Result<(), StreamError> {
+        // `status` has something to show from the start.
+        self.write_status();
         loop {
             let deadline = self.next_deadline();
+            let idle_at = self
+                .settings
+                .flush
+                .idle_wake(self.batches(), self.last_flush);
+            // WAL first: the clocks fire only while none waits (the age
+            // rule is also checked after each chunk, in `on_wal`), so an
+            // idle flush happens only when the stream is idle, and a
+            // stream behind does no per-tick work per chunk.
             let event = tokio::select! {
+                biased;
                 ev = rx.recv() => ev,
                 _ = tokio::time::sleep_until(deadline.into()) => {
                     self.on_timer().await?;
-                    if rx.is_empty() && self.settings.flush.idle(self.batches(), self.last_flush, Instant::now()) {
-                        self.flush_all().await?;
-                    }
+                    continue;
+                }
+                _ = tokio::time::sleep_until(idle_at.unwrap_or(deadline).into()), if idle_at.is_some() => {
+                    self.flush_all().await?;
                     continue;
                 }
             };
@@ -550,7 +562,7 @@ impl Streamer {
     fn next_deadline(&self) -> Instant {
         self.settings
             .flush
-            .next_wake(self.batches(), self.last_status, self.last_flush)
+            .next_wake(self.batches(), self.last_status)
     }
 
     /// Every table's batch.
@@ -638,7 +650,11 @@ impl Streamer {
             // A load waiting for its S starts as soon as S is decoded.
             self.start_loads();
         }
-        if self.settings.flush.full(self.batches()) {
+        if self
+            .settings
+            .flush
+            .due(self.batches(), self.last_flush, Instant::now())
+        {
             self.flush_all().await?;
         }
         if self.last_status.elapsed() >= flush::TICK {

@@ -503,10 +503,11 @@ impl Streamer {
         }
     }
 
-    /// Inserts every table's batch, the tables at once: a flush takes its
-    /// slowest insert rather than the sum of them. An insert that does not
-    /// go through is then retried on its own, with the same bytes and
-    /// token, so ClickHouse keeps one copy whatever the first try did.
+    /// Inserts every table's batch, `insert_concurrency` tables at once (a
+    /// flush then takes about its slowest insert rather than the sum of
+    /// them, on a ClickHouse that runs inserts in parallel). An insert that
+    /// does not go through is then retried on its own, with the same bytes
+    /// and token, so ClickHouse keeps one copy whatever the first try did.
     pub(super) async fn flush_tables(&mut self) -> Result<(), StreamError> {
         let mut sealed = Vec::new();
         for (key, t) in &mut self.tables {
@@ -514,25 +515,40 @@ impl Streamer {
                 sealed.push((key.clone(), s));
             }
         }
-        if sealed.len() < 2 {
-            for (key, s) in sealed {
-                self.insert_sealed(&key, s).await?;
+        let at_once = self.settings.clickhouse.insert_concurrency.max(1);
+        let mut sealed = sealed.into_iter().peekable();
+        while sealed.peek().is_some() {
+            let group: Vec<_> = sealed.by_ref().take(at_once).collect();
+            if group.len() == 1 {
+                for (key, s) in group {
+                    self.insert_sealed(&key, s).await?;
+                }
+            } else {
+                self.insert_group(group).await?;
             }
-            return Ok(());
         }
+        Ok(())
+    }
+
+    /// One try of each batch of `group` at once; then what did not go
+    /// through, one by one.
+    async fn insert_group(
+        &mut self,
+        group: Vec<(String, walshadow_emitter::SealedBatch)>,
+    ) -> Result<(), StreamError> {
         // The destinations' locks in key order, all held until the tries
         // end (a swap waits for them, as for a single insert).
-        let mut guards = Vec::with_capacity(sealed.len());
-        for (_, s) in &sealed {
+        let mut guards = Vec::with_capacity(group.len());
+        for (_, s) in &group {
             guards.push(self.destinations.locks.share(&s.table).await);
         }
         let mut tries = tokio::task::JoinSet::new();
-        for (i, (_, s)) in sealed.iter().enumerate() {
+        for (i, (_, s)) in group.iter().enumerate() {
             let (s, ch) = (s.clone(), self.destinations.client.clone());
             tries.spawn(async move { (i, s.insert_once(&ch, &insert_token(&s)).await) });
         }
         let mut outcomes: Vec<Option<Result<(), walshadow_emitter::ClickHouseError>>> =
-            (0..sealed.len()).map(|_| None).collect();
+            (0..group.len()).map(|_| None).collect();
         while let Some(joined) = tries.join_next().await {
             let (i, r) = joined.map_err(|e| StreamError::State(format!("an insert task: {e}")))?;
             if let Some(slot) = outcomes.get_mut(i) {
@@ -540,7 +556,7 @@ impl Streamer {
             }
         }
         drop(guards);
-        for ((key, s), outcome) in sealed.into_iter().zip(outcomes) {
+        for ((key, s), outcome) in group.into_iter().zip(outcomes) {
             match outcome {
                 Some(Ok(())) => {
                     self.destination_ok();
