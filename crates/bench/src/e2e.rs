@@ -6,6 +6,7 @@
 //! ```text
 //! cargo build --release -p walshadow -p walshadow-bench
 //! target/release/e2e-bench --major 15 --seconds 60
+//! target/release/e2e-bench --major 15 --catch-up 5000000   # the backlog mode (catch_up.rs)
 //! ```
 //!
 //! One run, on a throwaway source of `--major`:
@@ -70,6 +71,9 @@ use walshadow_bench::source::{sql_session, start_source};
 use walshadow_pipeline::progress::Progress;
 use walshadow_testkit::{ClickHouseEngine, Cluster, Walshadow, WorkDir, wait_until};
 
+#[path = "e2e/catch_up.rs"]
+mod catch_up;
+
 #[derive(Debug, Parser)]
 #[command(
     about = "End to end: sustained load on the source, walshadow streaming into the ClickHouse engine; rows/s, commit-to-visible lag, RSS"
@@ -117,6 +121,12 @@ struct Args {
     /// Also write the figures as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// The catch-up mode instead of the sustained load: ClickHouse stopped
+    /// while this many row changes are committed, then started; rows
+    /// applied per second until caught up, against the engine's own
+    /// insert ceiling for the same rows (see `catch_up.rs`).
+    #[arg(long)]
+    catch_up: Option<u64>,
 }
 
 /// Longest wait for walshadow to stream something (start-up, preload,
@@ -137,14 +147,14 @@ fn main() -> Result<()> {
         "--probe-ms and --poll-ms must be positive"
     );
     let walshadow = walshadow_binary(args.walshadow.as_deref())?;
-    let mut machine = MachineContext::before_run();
+    let machine = MachineContext::before_run();
     let cluster = start_source(
         args.major,
         &[("wal_keep_size", "4GB"), ("max_wal_size", "4GB")],
     )?;
     cluster.psql(SCHEMA)?;
     let work = WorkDir::new(&format!("e2e-bench-pg{}", args.major))?;
-    let ch = ClickHouseEngine::start()?;
+    let mut ch = ClickHouseEngine::start()?;
     let ch_version = ch.query("SELECT version()")?.trim().to_owned();
     let clock = EngineClock::calibrate(&ch)?;
     let mut daemon = daemon::walshadow(&walshadow, &cluster, work.path(), "walshadow_bench")?;
@@ -167,6 +177,13 @@ fn main() -> Result<()> {
     eprintln!("walshadow init …");
     daemon.init()?;
     daemon.start_run()?;
+    if let Some(changes) = args.catch_up {
+        let fig = catch_up::run(&args, changes, &cluster, &mut daemon, &mut ch, &state_dir)?;
+        let checks = verify_tables(&cluster, &ch)?;
+        daemon.stop_run()?;
+        let versions = Versions::after_run(&cluster, ch_version, machine);
+        return catch_up::report(&args, &versions, &fig, &checks);
+    }
     let engine_pid = find_engine_pid(ch.port());
 
     let probes = Probes::default();
@@ -193,13 +210,7 @@ fn main() -> Result<()> {
     let checks = verify(&cluster, &ch, &probes, &fig)?;
     let engine = EngineLog::read(&ch.log_path(), clock, &fig);
     daemon.stop_run()?;
-    machine.after_run();
-
-    let versions = Versions {
-        postgres: cluster.install().version().to_owned(),
-        clickhouse: ch_version,
-        machine,
-    };
+    let versions = Versions::after_run(&cluster, ch_version, machine);
     report(&args, &versions, &fig, &probes, &engine, &checks)
 }
 
@@ -209,6 +220,18 @@ struct Versions {
     postgres: String,
     clickhouse: String,
     machine: MachineContext,
+}
+
+impl Versions {
+    /// Once the run is over (the machine's load after it).
+    fn after_run(cluster: &Cluster, clickhouse: String, mut machine: MachineContext) -> Versions {
+        machine.after_run();
+        Versions {
+            postgres: cluster.install().version().to_owned(),
+            clickhouse,
+            machine,
+        }
+    }
 }
 
 const SCHEMA: &str = "
@@ -303,29 +326,8 @@ fn measure(
     let stats0 = table_changes(cluster)?;
     let cpu0 = CpuSplit::now(cluster, daemon, engine_pid);
 
-    let script = std::env::temp_dir().join(format!("e2e-bench-{}.sql", std::process::id()));
-    std::fs::write(&script, PGBENCH_SCRIPT)?;
-    let mut cmd = cluster.pg_command("pgbench");
-    cmd.args(["-n", "-h"])
-        .arg(cluster.socket_dir())
-        .args(["-p", &cluster.port().to_string(), "-U", cluster.superuser()])
-        .args([
-            "-c",
-            &args.clients.to_string(),
-            "-j",
-            &args.clients.to_string(),
-        ])
-        .args(["-T", &args.seconds.to_string()])
-        .args(["-D", "n=0", "-D", &format!("naccounts={}", args.accounts)])
-        .arg("-f")
-        .arg(&script)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Some(rate) = args.rate {
-        cmd.args(["-R", &rate.to_string()]);
-    }
-    cmd.arg("postgres");
+    let script = pgbench_script()?;
+    let mut cmd = pgbench_command(args, cluster, &script, &["-T", &args.seconds.to_string()]);
 
     eprintln!(
         "load: {} s from {} clients{} …",
@@ -437,6 +439,45 @@ fn measure(
     fig.counts_agree = agree.is_ok();
     fig.source_changes = changes;
     Ok(fig)
+}
+
+/// The load's script, written to a temporary file.
+fn pgbench_script() -> Result<PathBuf> {
+    let script = std::env::temp_dir().join(format!("e2e-bench-{}.sql", std::process::id()));
+    std::fs::write(&script, PGBENCH_SCRIPT)?;
+    Ok(script)
+}
+
+/// pgbench running `script` from `--clients` clients (at `--rate`, if
+/// given) for as long as `how` says (`-T secs` or `-t transactions`).
+fn pgbench_command(
+    args: &Args,
+    cluster: &Cluster,
+    script: &Path,
+    how: &[&str],
+) -> std::process::Command {
+    let mut cmd = cluster.pg_command("pgbench");
+    cmd.args(["-n", "-h"])
+        .arg(cluster.socket_dir())
+        .args(["-p", &cluster.port().to_string(), "-U", cluster.superuser()])
+        .args([
+            "-c",
+            &args.clients.to_string(),
+            "-j",
+            &args.clients.to_string(),
+        ])
+        .args(how)
+        .args(["-D", "n=0", "-D", &format!("naccounts={}", args.accounts)])
+        .arg("-f")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(rate) = args.rate {
+        cmd.args(["-R", &rate.to_string()]);
+    }
+    cmd.arg("postgres");
+    cmd
 }
 
 fn load_rows(rows: &BTreeMap<String, u64>) -> u64 {
@@ -657,6 +698,25 @@ fn verify(
     probes: &Probes,
     fig: &Figures,
 ) -> Result<Vec<Check>> {
+    let checks = verify_tables(cluster, ch)?;
+    let seen = probes.seen.lock().unwrap_or_else(|e| e.into_inner());
+    let missing: Vec<i64> = fig
+        .periodic_probes
+        .iter()
+        .chain(&fig.fences)
+        .filter(|id| !seen.contains_key(id))
+        .copied()
+        .collect();
+    ensure!(
+        missing.is_empty(),
+        "probes never seen by the watcher: {missing:?}"
+    );
+    Ok(checks)
+}
+
+/// Each table's count and key-weighted sums, source against ClickHouse
+/// `FINAL`: equal, or an error.
+fn verify_tables(cluster: &Cluster, ch: &ClickHouseEngine) -> Result<Vec<Check>> {
     let pairs: [(&str, &str, &str); 3] = [
         (
             "accounts",
@@ -695,18 +755,6 @@ fn verify(
         );
         checks.push(c);
     }
-    let seen = probes.seen.lock().unwrap_or_else(|e| e.into_inner());
-    let missing: Vec<i64> = fig
-        .periodic_probes
-        .iter()
-        .chain(&fig.fences)
-        .filter(|id| !seen.contains_key(id))
-        .copied()
-        .collect();
-    ensure!(
-        missing.is_empty(),
-        "probes never seen by the watcher: {missing:?}"
-    );
     Ok(checks)
 }
 

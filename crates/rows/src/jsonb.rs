@@ -134,21 +134,30 @@ impl<'a> Container<'a> {
 /// `escape_json`.
 pub(crate) fn escape_json(out: &mut String, s: &str) {
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+    // Runs that need no escape are copied whole: every byte that does is
+    // ASCII, so the runs between them end on character boundaries.
+    let mut run = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let escaped = match b {
+            0x08 => "\\b",
+            0x0c => "\\f",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b if b < 0x20 => "",
+            _ => continue,
+        };
+        out.push_str(s.get(run..i).unwrap_or_default());
+        if escaped.is_empty() {
+            let _ = write!(out, "\\u{:04x}", b);
+        } else {
+            out.push_str(escaped);
         }
+        run = i + 1;
     }
+    out.push_str(s.get(run..).unwrap_or_default());
     out.push('"');
 }
 
@@ -228,6 +237,45 @@ pub(crate) fn to_text(body: &[u8]) -> Result<String, DatumError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `escape_json` (json.c) character by character, as PostgreSQL writes it.
+    fn escape_reference(s: &str) -> String {
+        let mut out = String::from('"');
+        for c in s.chars() {
+            match c {
+                '\u{8}' => out.push_str("\\b"),
+                '\u{c}' => out.push_str("\\f"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    }
+
+    #[test]
+    fn escapes_as_postgres_does() {
+        let controls: String = (0u8..0x20).map(char::from).collect();
+        for s in [
+            "",
+            "plain",
+            "\"quoted\" and \\ back",
+            "line\nbreak\ttab\r",
+            "ünïcödé ✓ 𝄞 at the end",
+            "\u{1}start and end\u{1f}",
+            "€\"€\\€\n€",
+            controls.as_str(),
+        ] {
+            let mut out = String::new();
+            escape_json(&mut out, s);
+            assert_eq!(out, escape_reference(s), "{s:?}");
+        }
+    }
 
     /// Builds a container from (type, bytes) children, lengths only.
     fn container(flags: u32, children: &[(u32, Vec<u8>)], pairs: usize) -> Vec<u8> {

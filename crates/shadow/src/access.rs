@@ -50,6 +50,7 @@ impl AccessError {
                 source: CatalogError::Query(e),
                 ..
             } => e.is_transient(),
+            AccessError::Session(e) => e.is_transient(),
             _ => false,
         }
     }
@@ -197,24 +198,19 @@ pub async fn export_schema(
     pg_bin: &Path,
     out: Option<&Path>,
 ) -> Result<(), AccessError> {
-    addr.session(lsn, timeout).await?;
-    let mut snap = addr.sql_session().await?;
-    snap.simple_query("begin transaction isolation level repeatable read, read only")
-        .await?;
-    let snapshot = snap
-        .simple_query("select pg_export_snapshot()")
-        .await?
-        .text(0, 0)
-        .unwrap_or_default()
-        .to_owned();
-    let values = snap.simple_query(SEQUENCE_VALUES_SQL).await?;
-    let mut tail = String::from("\n-- Sequence values, as the shadow holds them\n");
-    for i in 0..values.rows.len() {
-        if let Some(line) = values.text(i, 0) {
-            tail.push_str(line);
-            tail.push('\n');
+    // The shadow may be restarting (a new `run`): the snapshot is taken
+    // again. pg_dump is not, as it may have written to stdout already.
+    let deadline = tokio::time::Instant::now() + timeout;
+    let (mut snap, snapshot, tail) = loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match export_snapshot(addr, lsn, left).await {
+            Err(e) if e.is_connection_lost() && tokio::time::Instant::now() < deadline => {
+                tracing::debug!("{e}; taking the snapshot again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            r => break r?,
         }
-    }
+    };
     let mut cmd = crate::process::child_command(&pg_bin.join("pg_dump"));
     cmd.args(["--schema-only", "--no-owner", "--no-privileges"])
         .arg(format!("--snapshot={snapshot}"))
@@ -256,4 +252,32 @@ pub async fn export_schema(
     }
     snap.simple_query("commit").await?;
     Ok(())
+}
+
+/// A session on the shadow (at `lsn` or later) holding an exported
+/// snapshot, its name, and the sequence values it sees as SQL.
+async fn export_snapshot(
+    addr: &ShadowAddress,
+    lsn: Option<Lsn>,
+    timeout: Duration,
+) -> Result<(ReplicationClient, String, String), AccessError> {
+    addr.session(lsn, timeout).await?;
+    let mut snap = addr.sql_session().await?;
+    snap.simple_query("begin transaction isolation level repeatable read, read only")
+        .await?;
+    let snapshot = snap
+        .simple_query("select pg_export_snapshot()")
+        .await?
+        .text(0, 0)
+        .unwrap_or_default()
+        .to_owned();
+    let values = snap.simple_query(SEQUENCE_VALUES_SQL).await?;
+    let mut tail = String::from("\n-- Sequence values, as the shadow holds them\n");
+    for i in 0..values.rows.len() {
+        if let Some(line) = values.text(i, 0) {
+            tail.push_str(line);
+            tail.push('\n');
+        }
+    }
+    Ok((snap, snapshot, tail))
 }

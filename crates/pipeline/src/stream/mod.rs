@@ -71,6 +71,7 @@ use crate::toast::{SourceReadError, SourceValue, Toast, Wait};
 mod catalog;
 mod destinations;
 mod flush;
+mod loads;
 mod positions;
 mod resync;
 mod rows;
@@ -197,9 +198,7 @@ pub struct Streamer {
     catalog: catalog::CatalogFollow,
     backfills: Backfills,
     metrics: crate::metrics::Metrics,
-    /// Rows and bytes of each load already counted in `metrics`.
-    load_counted: HashMap<String, (u64, u64)>,
-    load_bars: crate::load_bars::LoadBars,
+    loads: loads::LoadView,
     progress: Progress,
     /// `progress` changed since it was last written.
     progress_dirty: bool,
@@ -221,49 +220,14 @@ pub struct Streamer {
     /// Tables whose row waits for a TOAST read the source cannot serve
     /// now, with what status shows.
     source_waits: BTreeMap<String, String>,
-    /// Per load under way: when the daemon first saw it, and its blocks
-    /// read then (the ETA's rate).
-    load_seen: HashMap<String, (Instant, u64)>,
 }
 
 impl Streamer {
     /// Every table's status, with what a table in scope waits for.
     fn table_status(&mut self) -> BTreeMap<String, TableStatus> {
         let mut all = TableStatus::all(&self.progress.tables);
-        let now = Instant::now();
-        let mut open = BTreeSet::new();
-        for (key, pass) in self.backfills.passes() {
-            if !pass.is_open() {
-                continue;
-            }
-            open.insert(key.clone());
-            let (done, total) = pass.blocks();
-            let (t0, d0) = *self.load_seen.entry(key.clone()).or_insert((now, done));
-            let elapsed = now.duration_since(t0).as_secs_f64();
-            let rate = (elapsed > 1.0 && done > d0).then(|| (done - d0) as f64 / elapsed);
-            let fraction = (total > 0).then(|| done as f64 / total as f64);
-            let eta_secs = rate.map(|r| total.saturating_sub(done) as f64 / r);
-            self.metrics.set_load_progress(&key, fraction, eta_secs);
-            if let Some(t) = all.get_mut(&key) {
-                t.load = Some(crate::status::LoadStatus {
-                    mode: pass.mode.clone(),
-                    blocks_done: done,
-                    blocks_total: total,
-                    fraction,
-                    eta_secs,
-                    rows: pass.rows,
-                });
-            }
-        }
-        let metrics = &self.metrics;
-        self.load_seen.retain(|k, _| {
-            let keep = open.contains(k);
-            if !keep {
-                // Done (or withdrawn): no progress or ETA left to show.
-                metrics.forget_load_progress(k);
-            }
-            keep
-        });
+        self.loads
+            .show(&self.backfills.passes(), &self.metrics, &mut all);
         for (key, t) in &self.progress.tables {
             if let (Some(since), Some(st)) = (t.waiting_for_key, all.get_mut(key)) {
                 st.waiting = Some(format!(
@@ -399,8 +363,7 @@ impl Streamer {
             catalog: catalog::CatalogFollow::new(std::env::var_os(REFRESH_EVERY_ENV).is_some()),
             backfills,
             metrics,
-            load_counted: HashMap::new(),
-            load_bars: crate::load_bars::LoadBars::default(),
+            loads: loads::LoadView::default(),
             progress,
             progress_dirty: false,
             tables: BTreeMap::new(),
@@ -414,7 +377,6 @@ impl Streamer {
             stop,
             source_end,
             source_waits: BTreeMap::new(),
-            load_seen: HashMap::new(),
         };
         let progress_applied = s.progress.applied;
         for key in &pinned {
@@ -1183,20 +1145,7 @@ impl Streamer {
             m.set_backfills_pending(mode, pending.get(mode).copied().unwrap_or(0));
         }
         m.set_backfills_running(self.backfills.running() as u64);
-        let passes = self.backfills.passes();
-        self.load_bars.update(&passes);
-        for (key, pass) in passes {
-            let seen = self.load_counted.entry(key.clone()).or_insert((0, 0));
-            if pass.rows > seen.0 || pass.bytes > seen.1 {
-                m.add_backfill_rows(
-                    &key,
-                    &pass.mode,
-                    pass.rows.saturating_sub(seen.0),
-                    pass.bytes.saturating_sub(seen.1),
-                );
-                *seen = (pass.rows, pass.bytes);
-            }
-        }
+        self.loads.count(&self.backfills.passes(), m);
     }
 }
 
