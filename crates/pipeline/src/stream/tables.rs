@@ -566,8 +566,14 @@ impl Streamer {
                     self.destination_ok();
                     self.insert_refused(&key, &s, &e);
                 }
-                // Waited out on its own, as one insert would be.
-                _ => self.insert_sealed(&key, s).await?,
+                // Counted and shown like any failed try, then waited out
+                // on its own, as one insert would be.
+                Some(Err(e)) => {
+                    let what = self.insert_what(&s);
+                    self.destination_failed(&what, &e, Duration::ZERO);
+                    self.insert_sealed(&key, s).await?;
+                }
+                None => self.insert_sealed(&key, s).await?,
             }
         }
         Ok(())
@@ -582,12 +588,7 @@ impl Streamer {
     ) -> Result<(), StreamError> {
         let token = insert_token(&sealed);
         let guard = self.destinations.locks.share(&sealed.table).await;
-        let what = format!(
-            "inserting {} rows into {}.{}",
-            sealed.rows,
-            walshadow_emitter::quote_ident(self.database()),
-            walshadow_emitter::quote_ident(&sealed.table)
-        );
+        let what = self.insert_what(&sealed);
         // The same bytes and token on every attempt: ClickHouse keeps one
         // copy whatever an unknown outcome was.
         let inserted = self
@@ -609,6 +610,16 @@ impl Streamer {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// What an insert of `sealed` is, for status and the log.
+    fn insert_what(&self, sealed: &walshadow_emitter::SealedBatch) -> String {
+        format!(
+            "inserting {} rows into {}.{}",
+            sealed.rows,
+            walshadow_emitter::quote_ident(self.database()),
+            walshadow_emitter::quote_ident(&sealed.table)
+        )
     }
 
     fn inserted(&mut self, key: &str, sealed: &walshadow_emitter::SealedBatch) {
