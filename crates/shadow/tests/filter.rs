@@ -79,6 +79,11 @@ fn drill(c: &Cluster) -> Result<()> {
         "drop table t2".into(),
         format!("insert into t1 values (-2, '{MARKER}', 'happy', null, null)"),
         "create database d2".into(),
+        // A segment's zeros after a switch, which the pipeline must not
+        // hold (the second switch pads almost a whole segment).
+        "select pg_switch_wal()".into(),
+        "create table after_switch (id int)".into(),
+        "select pg_switch_wal()".into(),
     ];
     for s in &steps {
         c.psql(s).with_context(|| format!("drill step: {s}"))?;
@@ -180,6 +185,9 @@ fn truth(c: &Cluster) -> Result<HashMap<(Oid, Oid), FileClass>> {
     Ok(out)
 }
 
+/// The pipeline's input chunks, about a walsender message.
+const CHUNK: usize = 100_000;
+
 fn run(major: PgMajor) -> Result<()> {
     let c = Cluster::start(
         major,
@@ -279,20 +287,64 @@ fn run(major: PgMajor) -> Result<()> {
     let mut pipe = FilterPipeline::new(filter, seg_start, seg)?;
     let mut filtered = Vec::new();
     let mut fed = seg_start;
-    for chunk in raw.chunks(100_000) {
+    let mut most_held = 0;
+    let mut switch_checkpoint = None;
+    // Chunks that end at each segment's end, as well, so a checkpoint can
+    // fall there.
+    let seg_bytes = seg as usize;
+    let chunks = raw.chunks(seg_bytes).flat_map(|s| s.chunks(CHUNK));
+    for chunk in chunks {
         let (from, out) = pipe.push(fed, chunk)?;
         fed = Lsn(fed.0 + chunk.len() as u64);
+        most_held = most_held.max(pipe.held());
         ensure!(
             from.0 == seg_start.0 + filtered.len() as u64,
             "released bytes not contiguous"
         );
         filtered.extend(out);
+        // A checkpoint at the segment a switch ended (the zeros released):
+        // where a restart resumes.
+        if let Some(at) = pipe.checkpoint_lsn()
+            && at.0 % u64::from(seg) == 0
+            && at > seg_start
+            && switch_checkpoint.is_none()
+        {
+            switch_checkpoint = Some((at, pipe.filter().clone()));
+        }
     }
     ensure!(
         Lsn(seg_start.0 + filtered.len() as u64).align8() == end,
         "pipeline released up to {}, not {end} ({} undecided)",
         Lsn(seg_start.0 + filtered.len() as u64),
         pipe.undecided()
+    );
+    // Held: at most a chunk and the record it ends inside.
+    ensure!(
+        most_held < 4 * CHUNK,
+        "the pipeline held {most_held} bytes at once (chunks of {CHUNK})"
+    );
+    // Resumed there, the pipeline releases the same bytes from there on.
+    let (at, saved) = switch_checkpoint.context("no checkpoint at the switched segment's end")?;
+    let mut resumed = FilterPipeline::resume(saved, at, seg)?;
+    let page = FilterPipeline::resume_page(at);
+    let from_page = page.distance_from(seg_start) as usize;
+    let mut again = Vec::new();
+    let mut fed = page;
+    for chunk in raw.get(from_page..).unwrap_or_default().chunks(CHUNK) {
+        let (from, out) = resumed.push(fed, chunk)?;
+        fed = Lsn(fed.0 + chunk.len() as u64);
+        ensure!(
+            from.0 == at.0 + again.len() as u64,
+            "resumed: released bytes not contiguous"
+        );
+        again.extend(out);
+    }
+    let skip = at.distance_from(seg_start) as usize;
+    ensure!(
+        filtered.get(skip..) == Some(&again[..]),
+        "resumed at {at}, the pipeline released other bytes ({} vs {})",
+        again.len(),
+        filtered.len().saturating_sub(skip)
     );
     let marker = MARKER.as_bytes();
     ensure!(

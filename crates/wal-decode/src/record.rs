@@ -100,7 +100,7 @@ impl RecordHeader {
         self.xl_info & !XLR_INFO_MASK
     }
 
-    pub(crate) fn is_xlog_switch(&self) -> bool {
+    pub fn is_xlog_switch(&self) -> bool {
         self.xl_rmid == RmgrId::XLOG && self.rmgr_info() == XLOG_SWITCH
     }
 }

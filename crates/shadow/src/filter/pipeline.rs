@@ -72,6 +72,10 @@ struct Pending {
 /// first of them on, and their NOOP copies) before giving up.
 /// TODO(shadow issue): spill to the segment store instead.
 const UNDECIDED_BUDGET: usize = 256 << 20;
+
+/// The input buffer's capacity kept after a long stretch was released.
+const BUF_KEEP: usize = 1 << 20;
+
 /// `XLOG_BLCKSZ`, as the offsets here count.
 const XLOG_BLCKSZ: u64 = walshadow_pg_format::page::XLOG_BLCKSZ as u64;
 
@@ -200,7 +204,7 @@ impl FilterPipeline {
             } else {
                 self.filter.process(&rec)?
             };
-            let (rec_lsn, end) = (rec.lsn, rec.end);
+            let (rec_lsn, end, switch) = (rec.lsn, rec.end, rec.header.is_xlog_switch());
             match verdict {
                 Verdict::Keep => {}
                 Verdict::InPlaceTablespace => {
@@ -263,7 +267,14 @@ impl FilterPipeline {
                     });
                 }
             }
-            self.judged_upto = end;
+            // The zeros after an XLOG_SWITCH up to the next segment are
+            // final as they arrive (the decoder skips them): releasing them
+            // only with the next record held a segment's worth here.
+            self.judged_upto = if switch {
+                end.max(self.decoder.position())
+            } else {
+                end
+            };
             if !self.pending.is_empty() {
                 self.resolve_pending()?;
             }
@@ -274,11 +285,16 @@ impl FilterPipeline {
         let release = self.pending.front().map_or(self.judged_upto, |p| p.lsn);
         let n = release.distance_from(self.buf_start) as usize;
         let out: Vec<u8> = self.buf.drain(..n.min(self.buf.len())).collect();
+        // A long record or an undecided stretch grew the buffer: give the
+        // memory back once it has gone.
+        if self.buf.capacity() > BUF_KEEP && self.buf.len() < self.buf.capacity() / 4 {
+            self.buf.shrink_to(self.buf.len().max(BUF_KEEP));
+        }
         let from = self.buf_start;
         self.buf_start = Lsn(from.0 + out.len() as u64);
         // Held back: the framed bytes from the first undecided record on,
         // plus the NOOP copies of the undecided records.
-        let held = self.buf.len() + self.pending_bytes;
+        let held = self.held();
         if let Some(first) = self.pending.front()
             && held > UNDECIDED_BUDGET
         {
@@ -330,5 +346,12 @@ impl FilterPipeline {
     /// Records waiting for their files' class.
     pub fn undecided(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Bytes taken in and not yet released (the framed input from the
+    /// first unjudged or undecided record on, and the undecided records'
+    /// NOOP copies).
+    pub fn held(&self) -> usize {
+        self.buf.len() + self.pending_bytes
     }
 }
