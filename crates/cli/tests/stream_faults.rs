@@ -18,7 +18,10 @@
 //!   an awaited name, or moved there) still takes effect at its commit;
 //! - a commit is visible once the stream idles, not at `batch_ms`, and a
 //!   flush's tables are inserted at once: one whose ClickHouse table is
-//!   renamed away waits without holding back the others.
+//!   renamed away waits without holding back the others;
+//! - ClickHouse down long enough for the backoff to reach its 10 s, then
+//!   back: the rows written meanwhile arrive within seconds of its return,
+//!   not at the end of the wait.
 
 mod common;
 
@@ -911,3 +914,52 @@ fn idle_flush_and_tables_at_once(major: PgMajor) -> Result<()> {
 }
 
 per_major!(idle_flush_and_tables_at_once => idle_commits_are_visible_and_a_flush_inserts_its_tables_at_once: pg15, pg18);
+
+/// `destination.failures` in status (0 while ClickHouse takes requests).
+fn destination_failures(h: &StreamHarness) -> Result<u64> {
+    Ok(h.status_json()?["destination"]["failures"]
+        .as_u64()
+        .unwrap_or(0))
+}
+
+fn back_after_outage(major: PgMajor) -> Result<()> {
+    let mut h = harness(major, "chback", "")?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into t select g, 'a' from generate_series(1, 100) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.ch.stop()?;
+    h.source
+        .psql("insert into t select g, 'b' from generate_series(101, 200) g")?;
+    // The backoff is 0.2 s doubling to 10 s: the 7th failed try waits 10 s.
+    wait_until(Duration::from_secs(120), "7 failed inserts", || {
+        Ok(destination_failures(&h)? >= 7)
+    })?;
+    let seventh = Instant::now();
+    h.ch.start_again()?;
+    let started = seventh.elapsed();
+    h.wait_caught_up(Duration::from_secs(60))?;
+    let took = seventh.elapsed();
+    eprintln!(
+        "pg{}: ClickHouse answered {started:.1?} after the 7th failed insert, the rows were in after {took:.1?}",
+        major.number()
+    );
+    ensure!(
+        took < Duration::from_secs(8),
+        "the rows arrived {took:.1?} after the 7th failed insert (ClickHouse was back after \
+         {started:.1?}): the stream waited out its backoff"
+    );
+    ensure!(
+        h.run_log().contains("ClickHouse answers again"),
+        "no log line of ClickHouse answering again:\n{}",
+        h.run_log()
+    );
+    let n = h.assert_equal("t", "t", &cols())?;
+    ensure!(n == 200, "{n} rows");
+    ensure!(destination_failures(&h)? == 0, "{}", h.status_json()?);
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(back_after_outage => a_clickhouse_back_after_an_outage_is_retried_at_once: pg15, pg18);

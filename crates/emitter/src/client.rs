@@ -219,6 +219,24 @@ impl ClickHouseClient {
         })
     }
 
+    /// ClickHouse's health check (`GET /ping`, no credentials): `Ok` once
+    /// the server answers it. Waits at most `within`.
+    pub async fn ping(&self, within: Duration) -> Result<(), ClickHouseError> {
+        let context = "GET /ping";
+        let uri = format!("{}/ping", self.base);
+        let request = Request::get(uri)
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| ClickHouseError::Config(format!("cannot build a request: {e}")))?;
+        match tokio::time::timeout(within, self.send(request, context)).await {
+            Ok(answer) => answer.map(drop),
+            Err(_) => Err(ClickHouseError::Timeout {
+                endpoint: self.base.clone(),
+                context: context.into(),
+                after: within,
+            }),
+        }
+    }
+
     /// The columns of `database.table` as `(name, type)` in table order;
     /// empty when there is no such table.
     pub async fn column_types(

@@ -215,6 +215,11 @@ impl ClickHouseError {
         self.class() == ErrorClass::Transient
     }
 
+    /// Nothing answered: no connection, or it broke before an answer.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, ClickHouseError::Connection { .. })
+    }
+
     /// Only these rows or this change are refused.
     pub fn is_definite(&self) -> bool {
         self.class() == ErrorClass::Definite

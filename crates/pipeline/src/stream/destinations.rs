@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// How often an unreachable ClickHouse is asked whether it is back.
+const PING_EVERY: Duration = Duration::from_millis(500);
+
 /// The destination, as the stream uses it.
 #[derive(Debug)]
 pub(super) struct Destinations {
@@ -113,8 +116,50 @@ impl Streamer {
             };
             let delay = backoff.next_delay();
             self.destination_failed(what, &e, delay);
-            self.pause(delay).await?;
+            if e.is_unreachable() {
+                self.pause_until_back(delay, what).await?;
+            } else {
+                self.pause(delay).await?;
+            }
         }
+    }
+
+    /// [`Streamer::pause`] for a ClickHouse that did not answer: its health
+    /// check is asked every [`PING_EVERY`] meanwhile, and once it answers
+    /// after it did not, the request is retried at once, not at the end of
+    /// a backoff that grew while the server was down. (A server that
+    /// answers the health check throughout but broke this request waits
+    /// the backoff out.)
+    async fn pause_until_back(&mut self, d: Duration, what: &str) -> Result<(), StreamError> {
+        if *self.stop.borrow() {
+            return Err(StreamError::Stopping);
+        }
+        let until = Instant::now() + d;
+        let mut was_down = false;
+        let mut status_at = Instant::now();
+        while Instant::now() < until {
+            let step = until
+                .saturating_duration_since(Instant::now())
+                .min(PING_EVERY);
+            let mut stop = self.stop.clone();
+            tokio::select! {
+                _ = tokio::time::sleep(step) => {}
+                _ = stop.wait_for(|s| *s) => return Err(StreamError::Stopping),
+            }
+            match self.destinations.client.ping(PING_EVERY).await {
+                Ok(()) if was_down => {
+                    tracing::info!("ClickHouse answers again: {what} is retried now");
+                    return Ok(());
+                }
+                Ok(()) => {}
+                Err(_) => was_down = true,
+            }
+            if status_at.elapsed() >= Duration::from_secs(1) {
+                self.write_status();
+                status_at = Instant::now();
+            }
+        }
+        Ok(())
     }
 
     pub(super) fn destination_ok(&mut self) {
