@@ -127,6 +127,12 @@ struct Args {
     /// insert ceiling for the same rows (see `catch_up.rs`).
     #[arg(long)]
     catch_up: Option<u64>,
+    /// The scale of tables: this many more tables in scope
+    /// (`public.idle_0001` …), idle but for one row each written before
+    /// the load, so walshadow follows them all while the load runs on the
+    /// other three.
+    #[arg(long, default_value_t = 0)]
+    idle_tables: u32,
 }
 
 /// Longest wait for walshadow to stream something (start-up, preload,
@@ -153,6 +159,16 @@ fn main() -> Result<()> {
         &[("wal_keep_size", "4GB"), ("max_wal_size", "4GB")],
     )?;
     cluster.psql(SCHEMA)?;
+    if args.idle_tables > 0 {
+        cluster.psql(IDLE_TABLE_FN)?;
+        for (from, to) in idle_ranges(args.idle_tables) {
+            cluster.psql(&format!(
+                "do $$ begin for i in {from}..{to} loop \
+                 execute format('create table %I (id int primary key, v text)', idle_table(i)); \
+                 end loop; end $$"
+            ))?;
+        }
+    }
     let work = WorkDir::new(&format!("e2e-bench-pg{}", args.major))?;
     let mut ch = ClickHouseEngine::start()?;
     let ch_version = ch.query("SELECT version()")?.trim().to_owned();
@@ -172,11 +188,17 @@ fn main() -> Result<()> {
     for t in TABLES {
         text.push_str(&format!("\n[table.\"{t}\"]\n"));
     }
+    for i in 1..=args.idle_tables {
+        text.push_str(&format!("\n[table.\"public.{}\"]\n", idle_table(i)));
+    }
     daemon.append_config(&text)?;
 
     eprintln!("walshadow init …");
     daemon.init()?;
     daemon.start_run()?;
+    if args.idle_tables > 0 {
+        idle_tables_first_rows(&cluster, &ch, args.idle_tables)?;
+    }
     if let Some(changes) = args.catch_up {
         let fig = catch_up::run(&args, changes, &cluster, &mut daemon, &mut ch, &state_dir)?;
         let checks = verify_tables(&cluster, &ch)?;
@@ -232,6 +254,46 @@ impl Versions {
             machine,
         }
     }
+}
+
+/// The name of idle table `i` (`--idle-tables`).
+fn idle_table(i: u32) -> String {
+    format!("idle_{i:04}")
+}
+
+/// The same name, server-side, for the set-up's loops.
+const IDLE_TABLE_FN: &str = "create or replace function idle_table(i int) returns text language sql immutable \
+     as $$ select 'idle_' || lpad(i::text, 4, '0') $$";
+
+/// The idle tables `1..=n` in runs of 250, a transaction each (one
+/// transaction for all would outgrow the source's lock table).
+fn idle_ranges(n: u32) -> impl Iterator<Item = (u32, u32)> {
+    (1..=n)
+        .step_by(250)
+        .map(move |from| (from, (from + 249).min(n)))
+}
+
+/// One row into each idle table, 250 tables per transaction, and waits
+/// until ClickHouse has every one.
+fn idle_tables_first_rows(cluster: &Cluster, ch: &ClickHouseEngine, n: u32) -> Result<()> {
+    let started = Instant::now();
+    for (from, to) in idle_ranges(n) {
+        cluster.psql(&format!(
+            "do $$ begin for i in {from}..{to} loop \
+             execute format('insert into %I values (1, ''x'')', idle_table(i)); \
+             end loop; end $$"
+        ))?;
+    }
+    let want = n.to_string();
+    wait_until(STREAM_TIMEOUT, "the idle tables' first rows", || {
+        let got = ch.query("SELECT count() FROM merge('app', '^idle_')")?;
+        Ok(got.trim() == want)
+    })?;
+    eprintln!(
+        "{n} idle tables in scope: one row each, visible in ClickHouse {:.1} s after the commit",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 const SCHEMA: &str = "
@@ -994,13 +1056,14 @@ fn report(
     let met = |ok: bool| if ok { "met" } else { "MISSED" };
 
     println!(
-        "End to end, PostgreSQL {version} -> walshadow -> ClickHouse engine {ch_version}: {} s of load from {} pgbench clients ({}), batch_ms {}, idle_flush_ms {}, insert_concurrency {}",
+        "End to end, PostgreSQL {version} -> walshadow -> ClickHouse engine {ch_version}: {} s of load from {} pgbench clients ({}), {} tables in scope, batch_ms {}, idle_flush_ms {}, insert_concurrency {}",
         args.seconds,
         args.clients,
         args.rate.map_or_else(
             || "as fast as they go".to_owned(),
             |r| format!("-R {r} tx/s")
         ),
+        TABLES.len() as u32 + args.idle_tables,
         args.batch_ms,
         args.idle_flush_ms
             .map_or_else(|| "default".to_owned(), |ms| ms.to_string()),

@@ -21,6 +21,7 @@
 //! the server is closing. Statements name their tables with the database
 //! (no `database` parameter), so `CREATE DATABASE` works like the rest.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -244,22 +245,50 @@ impl ClickHouseClient {
         database: &str,
         table: &str,
     ) -> Result<Vec<(String, String)>, ClickHouseError> {
+        let mut tables = self
+            .columns_where(&format!(
+                "database = {} AND table = {}",
+                crate::ddl::quote_string(database),
+                crate::ddl::quote_string(table)
+            ))
+            .await?;
+        Ok(tables.remove(table).unwrap_or_default())
+    }
+
+    /// The columns of every table of `database`, as
+    /// [`ClickHouseClient::column_types`] gives them, in one query.
+    pub async fn database_column_types(
+        &self,
+        database: &str,
+    ) -> Result<BTreeMap<String, Vec<(String, String)>>, ClickHouseError> {
+        self.columns_where(&format!(
+            "database = {}",
+            crate::ddl::quote_string(database)
+        ))
+        .await
+    }
+
+    async fn columns_where(
+        &self,
+        condition: &str,
+    ) -> Result<BTreeMap<String, Vec<(String, String)>>, ClickHouseError> {
         let sql = format!(
-            "SELECT name, type FROM system.columns WHERE database = {} AND table = {} \
-             ORDER BY position FORMAT JSONCompactEachRow",
-            crate::ddl::quote_string(database),
-            crate::ddl::quote_string(table)
+            "SELECT table, name, type FROM system.columns WHERE {condition} \
+             ORDER BY table, position FORMAT JSONCompactEachRow"
         );
         let text = self.query(&sql).await?;
-        text.lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| {
-                serde_json::from_str::<(String, String)>(l).map_err(|e| ClickHouseError::Response {
-                    context: summary(&sql),
-                    message: format!("unexpected system.columns row {l:?}: {e}"),
-                })
-            })
-            .collect()
+        let mut tables: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        for l in text.lines().filter(|l| !l.trim().is_empty()) {
+            let (table, name, ty) =
+                serde_json::from_str::<(String, String, String)>(l).map_err(|e| {
+                    ClickHouseError::Response {
+                        context: summary(&sql),
+                        message: format!("unexpected system.columns row {l:?}: {e}"),
+                    }
+                })?;
+            tables.entry(table).or_default().push((name, ty));
+        }
+        Ok(tables)
     }
 
     /// Run a statement that returns nothing of interest (DDL).

@@ -237,29 +237,46 @@ impl ShadowCatalog {
         &mut self,
         keys: &std::collections::BTreeSet<String>,
     ) -> Result<Vec<(Oid, Oid, String)>, CatalogError> {
+        let named: Vec<(&String, String, String)> = keys
+            .iter()
+            .filter_map(|k| {
+                let (schema, name) = walshadow_types::split_table_key(k)?;
+                Some((k, schema, name))
+            })
+            .collect();
         let mut out = Vec::new();
-        for key in keys {
-            let Some((schema, name)) = walshadow_types::split_table_key(key) else {
-                continue;
+        // A query per few hundred tables, not one each: thousands of
+        // tables in scope are asked for after every refresh.
+        for part in named.chunks(500) {
+            let list = |f: &dyn Fn(&(&String, String, String)) -> String| {
+                part.iter()
+                    .map(|k| quote_literal(&f(k)))
+                    .collect::<Vec<_>>()
+                    .join(",")
             };
-            let (schema, name) = (schema.as_str(), name.as_str());
             let r = self
                 .query(&format!(
-                    // pg_partition_tree gives nothing for a table that is not
-                    // partitioned: the table itself is asked for separately.
-                    "select c.reltoastrelid, t.relfilenode from pg_class c
-                       join pg_class t on t.oid = c.reltoastrelid
-                      where c.oid in (select to_regclass(format('%I.%I', {s}, {n}))
-                                      union all
-                                      select relid from pg_partition_tree(to_regclass(format('%I.%I', {s}, {n}))))",
-                    s = quote_literal(schema),
-                    n = quote_literal(name)
+                    // pg_partition_tree gives nothing for a table that is
+                    // not partitioned: the table itself is asked for
+                    // separately.
+                    "select k.i, c.reltoastrelid, t.relfilenode
+                       from unnest(array[{schemas}]::text[], array[{names}]::text[])
+                            with ordinality as k(s, n, i)
+                       cross join lateral (select to_regclass(format('%I.%I', k.s, k.n)) as r) r
+                       cross join lateral (select r.r::oid as oid union all
+                                           select relid::oid from pg_partition_tree(r.r)) rel
+                       join pg_class c on c.oid = rel.oid
+                       join pg_class t on t.oid = c.reltoastrelid",
+                    schemas = list(&|k| k.1.clone()),
+                    names = list(&|k| k.2.clone()),
                 ))
                 .await?;
             out.extend((0..r.rows.len()).filter_map(|i| {
-                let toast = r.text(i, 0)?.parse::<Oid>().ok()?;
-                let file = r.text(i, 1)?.parse::<Oid>().ok()?;
-                Some((toast, file, key.clone()))
+                let index = r.text(i, 0)?.parse::<usize>().ok()?;
+                let toast = r.text(i, 1)?.parse::<Oid>().ok()?;
+                let file = r.text(i, 2)?.parse::<Oid>().ok()?;
+                let (key, _, _) = part.get(index.checked_sub(1)?)?;
+                Some((toast, file, (*key).clone()))
             }));
         }
         Ok(out)

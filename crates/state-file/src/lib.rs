@@ -129,40 +129,66 @@ pub trait StateFile: Serialize + DeserializeOwned {
 
     /// Replaces `<dir>/FILE` durably ([`write_durably`]).
     fn write(&self, dir: &Path) -> Result<(), StateFileError> {
+        let body = serde_json::to_vec(self).map_err(|e| StateFileError::Invalid {
+            path: dir.join(Self::FILE),
+            problem: e.to_string(),
+            remedy: Self::REMEDY,
+        })?;
+        Self::write_serialized(dir, &body)
+    }
+
+    /// [`StateFile::write`] of `body`, which must be what
+    /// `serde_json::to_vec` makes of the document (a caller may build it
+    /// faster, from parts it keeps serialized). The checksum is over these
+    /// bytes; a compact nested file wraps them as they are.
+    fn write_serialized(dir: &Path, body: &[u8]) -> Result<(), StateFileError> {
         let path = dir.join(Self::FILE);
         let invalid = |e: serde_json::Error| StateFileError::Invalid {
             path: path.clone(),
             problem: e.to_string(),
             remedy: Self::REMEDY,
         };
-        let crc = serde_json::Value::from(checksum(self).map_err(invalid)?);
-        let file = match Self::ENVELOPE {
-            Envelope::Nested(key) => {
-                let mut map = serde_json::Map::new();
-                map.insert(key.to_owned(), serde_json::to_value(self).map_err(invalid)?);
-                map.insert("crc32c".to_owned(), crc);
-                map
+        let crc = crc32c::crc32c(body);
+        let text = match Self::ENVELOPE {
+            Envelope::Nested(key) if !Self::PRETTY => {
+                let key = serde_json::to_vec(key).map_err(invalid)?;
+                let mut text = Vec::with_capacity(body.len() + key.len() + 24);
+                text.push(b'{');
+                text.extend_from_slice(&key);
+                text.push(b':');
+                text.extend_from_slice(body);
+                text.extend_from_slice(format!(",\"crc32c\":{crc}}}").as_bytes());
+                text
             }
-            Envelope::Flat => {
-                let serde_json::Value::Object(mut map) =
-                    serde_json::to_value(self).map_err(invalid)?
-                else {
-                    return Err(StateFileError::Invalid {
-                        path,
-                        problem: "a flat state document must be a struct".into(),
-                        remedy: Self::REMEDY,
-                    });
+            envelope => {
+                let doc: serde_json::Value = serde_json::from_slice(body).map_err(invalid)?;
+                let file = match envelope {
+                    Envelope::Nested(key) => {
+                        let mut map = serde_json::Map::new();
+                        map.insert(key.to_owned(), doc);
+                        map.insert("crc32c".to_owned(), crc.into());
+                        map
+                    }
+                    Envelope::Flat => {
+                        let serde_json::Value::Object(mut map) = doc else {
+                            return Err(StateFileError::Invalid {
+                                path,
+                                problem: "a flat state document must be a struct".into(),
+                                remedy: Self::REMEDY,
+                            });
+                        };
+                        map.insert("crc32c".to_owned(), crc.into());
+                        map
+                    }
                 };
-                map.insert("crc32c".to_owned(), crc);
-                map
+                if Self::PRETTY {
+                    serde_json::to_vec_pretty(&file)
+                } else {
+                    serde_json::to_vec(&file)
+                }
+                .map_err(invalid)?
             }
         };
-        let text = if Self::PRETTY {
-            serde_json::to_vec_pretty(&file)
-        } else {
-            serde_json::to_vec(&file)
-        }
-        .map_err(invalid)?;
         write_durably(dir, Self::FILE, &text).map_err(|source| StateFileError::Io { path, source })
     }
 }

@@ -41,7 +41,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use walshadow_state_file::StateFile;
 
 use tokio::sync::{mpsc, watch};
 use walshadow_emitter::{
@@ -202,7 +201,11 @@ pub struct Streamer {
     progress: Progress,
     /// `progress` changed since it was last written.
     progress_dirty: bool,
+    progress_writer: crate::progress::ProgressWriter,
     tables: BTreeMap<String, Table>,
+    /// The tables whose batch took rows since it was last sealed: the only
+    /// ones the flush rule and a flush look at, however many are in scope.
+    held: BTreeSet<String>,
     decoder: Option<WalStreamDecoder>,
     seg_size: u32,
     major: walshadow_types::PgMajor,
@@ -366,7 +369,9 @@ impl Streamer {
             loads: loads::LoadView::default(),
             progress,
             progress_dirty: false,
+            progress_writer: Default::default(),
             tables: BTreeMap::new(),
+            held: BTreeSet::new(),
             decoder: None,
             positions,
             toast,
@@ -527,9 +532,11 @@ impl Streamer {
             .next_wake(self.batches(), self.last_status)
     }
 
-    /// Every table's batch.
+    /// The batches that may hold rows (every batch that holds any).
     fn batches(&self) -> impl Iterator<Item = &TableBatch> {
-        self.tables.values().filter_map(|t| t.batch.as_ref())
+        self.held
+            .iter()
+            .filter_map(|k| self.tables.get(k)?.batch.as_ref())
     }
 
     async fn on_timer(&mut self) -> Result<(), StreamError> {
@@ -996,7 +1003,20 @@ impl Streamer {
     /// boundary (`safe`; it is only ever set at one, and this is called
     /// between records, never inside a commit's changes).
     async fn flush_all(&mut self) -> Result<(), StreamError> {
+        let (rows, tables) = self.batches().fold((0, 0), |(r, t), b| {
+            (r + b.rows(), t + usize::from(!b.is_empty()))
+        });
+        let started = Instant::now();
         self.flush_tables().await?;
+        if rows > 0 {
+            tracing::debug!(
+                rows,
+                tables,
+                since_last_ms = started.duration_since(self.last_flush).as_millis() as u64,
+                insert_ms = started.elapsed().as_millis() as u64,
+                "flushed"
+            );
+        }
         self.last_flush = Instant::now();
         if self.positions.flushed(&mut self.progress) {
             self.progress_dirty = true;
@@ -1020,7 +1040,8 @@ impl Streamer {
         // The mirror holds every chunk up to `applied` before progress says
         // so; its deletions wait for the progress already on disk.
         self.toast.commit(self.positions.durable_applied)?;
-        self.progress.write(&self.settings.state_dir)?;
+        self.progress_writer
+            .write(&self.progress, &self.settings.state_dir)?;
         self.progress_dirty = false;
         let catalog = self
             .catalog

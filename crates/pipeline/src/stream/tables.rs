@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// From this many tables seen for the first time in one refresh, their
+/// ClickHouse columns are read in one query.
+const PREFETCH_COLUMNS_FROM: usize = 8;
+
 impl Streamer {
     /// Brings each pinned table's ClickHouse table in line with the catalog
     /// now: creates it, applies added/dropped/renamed columns, or stops the
@@ -23,6 +27,24 @@ impl Streamer {
         // table at this commit does: (key, reason code, why).
         let mut reloads: Vec<(String, &'static str, String)> = Vec::new();
         let mut loads = false;
+        // Many tables seen for the first time (a start): ClickHouse's
+        // columns of them all in one query, not one each.
+        let first_sights = keys
+            .iter()
+            .filter(|k| self.tables.get(*k).is_none_or(|t| t.dest.is_none()))
+            .count();
+        let mut found_columns = if first_sights >= PREFETCH_COLUMNS_FROM {
+            let db = self.database().to_owned();
+            Some(
+                self.query_clickhouse("reading the tables' columns", move |ch| {
+                    let db = db.clone();
+                    async move { ch.database_column_types(&db).await }
+                })
+                .await?,
+            )
+        } else {
+            None
+        };
         for key in keys {
             if self.is_stopped(&key) {
                 continue;
@@ -153,7 +175,8 @@ impl Streamer {
                 })
                 .await?;
             }
-            if !statements.is_empty() {
+            let changed_now = !statements.is_empty();
+            if changed_now {
                 // Rows encoded for the old layout go first.
                 self.flush_table(&key).await?;
                 let settings = new.query_settings();
@@ -198,14 +221,25 @@ impl Streamer {
                 // (or by hand, or already there for CREATE … IF NOT
                 // EXISTS): rows go only into the layout they are encoded
                 // for.
-                let (db, table) = (self.database().to_owned(), dest_name.clone());
-                let found = self
-                    .query_clickhouse("reading a table's columns", move |ch| {
-                        let (db, table) = (db.clone(), table.clone());
-                        async move { ch.column_types(&db, &table).await }
-                    })
-                    .await?;
-                if let Some(diff) = new.layout_mismatch(&found) {
+                let found = match found_columns.as_mut() {
+                    // Not there before: made just now, as `new` says.
+                    Some(known) if old_schema.is_none() && !known.contains_key(&dest_name) => None,
+                    // Read before this refresh, and changed by none of it.
+                    Some(known) if !changed_now => {
+                        Some(known.remove(&dest_name).unwrap_or_default())
+                    }
+                    _ => {
+                        let (db, table) = (self.database().to_owned(), dest_name.clone());
+                        Some(
+                            self.query_clickhouse("reading a table's columns", move |ch| {
+                                let (db, table) = (db.clone(), table.clone());
+                                async move { ch.column_types(&db, &table).await }
+                            })
+                            .await?,
+                        )
+                    }
+                };
+                if let Some(diff) = found.and_then(|found| new.layout_mismatch(&found)) {
                     self.stop_table(
                         &key,
                         lsn,
@@ -405,6 +439,9 @@ impl Streamer {
         let Some(batch) = self.tables.get_mut(key).and_then(|t| t.batch.as_mut()) else {
             return Ok(());
         };
+        if batch.is_empty() {
+            self.held.insert(key.to_owned());
+        }
         if let Err(e) = batch.push(row, meta) {
             self.stop_table(
                 key,
@@ -510,9 +547,14 @@ impl Streamer {
     /// and token, so ClickHouse keeps one copy whatever the first try did.
     pub(super) async fn flush_tables(&mut self) -> Result<(), StreamError> {
         let mut sealed = Vec::new();
-        for (key, t) in &mut self.tables {
-            if let Some(s) = t.batch.as_mut().and_then(|b| b.seal()) {
-                sealed.push((key.clone(), s));
+        for key in std::mem::take(&mut self.held) {
+            if let Some(s) = self
+                .tables
+                .get_mut(&key)
+                .and_then(|t| t.batch.as_mut())
+                .and_then(|b| b.seal())
+            {
+                sealed.push((key, s));
             }
         }
         let at_once = self.settings.clickhouse.insert_concurrency.max(1);
