@@ -22,7 +22,10 @@
 //!   (`Decimal(18, 2)`, which holds neither limit): walshadow does not
 //!   write rows into a layout they are not encoded for (the table stops
 //!   with `schema_change`, naming the column and both types), and
-//!   `walshadow table resync` brings it back as `Decimal(19, 2)`.
+//!   `walshadow table resync` brings it back as `Decimal(19, 2)`. A column
+//!   type changed in ClickHouse while walshadow is down stops that table
+//!   alone at the next start (on 18 with eight more tables in scope, so
+//!   the start reads every table's columns in one query).
 //! - partitions that change a table's rows without row changes in the WAL:
 //!   a TRUNCATE of one partition, a DETACH, the ATTACH of a filled table,
 //!   a DROP of a partition, a re-ATTACH after a TRUNCATE of the root: each
@@ -333,9 +336,24 @@ fn partitioned_add_column_default(major: PgMajor) -> Result<()> {
 per_major!(partitioned_add_column_default => add_column_default_on_a_partitioned_table: pg15, pg18);
 
 fn money_into_an_older_layout(major: PgMajor) -> Result<()> {
-    let mut h = StreamHarness::new(BIN, major, "money", &["public.m"], "")?;
+    // On 18 with eight more tables in scope: a start that meets that many
+    // tables reads ClickHouse's columns of all of them in one query, and
+    // must find the older layout that way too.
+    let fillers: Vec<String> = match major {
+        PgMajor::V18 => (1..=8).map(|i| format!("f{i}")).collect(),
+        _ => Vec::new(),
+    };
+    let keys: Vec<String> = std::iter::once("public.m".to_owned())
+        .chain(fillers.iter().map(|f| format!("public.{f}")))
+        .collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let mut h = StreamHarness::new(BIN, major, "money", &keys, "")?;
     h.source
         .psql("create table m (id int primary key, price money)")?;
+    for f in &fillers {
+        h.source
+            .psql(&format!("create table {f} (id int primary key)"))?;
+    }
     // As an older walshadow made it.
     h.ch.query("CREATE DATABASE IF NOT EXISTS app")?;
     h.ch.query(
@@ -369,6 +387,14 @@ fn money_into_an_older_layout(major: PgMajor) -> Result<()> {
         rows.trim() == "0",
         "rows went into the older layout: {rows}"
     );
+    for f in &fillers {
+        h.source.psql(&format!("insert into {f} values (1)"))?;
+    }
+    h.wait_caught_up(CATCH_UP)?;
+    for f in &fillers {
+        let n = h.assert_equal(f, f, &[same("id")])?;
+        ensure!(n == 1, "{f}: {n} rows");
+    }
     h.cli_ok(&["table", "resync", "public.m", "--config", h.config()])?;
     wait_until(CATCH_UP, "public.m to stream again", || {
         h.check_running()?;
@@ -391,6 +417,31 @@ fn money_into_an_older_layout(major: PgMajor) -> Result<()> {
         "SELECT type FROM system.columns WHERE database = 'app' AND table = 'm' AND name = 'price'",
     )?;
     ensure!(ty.trim() == "Nullable(Decimal(19, 2))", "price is {ty}");
+    // Changed behind walshadow's back while it was down: found at the
+    // start (on 18 from the one query for all tables), and that table
+    // alone stops.
+    h.stop_run()?;
+    let changed = fillers.first().map_or("m", String::as_str);
+    h.ch.query(&format!(
+        "ALTER TABLE app.{changed} MODIFY COLUMN _xid UInt64"
+    ))?;
+    h.start_run()?;
+    let key = format!("public.{changed}");
+    wait_until(CATCH_UP, &format!("{key} to stop"), || {
+        h.check_running()?;
+        last = h.status_json()?["tables"][&key]["stopped"].clone();
+        Ok(!last.is_null())
+    })
+    .with_context(|| common::tail(&h.run_log(), 30))?;
+    ensure!(
+        last["code"] == "schema_change"
+            && last["reason"].as_str().unwrap_or_default().contains("_xid"),
+        "{last}"
+    );
+    let others = h.status_json()?;
+    for k in keys.iter().filter(|k| **k != key) {
+        ensure!(others["tables"][k]["stopped"].is_null(), "{k}: {others}");
+    }
     h.stop_run()?;
     Ok(())
 }
