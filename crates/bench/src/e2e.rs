@@ -7,6 +7,7 @@
 //! cargo build --release -p walshadow -p walshadow-bench
 //! target/release/e2e-bench --major 15 --seconds 60
 //! target/release/e2e-bench --major 15 --catch-up 5000000   # the backlog mode (catch_up.rs)
+//! target/release/e2e-bench --major 15 --idle-tables 2000    # the same load, 2,003 tables in scope
 //! ```
 //!
 //! One run, on a throwaway source of `--major`:
