@@ -118,13 +118,16 @@ fn source_refusing_sessions(major: PgMajor) -> Result<()> {
     signal(pid, "-STOP")?;
     let filled = (|| -> Result<Vec<std::thread::JoinHandle<Result<String>>>> {
         h.source.psql("update t set label = 'new' where id = 2")?;
+        // Long enough to all be connected at once however slowly a busy
+        // machine starts them (with 15 s, the first ones could end before
+        // the last ones connected).
         let holders: Vec<_> = (0..24)
             .map(|_| {
                 let source = h.source.clone();
-                std::thread::spawn(move || source.psql("select pg_sleep(15)"))
+                std::thread::spawn(move || source.psql("select pg_sleep(40)"))
             })
             .collect();
-        wait_until(Duration::from_secs(30), "the source to be full", || {
+        wait_until(Duration::from_secs(35), "the source to be full", || {
             Ok(h.source.psql("select 1").is_err())
         })?;
         Ok(holders)

@@ -255,17 +255,27 @@ impl ClickHouseClient {
         Ok(tables.remove(table).unwrap_or_default())
     }
 
-    /// The columns of every table of `database`, as
-    /// [`ClickHouseClient::column_types`] gives them, in one query.
-    pub async fn database_column_types(
+    /// The columns of `tables` of `database`, as
+    /// [`ClickHouseClient::column_types`] gives them, in a query per 500
+    /// tables; a table that does not exist is not in the map.
+    pub async fn tables_column_types(
         &self,
         database: &str,
+        tables: &[String],
     ) -> Result<BTreeMap<String, Vec<(String, String)>>, ClickHouseError> {
-        self.columns_where(&format!(
-            "database = {}",
-            crate::ddl::quote_string(database)
-        ))
-        .await
+        let mut all = BTreeMap::new();
+        for part in tables.chunks(500) {
+            let names: Vec<String> = part.iter().map(|t| crate::ddl::quote_string(t)).collect();
+            all.extend(
+                self.columns_where(&format!(
+                    "database = {} AND table IN ({})",
+                    crate::ddl::quote_string(database),
+                    names.join(", ")
+                ))
+                .await?,
+            );
+        }
+        Ok(all)
     }
 
     async fn columns_where(

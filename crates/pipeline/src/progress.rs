@@ -199,11 +199,19 @@ impl ProgressWriter {
                 self.tables.insert(k.clone(), (t.clone(), raw));
             }
         }
+        // Every field, so a new one cannot be left out of the bytes.
+        let Progress {
+            format_version,
+            system_id,
+            applied,
+            restart,
+            tables: _,
+        } = *p;
         let parts = ProgressParts {
-            format_version: p.format_version,
-            system_id: p.system_id,
-            applied: p.applied,
-            restart: p.restart,
+            format_version,
+            system_id,
+            applied,
+            restart,
             tables: self
                 .tables
                 .iter()

@@ -266,7 +266,8 @@ impl ShadowCatalog {
                        cross join lateral (select r.r::oid as oid union all
                                            select relid::oid from pg_partition_tree(r.r)) rel
                        join pg_class c on c.oid = rel.oid
-                       join pg_class t on t.oid = c.reltoastrelid",
+                       join pg_class t on t.oid = c.reltoastrelid
+                      order by k.i",
                     schemas = list(&|k| k.1.clone()),
                     names = list(&|k| k.2.clone()),
                 ))

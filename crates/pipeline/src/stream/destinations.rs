@@ -126,16 +126,15 @@ impl Streamer {
 
     /// [`Streamer::pause`] for a ClickHouse that did not answer: its health
     /// check is asked every [`PING_EVERY`] meanwhile, and once it answers
-    /// after it did not, the request is retried at once, not at the end of
-    /// a backoff that grew while the server was down. (A server that
-    /// answers the health check throughout but broke this request waits
-    /// the backoff out.)
+    /// the request is retried at once, not at the end of a backoff that
+    /// grew while the server was down (it may be back before the first
+    /// ask). A server that answers the health check but keeps breaking the
+    /// request is so retried every [`PING_EVERY`], each failure logged.
     async fn pause_until_back(&mut self, d: Duration, what: &str) -> Result<(), StreamError> {
         if *self.stop.borrow() {
             return Err(StreamError::Stopping);
         }
         let until = Instant::now() + d;
-        let mut was_down = false;
         let mut status_at = Instant::now();
         while Instant::now() < until {
             let step = until
@@ -146,13 +145,9 @@ impl Streamer {
                 _ = tokio::time::sleep(step) => {}
                 _ = stop.wait_for(|s| *s) => return Err(StreamError::Stopping),
             }
-            match self.destinations.client.ping(PING_EVERY).await {
-                Ok(()) if was_down => {
-                    tracing::info!("ClickHouse answers again: {what} is retried now");
-                    return Ok(());
-                }
-                Ok(()) => {}
-                Err(_) => was_down = true,
+            if self.destinations.client.ping(PING_EVERY).await.is_ok() {
+                tracing::info!("ClickHouse answers again: {what} is retried now");
+                return Ok(());
             }
             if status_at.elapsed() >= Duration::from_secs(1) {
                 self.write_status();

@@ -203,8 +203,9 @@ pub struct Streamer {
     progress_dirty: bool,
     progress_writer: crate::progress::ProgressWriter,
     tables: BTreeMap<String, Table>,
-    /// The tables whose batch took rows since it was last sealed: the only
-    /// ones the flush rule and a flush look at, however many are in scope.
+    /// Every table whose batch took rows since it was last sealed (and
+    /// may name some sealed, stopped or gone since): the only ones the
+    /// flush rule and a flush look at, however many are in scope.
     held: BTreeSet<String>,
     decoder: Option<WalStreamDecoder>,
     seg_size: u32,

@@ -29,16 +29,18 @@ impl Streamer {
         let mut loads = false;
         // Many tables seen for the first time (a start): ClickHouse's
         // columns of them all in one query, not one each.
-        let first_sights = keys
+        let first_sights: Vec<String> = keys
             .iter()
             .filter(|k| self.tables.get(*k).is_none_or(|t| t.dest.is_none()))
-            .count();
-        let mut found_columns = if first_sights >= PREFETCH_COLUMNS_FROM {
+            .map(|k| self.dest_of(k))
+            .collect();
+        let mut found_columns = if first_sights.len() >= PREFETCH_COLUMNS_FROM {
             let db = self.database().to_owned();
+            let tables = std::sync::Arc::new(first_sights);
             Some(
                 self.query_clickhouse("reading the tables' columns", move |ch| {
-                    let db = db.clone();
-                    async move { ch.database_column_types(&db).await }
+                    let (db, tables) = (db.clone(), tables.clone());
+                    async move { ch.tables_column_types(&db, &tables).await }
                 })
                 .await?,
             )

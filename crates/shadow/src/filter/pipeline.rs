@@ -149,8 +149,9 @@ impl FilterPipeline {
     }
 
     /// A point a checkpoint may be taken at: the end of the last judged
-    /// record, when no record waits undecided and everything before it has
-    /// been released. `None` while something is pending.
+    /// record (after an `XLOG_SWITCH`, the next segment's start), when no
+    /// record waits undecided and everything before it has been released.
+    /// `None` while something is pending.
     pub fn checkpoint_lsn(&self) -> Option<Lsn> {
         (self.pending.is_empty() && self.buf_start == self.judged_upto).then_some(self.judged_upto)
     }
