@@ -40,6 +40,17 @@ fn cols() -> Vec<OracleColumn> {
     vec![same("id"), same("v")]
 }
 
+/// [`harness`] streaming, with 100 rows of `t` in ClickHouse.
+fn streaming(major: PgMajor, tag: &str) -> Result<StreamHarness> {
+    let mut h = harness(major, tag, "")?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into t select g, 'a' from generate_series(1, 100) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+    Ok(h)
+}
+
 fn harness(major: PgMajor, tag: &str, extra: &str) -> Result<StreamHarness> {
     let h = StreamHarness::new(BIN, major, tag, &["public.t"], extra)?;
     h.source
@@ -110,12 +121,7 @@ fn timed_source_stop(h: &mut StreamHarness, state: &str) -> Result<()> {
 }
 
 fn shutdown_while_behind(major: PgMajor) -> Result<()> {
-    let mut h = harness(major, "shutdown", "")?;
-    h.init()?;
-    h.start_run()?;
-    h.source
-        .psql("insert into t select g, 'a' from generate_series(1, 100) g")?;
-    h.wait_caught_up(CATCH_UP)?;
+    let mut h = streaming(major, "shutdown")?;
 
     // Idle: nothing to do, nearly no CPU on either side.
     assert_quiet(&h, "idle")?;
@@ -195,12 +201,7 @@ fn shutdown_while_behind(major: PgMajor) -> Result<()> {
 /// follows what it took, so it goes on decoding where it was instead of
 /// again from the start of a transaction open across the pause.
 fn stall_continues(major: PgMajor) -> Result<()> {
-    let mut h = harness(major, "stall", "")?;
-    h.init()?;
-    h.start_run()?;
-    h.source
-        .psql("insert into t select g, 'a' from generate_series(1, 100) g")?;
-    h.wait_caught_up(CATCH_UP)?;
+    let mut h = streaming(major, "stall")?;
     let decoding = |h: &StreamHarness| h.run_log().matches("decoding the source's WAL").count();
     let started = decoding(&h);
     // A transaction open across the pause.
@@ -405,12 +406,7 @@ fn prompt_stop(major: PgMajor) -> Result<()> {
 per_major!(prompt_stop => sigterm_stops_run_promptly_with_clickhouse_down: pg15, pg18);
 
 fn one_run_per_state_dir(major: PgMajor) -> Result<()> {
-    let mut h = harness(major, "lock", "")?;
-    h.init()?;
-    h.start_run()?;
-    h.source
-        .psql("insert into t select g, 'a' from generate_series(1, 100) g")?;
-    h.wait_caught_up(CATCH_UP)?;
+    let mut h = streaming(major, "lock")?;
     let first = run_pid(&h)?;
     let holder = format!("another walshadow (pid {first}, `walshadow run`)");
 
@@ -923,12 +919,7 @@ fn destination_failures(h: &StreamHarness) -> Result<u64> {
 }
 
 fn back_after_outage(major: PgMajor) -> Result<()> {
-    let mut h = harness(major, "chback", "")?;
-    h.init()?;
-    h.start_run()?;
-    h.source
-        .psql("insert into t select g, 'a' from generate_series(1, 100) g")?;
-    h.wait_caught_up(CATCH_UP)?;
+    let mut h = streaming(major, "chback")?;
     h.ch.stop()?;
     h.source
         .psql("insert into t select g, 'b' from generate_series(101, 200) g")?;

@@ -248,12 +248,14 @@ impl ShadowCatalog {
         // A query per few hundred tables, not one each: thousands of
         // tables in scope are asked for after every refresh.
         for part in named.chunks(500) {
-            let list = |f: &dyn Fn(&(&String, String, String)) -> String| {
-                part.iter()
-                    .map(|k| quote_literal(&f(k)))
+            let quoted = |v: Vec<&str>| {
+                v.into_iter()
+                    .map(quote_literal)
                     .collect::<Vec<_>>()
                     .join(",")
             };
+            let schemas = quoted(part.iter().map(|(_, s, _)| s.as_str()).collect());
+            let names = quoted(part.iter().map(|(_, _, n)| n.as_str()).collect());
             let r = self
                 .query(&format!(
                     // pg_partition_tree gives nothing for a table that is
@@ -268,8 +270,6 @@ impl ShadowCatalog {
                        join pg_class c on c.oid = rel.oid
                        join pg_class t on t.oid = c.reltoastrelid
                       order by k.i",
-                    schemas = list(&|k| k.1.clone()),
-                    names = list(&|k| k.2.clone()),
                 ))
                 .await?;
             out.extend((0..r.rows.len()).filter_map(|i| {

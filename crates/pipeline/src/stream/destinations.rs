@@ -116,45 +116,17 @@ impl Streamer {
             };
             let delay = backoff.next_delay();
             self.destination_failed(what, &e, delay);
-            if e.is_unreachable() {
-                self.pause_until_back(delay, what).await?;
-            } else {
-                self.pause(delay).await?;
-            }
-        }
-    }
-
-    /// [`Streamer::pause`] for a ClickHouse that did not answer: its health
-    /// check is asked every [`PING_EVERY`] meanwhile, and once it answers
-    /// the request is retried at once, not at the end of a backoff that
-    /// grew while the server was down (it may be back before the first
-    /// ask). A server that answers the health check but keeps breaking the
-    /// request is so retried every [`PING_EVERY`], each failure logged.
-    async fn pause_until_back(&mut self, d: Duration, what: &str) -> Result<(), StreamError> {
-        if *self.stop.borrow() {
-            return Err(StreamError::Stopping);
-        }
-        let until = Instant::now() + d;
-        let mut status_at = Instant::now();
-        while Instant::now() < until {
-            let step = until
-                .saturating_duration_since(Instant::now())
-                .min(PING_EVERY);
-            let mut stop = self.stop.clone();
-            tokio::select! {
-                _ = tokio::time::sleep(step) => {}
-                _ = stop.wait_for(|s| *s) => return Err(StreamError::Stopping),
-            }
-            if self.destinations.client.ping(PING_EVERY).await.is_ok() {
+            // Nothing answered: ClickHouse's health check is asked
+            // meanwhile, and the request retried once it answers, not at
+            // the end of a backoff that grew while the server was down (it
+            // may be back before the first ask). A server that answers the
+            // health check but keeps breaking the request is so retried
+            // every PING_EVERY, each failure logged.
+            let ping = e.is_unreachable().then_some(PING_EVERY);
+            if self.pause_asking(delay, ping).await? {
                 tracing::info!("ClickHouse answers again: {what} is retried now");
-                return Ok(());
-            }
-            if status_at.elapsed() >= Duration::from_secs(1) {
-                self.write_status();
-                status_at = Instant::now();
             }
         }
-        Ok(())
     }
 
     pub(super) fn destination_ok(&mut self) {

@@ -461,20 +461,41 @@ impl Streamer {
     /// `walshadow status` shows the wait; a stop request ends it with
     /// [`StreamError::Stopping`].
     pub(super) async fn pause(&mut self, d: Duration) -> Result<(), StreamError> {
+        self.pause_asking(d, None).await.map(drop)
+    }
+
+    /// [`Streamer::pause`]; with `ping`, ClickHouse's health check is asked
+    /// every `ping` meanwhile and the wait ends once it answers (`true`).
+    pub(super) async fn pause_asking(
+        &mut self,
+        d: Duration,
+        ping: Option<Duration>,
+    ) -> Result<bool, StreamError> {
         if *self.stop.borrow() {
             return Err(StreamError::Stopping);
         }
         let until = Instant::now() + d;
+        let mut status_at = Instant::now();
         while Instant::now() < until {
-            let step = until.saturating_duration_since(Instant::now());
+            let step = until
+                .saturating_duration_since(Instant::now())
+                .min(ping.unwrap_or(Duration::from_secs(1)));
             let mut stop = self.stop.clone();
             tokio::select! {
-                _ = tokio::time::sleep(step.min(Duration::from_secs(1))) => {}
+                _ = tokio::time::sleep(step) => {}
                 _ = stop.wait_for(|s| *s) => return Err(StreamError::Stopping),
             }
-            self.write_status();
+            if let Some(within) = ping
+                && self.destinations.client.ping(within).await.is_ok()
+            {
+                return Ok(true);
+            }
+            if ping.is_none() || status_at.elapsed() >= Duration::from_secs(1) {
+                self.write_status();
+                status_at = Instant::now();
+            }
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Runs until the tap closes (the feed stopped), then flushes and
