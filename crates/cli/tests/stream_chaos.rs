@@ -116,24 +116,12 @@ fn source_refusing_sessions(major: PgMajor) -> Result<()> {
     // the value's read meets a full source.
     let pid = h.run_pid().context("run")?;
     signal(pid, "-STOP")?;
-    let filled = (|| -> Result<Vec<std::thread::JoinHandle<Result<String>>>> {
-        h.source.psql("update t set label = 'new' where id = 2")?;
-        // Long enough to all be connected at once however slowly a busy
-        // machine starts them (with 15 s, the first ones could end before
-        // the last ones connected).
-        let holders: Vec<_> = (0..24)
-            .map(|_| {
-                let source = h.source.clone();
-                std::thread::spawn(move || source.psql("select pg_sleep(40)"))
-            })
-            .collect();
-        wait_until(Duration::from_secs(35), "the source to be full", || {
-            Ok(h.source.psql("select 1").is_err())
-        })?;
-        Ok(holders)
-    })();
+    let filled = h
+        .source
+        .psql("update t set label = 'new' where id = 2")
+        .and_then(|_| common::fill_source(&h.source, 24, Duration::from_secs(30)));
     signal(pid, "-CONT")?;
-    let holders = filled?;
+    let full = filled?;
     let waiting = |h: &StreamHarness| -> Result<String> {
         let st = h.status_json()?;
         ensure!(
@@ -161,9 +149,7 @@ fn source_refusing_sessions(major: PgMajor) -> Result<()> {
         shown.contains("53300") && !shown.contains("authentication"),
         "{shown}"
     );
-    for holder in holders {
-        let _ = holder.join();
-    }
+    full.release();
     h.wait_caught_up(CATCH_UP)?;
     ensure_streaming(&h, "public.t")?;
     ensure!(

@@ -281,15 +281,7 @@ fn load_waits_out_the_source(major: PgMajor) -> Result<()> {
         Ok(paused.exists())
     })?;
     // Every client slot taken for a while.
-    let holders: Vec<_> = (0..24)
-        .map(|_| {
-            let source = h.source.clone();
-            std::thread::spawn(move || source.psql("select pg_sleep(20)"))
-        })
-        .collect();
-    wait_until(Duration::from_secs(30), "the source to be full", || {
-        Ok(h.source.psql("select 1").is_err())
-    })?;
+    let full = common::fill_source(&h.source, 24, Duration::from_secs(20))?;
     // Every later attempt goes on at once.
     let release = |dir: &std::path::Path| {
         for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -312,9 +304,7 @@ fn load_waits_out_the_source(major: PgMajor) -> Result<()> {
             common::tail(&h.run_log(), 30)
         )
     })?;
-    for holder in holders {
-        let _ = holder.join();
-    }
+    full.release();
     common::loads::wait_loaded_with(&mut h, "public.t", |_| {
         release(&pauses);
         Ok(())
