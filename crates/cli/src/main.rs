@@ -1,6 +1,7 @@
 //! The `walshadow` binary: parses the command line and wires the library
 //! crates together. No processing logic lives here.
 
+mod backup_cmd;
 mod catalog_cmd;
 mod shadow_cmd;
 mod table_cmd;
@@ -52,6 +53,25 @@ enum Command {
     /// `walshadow run` is stopped.
     #[command(subcommand)]
     Toast(ToastCommand),
+    /// The backup store of [backup] (a pgBackRest repository): its backups
+    /// and WAL archive. Reads only.
+    #[command(subcommand)]
+    Backup(BackupCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum BackupCommand {
+    /// Every backup in the store, oldest first: name, type, start (redo)
+    /// and stop LSNs, timeline, size, and whether it can serve a load as
+    /// far as the store tells (its manifest reads, its WAL is archived).
+    List(backup_cmd::BackupArgs),
+    /// Check the chosen backup ([backup] backup, default latest) against
+    /// the store and the source: the same cluster and major, on the
+    /// source's timeline branch, and the archive continuous from the
+    /// backup's start to its newest segment (segments the source has not
+    /// archived yet are counted, not a problem). Exits non-zero on a
+    /// problem, each printed with its remedy.
+    Check(backup_cmd::BackupArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -181,6 +201,8 @@ fn main() -> std::process::ExitCode {
         Command::Catalog(CatalogCommand::Show(args)) => catalog_cmd::show(args),
         Command::ExportSchema(args) => catalog_cmd::export(args),
         Command::Wal(WalCommand::Dump(args)) => wal_dump::run(args),
+        Command::Backup(BackupCommand::List(args)) => backup_cmd::list(args),
+        Command::Backup(BackupCommand::Check(args)) => backup_cmd::check(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -121,6 +121,10 @@ pub struct Config {
     /// The Prometheus endpoint; without it `run` serves none.
     #[serde(default)]
     pub metrics: Option<MetricsConfig>,
+    /// The operator's backup store (`walshadow backup`); credentials for it
+    /// live here, never in a source table.
+    #[serde(default)]
+    pub backup: Option<BackupConfig>,
     /// Pinned tables by `schema.name`.
     #[serde(default, rename = "table")]
     pub tables: std::collections::BTreeMap<String, TableConfig>,
@@ -360,6 +364,34 @@ pub struct BackfillConfig {
     /// `base_backup` loads: the checkpoint the backup starts with.
     #[serde(default)]
     pub backup_checkpoint: BackupCheckpoint,
+}
+
+/// `[backup]`: the backup store the operator's backup tool writes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackupConfig {
+    /// The tool that writes the store.
+    pub tool: BackupTool,
+    /// Where the store is: the repository's absolute path (pgBackRest's
+    /// `repo1-path`).
+    pub repo: String,
+    /// pgBackRest: the stanza of the source cluster.
+    #[serde(default)]
+    pub stanza: Option<String>,
+    /// Which backup serves: `latest` (the newest) or a backup's name.
+    #[serde(default = "default_backup_name")]
+    pub backup: String,
+}
+
+/// The backup tools whose stores walshadow reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackupTool {
+    Pgbackrest,
+}
+
+fn default_backup_name() -> String {
+    "latest".into()
 }
 
 /// The checkpoint a `BASE_BACKUP` begins with.
@@ -666,6 +698,25 @@ impl Config {
                 "source.slot",
                 format!("{slot:?}: slot names are 1 to 63 characters of a-z, 0-9 and _"),
             ));
+        }
+        if let Some(b) = &self.backup {
+            match b.tool {
+                BackupTool::Pgbackrest if b.stanza.as_deref().is_none_or(str::is_empty) => {
+                    return Err(invalid(
+                        "backup.stanza",
+                        "pgBackRest stores are read by stanza: give the source's stanza \
+                         (pgBackRest's --stanza)"
+                            .into(),
+                    ));
+                }
+                BackupTool::Pgbackrest => {}
+            }
+            if !Path::new(&b.repo).is_absolute() {
+                return Err(invalid(
+                    "backup.repo",
+                    format!("{}: use the repository's absolute path", b.repo),
+                ));
+            }
         }
         for (key, dir) in [
             ("shadow.data_dir", &self.shadow.data_dir),
@@ -984,6 +1035,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("cafile"), "a typo is an unknown key: {e}");
+    }
+
+    #[test]
+    fn backup_store_section() {
+        let b = "\n[backup]\ntool = \"pgbackrest\"\nrepo = \"/var/lib/pgbackrest\"\n";
+        let c = parse(&format!("{GOOD}{b}stanza = \"main\"\n")).unwrap();
+        let backup = c.backup.unwrap();
+        assert_eq!(
+            (
+                backup.tool,
+                backup.stanza.as_deref(),
+                backup.backup.as_str()
+            ),
+            (BackupTool::Pgbackrest, Some("main"), "latest")
+        );
+        let e = parse(&format!("{GOOD}{b}")).unwrap_err().to_string();
+        assert!(e.contains("backup.stanza"), "{e}");
+        let e = parse(&format!("{GOOD}{b}stanza = \"main\"\n").replace("/var/lib", "var/lib"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("backup.repo"), "{e}");
+        let e =
+            parse(&format!("{GOOD}{b}stanza = \"main\"\n").replace("pgbackrest\"", "pgbackrst\""))
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("pgbackrest"), "a typo names the tools: {e}");
     }
 
     #[test]

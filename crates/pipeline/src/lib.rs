@@ -13,6 +13,7 @@
 
 pub mod assemble;
 pub mod backfills;
+pub mod backup_admin;
 pub mod catalog_reach;
 pub mod change;
 pub mod daemon;

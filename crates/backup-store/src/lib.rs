@@ -1,0 +1,26 @@
+//! Backup stores: the backups an operator's backup tool keeps, their files
+//! and the WAL archive beside them, for loads that cost the source nothing
+//! (`initial_load = "object_store"`) and for WAL the source no longer has.
+//!
+//! ```text
+//!  [backup] config ─▶ Repository (object_store: a local path; S3 to come)
+//!                        └─▶ PgBackRest: backup.info ─▶ Backup (label, LSNs, timeline)
+//!                                        backup.manifest ─▶ files, each in the backup
+//!                                                           that holds it (diff/incr)
+//!                                        archive/<stanza>/<pg>-<id>/ ─▶ WAL segments
+//!                                                                      and histories
+//!  Compression: gz, lz4, zst, bz2 as the store names them
+//!  continuity: the archive from a backup's start to the source's branch, hole by hole
+//! ```
+//!
+//! Everything here reads; nothing writes to a store.
+
+pub mod compression;
+pub mod continuity;
+pub mod error;
+pub mod pgbackrest;
+pub mod repository;
+
+pub use compression::Compression;
+pub use error::StoreError;
+pub use repository::Repository;

@@ -1,0 +1,290 @@
+//! pgBackRest repositories, as pgBackRest 2.x writes them (read off 2.45's
+//! own output):
+//!
+//! ```text
+//!  backup/<stanza>/backup.info            [backup:current] label = {LSNs, type, prior, …}
+//!                                         [db:history] id = {system id, version}
+//!  backup/<stanza>/<label>/backup.manifest [target:file] pg_data/<path> = {size,
+//!                                            checksum (SHA-1), reference: the
+//!                                            backup holding it, bundle-id/offset}
+//!  backup/<stanza>/<holder>/pg_data/<path><.ext>   or  <holder>/bundle/<id> at an offset
+//!  archive/<stanza>/archive.info          [db:history] id = {db-id: system id, version}
+//!  archive/<stanza>/<version>-<id>/<tli+log>/<segment>-<sha1><.ext>
+//!  archive/<stanza>/<version>-<id>/<tli>.history
+//! ```
+//!
+//! A differential or incremental backup's manifest lists every file of the
+//! cluster and names, per file, the backup that stored it: following the
+//! reference is all it takes to read a file of any backup.
+
+mod info;
+pub mod ini;
+mod manifest;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use sha1::{Digest, Sha1};
+use walshadow_types::TimeLineId;
+
+use crate::{Compression, Repository, StoreError};
+pub use info::{ArchiveInfo, Backup, BackupKind, parse_archive_info, parse_backup_info};
+pub use manifest::{Manifest, ManifestFile, parse_manifest};
+
+/// One stanza of a pgBackRest repository.
+#[derive(Debug)]
+pub struct PgBackRest {
+    repo: Repository,
+    stanza: String,
+    /// Each backup's compression, from its manifest (a file's holder may
+    /// compress differently from the backup that references it).
+    compressions: Mutex<HashMap<String, Compression>>,
+}
+
+/// An archived WAL file: its name as PostgreSQL gives it and its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchivedFile {
+    pub name: String,
+    pub key: String,
+    pub compression: Compression,
+    /// The SHA-1 of the file's content, from its archived name.
+    pub sha1: Option<String>,
+}
+
+impl PgBackRest {
+    pub fn new(repo: Repository, stanza: &str) -> Self {
+        PgBackRest {
+            repo,
+            stanza: stanza.to_owned(),
+            compressions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn repository(&self) -> &Repository {
+        &self.repo
+    }
+
+    pub fn stanza(&self) -> &str {
+        &self.stanza
+    }
+
+    /// An info file, or its `.copy` when the file is missing or torn
+    /// (pgBackRest writes both, one after the other).
+    async fn info_file(&self, key: &str) -> Result<(String, String), StoreError> {
+        let mut torn = None;
+        for key in [key.to_owned(), format!("{key}.copy")] {
+            match self.repo.get(&key).await {
+                Ok(bytes) => match String::from_utf8(bytes.to_vec()) {
+                    Ok(text) => return Ok((key, text)),
+                    Err(_) => torn = Some(self.repo.malformed(&key, "not UTF-8")),
+                },
+                Err(StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(torn.unwrap_or_else(|| StoreError::NotFound {
+            store: self.repo.name().to_owned(),
+            path: key.to_owned(),
+        }))
+    }
+
+    /// The stanza's backups, oldest first.
+    pub async fn backups(&self) -> Result<Vec<Backup>, StoreError> {
+        let key = format!("backup/{}/backup.info", self.stanza);
+        let (key, text) = self.info_file(&key).await.map_err(|e| match e {
+            StoreError::NotFound { store, path } => StoreError::NotFound {
+                store,
+                path: format!("{path} (is the stanza {:?} right?)", self.stanza),
+            },
+            e => e,
+        })?;
+        parse_backup_info(&text).map_err(|reason| self.repo.malformed(&key, reason))
+    }
+
+    /// The stanza's `archive.info`.
+    pub async fn archive_info(&self) -> Result<ArchiveInfo, StoreError> {
+        let key = format!("archive/{}/archive.info", self.stanza);
+        let (key, text) = self.info_file(&key).await?;
+        parse_archive_info(&text).map_err(|reason| self.repo.malformed(&key, reason))
+    }
+
+    /// The manifest of backup `label`.
+    pub async fn manifest(&self, label: &str) -> Result<Manifest, StoreError> {
+        let key = format!("backup/{}/{label}/backup.manifest", self.stanza);
+        let (key, text) = self.info_file(&key).await?;
+        let manifest = parse_manifest(&text).map_err(|reason| self.repo.malformed(&key, reason))?;
+        if let Some(what) = &manifest.unsupported {
+            return Err(StoreError::Unsupported {
+                store: self.repo.name().to_owned(),
+                what: format!("backup {label}: {what}"),
+                remedy: "take a backup without it, or use initial_load = \"copy\" or \
+                         \"base_backup\""
+                    .to_owned(),
+            });
+        }
+        if let Ok(mut known) = self.compressions.lock() {
+            known.insert(label.to_owned(), manifest.compression);
+        }
+        Ok(manifest)
+    }
+
+    async fn compression_of(&self, label: &str) -> Result<Compression, StoreError> {
+        let known = self
+            .compressions
+            .lock()
+            .ok()
+            .and_then(|k| k.get(label).copied());
+        match known {
+            Some(c) => Ok(c),
+            None => Ok(self.manifest(label).await?.compression),
+        }
+    }
+
+    /// The content of `path` (`pg_data/base/5/16384`, say) as backup
+    /// `manifest` holds it, read from the backup that stored it and checked
+    /// against the manifest's size and SHA-1.
+    pub async fn read_file(&self, manifest: &Manifest, path: &str) -> Result<Vec<u8>, StoreError> {
+        let file = manifest
+            .files
+            .get(path)
+            .ok_or_else(|| StoreError::NotFound {
+                store: self.repo.name().to_owned(),
+                path: format!("{path} in the manifest of backup {}", manifest.label),
+            })?;
+        if file.size == 0 {
+            return Ok(Vec::new());
+        }
+        let holder = file.reference.as_deref().unwrap_or(&manifest.label);
+        let compression = self.compression_of(holder).await?;
+        let (key, stored) = match file.bundle {
+            Some((id, offset)) => {
+                let key = format!("backup/{}/{holder}/bundle/{id}", self.stanza);
+                let len = file.repo_size.unwrap_or(file.size);
+                let bytes = self.repo.get_range(&key, offset, len).await?;
+                (key, bytes)
+            }
+            None => {
+                let key = format!(
+                    "backup/{}/{holder}/{path}{}",
+                    self.stanza,
+                    compression.extension()
+                );
+                let bytes = self.repo.get(&key).await?;
+                (key, bytes)
+            }
+        };
+        let content = compression
+            .decompress(&stored, file.size)
+            .map_err(|e| self.repo.malformed(&key, e.to_string()))?;
+        if content.len() as u64 != file.size {
+            return Err(self.repo.malformed(
+                &key,
+                format!(
+                    "holds {} bytes, the manifest of backup {} says {}",
+                    content.len(),
+                    manifest.label,
+                    file.size
+                ),
+            ));
+        }
+        if let Some(want) = &file.checksum {
+            let got = hex(&Sha1::digest(&content));
+            if &got != want {
+                return Err(self.repo.malformed(
+                    &key,
+                    format!(
+                        "SHA-1 {got}, the manifest of backup {} says {want}",
+                        manifest.label
+                    ),
+                ));
+            }
+        }
+        Ok(content)
+    }
+
+    /// The archive's directory for the cluster a backup belongs to: pgBackRest
+    /// keys the archive by PostgreSQL version and the history id of the
+    /// cluster (`15-1`), which a stanza-upgrade moves on.
+    pub fn archive_dir(&self, archive_id: &str) -> String {
+        format!("archive/{}/{archive_id}", self.stanza)
+    }
+
+    /// Every WAL segment archived under `archive_id`, sorted by name
+    /// (partial segments and backup history files left out).
+    pub async fn archived_segments(
+        &self,
+        archive_id: &str,
+    ) -> Result<Vec<ArchivedFile>, StoreError> {
+        let dir = self.archive_dir(archive_id);
+        let mut out = Vec::new();
+        for entry in self.repo.list_all(&dir).await? {
+            let file = entry.key.rsplit('/').next().unwrap_or_default();
+            let (compression, stem) = Compression::from_name(file);
+            // <24 hex>-<40 hex SHA-1>
+            let Some((name, sha1)) = stem.split_once('-') else {
+                continue;
+            };
+            let hex = |s: &str, len| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+            if !hex(name, 24) || !hex(sha1, 40) {
+                continue;
+            }
+            out.push(ArchivedFile {
+                name: name.to_owned(),
+                key: entry.key.clone(),
+                compression,
+                sha1: Some(sha1.to_owned()),
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// The history file of timeline `tli` in the archive, if archived.
+    pub async fn history(
+        &self,
+        archive_id: &str,
+        tli: TimeLineId,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let dir = self.archive_dir(archive_id);
+        let name = walshadow_pg_format::wal_files::history_file_name(tli);
+        for entry in self.repo.list(&dir).await? {
+            let file = entry.key.rsplit('/').next().unwrap_or_default();
+            let (compression, stem) = Compression::from_name(file);
+            if stem == name {
+                let bytes = self.repo.get(&entry.key).await?;
+                return compression
+                    .decompress(&bytes, 16 << 20)
+                    .map(Some)
+                    .map_err(|e| self.repo.malformed(&entry.key, e.to_string()));
+            }
+        }
+        Ok(None)
+    }
+
+    /// An archived segment's content, checked against the SHA-1 in its name.
+    pub async fn read_segment(
+        &self,
+        file: &ArchivedFile,
+        seg_size: u32,
+    ) -> Result<Bytes, StoreError> {
+        let stored = self.repo.get(&file.key).await?;
+        let content = file
+            .compression
+            .decompress(&stored, u64::from(seg_size))
+            .map_err(|e| self.repo.malformed(&file.key, e.to_string()))?;
+        if let Some(want) = &file.sha1 {
+            let got = hex(&Sha1::digest(&content));
+            if &got != want {
+                return Err(self
+                    .repo
+                    .malformed(&file.key, format!("SHA-1 {got}, its name says {want}")));
+            }
+        }
+        Ok(Bytes::from(content))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

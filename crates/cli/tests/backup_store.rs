@@ -1,0 +1,310 @@
+//! The `[backup]` store against a real pgBackRest repository: the source
+//! archives its WAL with `pgbackrest archive-push` and pgBackRest takes a
+//! full, a differential and an incremental backup (gzip). Then:
+//!
+//! - every file of the incremental backup reads through the manifest's
+//!   references (most of its files are the full backup's) and matches its
+//!   size and SHA-1, and `pg_control` holds the source's system identifier;
+//! - `walshadow backup list` shows the three, each able to serve a load;
+//! - `walshadow backup check` passes, then fails naming the segment once
+//!   one is removed from the archive, names another cluster as one, and
+//!   an unknown backup or stanza by what the store holds;
+//! - a stored file whose bytes were replaced fails its SHA-1 check.
+//!
+//! PostgreSQL 15 only: Debian's pgBackRest (2.45) predates 16.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use common::BIN;
+use walshadow_backup_store::pgbackrest::{BackupKind, PgBackRest};
+use walshadow_backup_store::{Repository, StoreError};
+use walshadow_testkit::{
+    Cluster, ClusterOptions, PgMajor, ServerUser, WorkDir, block_on, per_major, wait_until,
+    write_walshadow_config,
+};
+
+const STANZA: &str = "main";
+
+struct Repo {
+    work: WorkDir,
+    conf: PathBuf,
+}
+
+impl Repo {
+    fn new(tag: &str) -> Result<Repo> {
+        let work = WorkDir::new(tag)?;
+        for d in ["repo", "lock", "log"] {
+            work.sub(d)?;
+        }
+        let conf = work.path().join("pgbackrest.conf");
+        Ok(Repo { work, conf })
+    }
+
+    fn repo_dir(&self) -> PathBuf {
+        self.work.path().join("repo")
+    }
+
+    /// The `archive_command` a source pushes its WAL with.
+    fn archive_command(&self) -> String {
+        format!(
+            "pgbackrest --config={} --stanza={STANZA} archive-push %p",
+            self.conf.display()
+        )
+    }
+
+    /// The config for `source`, written once it runs (its data directory
+    /// is known then, and nothing is archived before the first backup).
+    fn configure(&self, source: &Cluster) -> Result<()> {
+        let w = self.work.path();
+        let text = format!(
+            "[global]\nrepo1-path={}\nlock-path={}\nlog-path={}\nlog-level-file=off\n\
+             log-level-console=warn\nstart-fast=y\ncompress-type=gz\n\n[{STANZA}]\n\
+             pg1-path={}\npg1-port={}\npg1-socket-path={}\npg1-user={}\n",
+            w.join("repo").display(),
+            w.join("lock").display(),
+            w.join("log").display(),
+            source.data_dir().display(),
+            source.port(),
+            source.socket_dir().display(),
+            source.options().superuser,
+        );
+        std::fs::write(&self.conf, text)?;
+        let user = ServerUser::get()?;
+        if user.switches_user {
+            std::os::unix::fs::chown(&self.conf, Some(user.uid), Some(user.gid))?;
+        }
+        Ok(())
+    }
+
+    /// Runs pgBackRest as the server's user.
+    fn run(&self, args: &[&str]) -> Result<String> {
+        let user = ServerUser::get()?;
+        let out = user
+            .command(Path::new("pgbackrest"), self.work.path())
+            .arg(format!("--config={}", self.conf.display()))
+            .arg(format!("--stanza={STANZA}"))
+            .args(args)
+            .output()
+            .context("running pgbackrest (scripts/setup installs it)")?;
+        ensure!(
+            out.status.success(),
+            "pgbackrest {args:?}: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// `walshadow backup <verb> --config <config>`: (success, stdout + stderr).
+fn walshadow_backup(verb: &str, config: &Path, json: bool) -> Result<(bool, String)> {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["backup", verb, "--config"]).arg(config);
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd.output()?;
+    Ok((
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    ))
+}
+
+fn with_backup_section(config: &Path, repo: &Path, extra: &str) -> Result<PathBuf> {
+    let text = std::fs::read_to_string(config)?;
+    let path = config.with_file_name(format!("with-backup-{}.toml", extra.len()));
+    std::fs::write(
+        &path,
+        format!(
+            "{text}\n[backup]\ntool = \"pgbackrest\"\nrepo = \"{}\"\nstanza = \"{STANZA}\"\n{extra}",
+            repo.display()
+        ),
+    )?;
+    Ok(path)
+}
+
+/// Ends the current segment and waits for the archiver to push it.
+fn switch_and_archive(source: &Cluster) -> Result<String> {
+    let name = source.query_one("select pg_walfile_name(pg_switch_wal())")?;
+    wait_until(
+        Duration::from_secs(60),
+        "the archiver to push the segment",
+        || {
+            Ok(
+                source.query_one("select coalesce(last_archived_wal, '') from pg_stat_archiver")?
+                    >= name,
+            )
+        },
+    )?;
+    Ok(name)
+}
+
+fn pgbackrest_store(major: PgMajor) -> Result<()> {
+    let repo = Repo::new("pgbackrest")?;
+    let opts = ClusterOptions::default()
+        .conf("archive_mode", "on")
+        .conf("archive_command", repo.archive_command());
+    let source = Cluster::start(major, opts)?;
+    repo.configure(&source)?;
+    repo.run(&["stanza-create"])?;
+    source.psql(
+        "create table t (id int primary key, v text);
+         insert into t select g, md5(g::text) from generate_series(1, 20000) g;",
+    )?;
+    repo.run(&["backup", "--type=full"])?;
+    source.psql("insert into t select g, md5(g::text) from generate_series(20001, 30000) g")?;
+    repo.run(&["backup", "--type=diff"])?;
+    source.psql("update t set v = v || 'x' where id <= 500")?;
+    repo.run(&["backup", "--type=incr"])?;
+    // WAL after the last backup: three more archived segments.
+    let mut after = Vec::new();
+    for i in 0..3 {
+        source.psql(&format!("insert into t values ({}, 'after')", 100_000 + i))?;
+        after.push(switch_and_archive(&source)?);
+    }
+    let system_id: u64 = source
+        .query_one("select system_identifier from pg_control_system()")?
+        .parse()?;
+
+    // The library: every file of the incremental backup, through its references.
+    let store = PgBackRest::new(
+        Repository::open(&repo.repo_dir().to_string_lossy())?,
+        STANZA,
+    );
+    let (full, incr) = block_on(async {
+        let backups = store.backups().await?;
+        let kinds: Vec<_> = backups.iter().map(|b| b.kind).collect();
+        ensure!(
+            kinds == [BackupKind::Full, BackupKind::Diff, BackupKind::Incr],
+            "{kinds:?}"
+        );
+        let full = backups[0].label.clone();
+        let incr = store.manifest(&backups[2].label).await?;
+        let (mut own, mut referenced) = (0, 0);
+        for (path, file) in &incr.files {
+            let content = store
+                .read_file(&incr, path)
+                .await
+                .with_context(|| format!("reading {path}"))?;
+            ensure!(content.len() as u64 == file.size, "{path}");
+            match file.reference {
+                Some(_) => referenced += 1,
+                None => own += 1,
+            }
+        }
+        println!(
+            "incremental backup {}: {own} files of its own, {referenced} from earlier backups",
+            incr.label
+        );
+        ensure!(
+            own > 0 && referenced > own,
+            "{own} own, {referenced} referenced"
+        );
+        let control = store.read_file(&incr, "pg_data/global/pg_control").await?;
+        let id = u64::from_le_bytes(control[..8].try_into()?);
+        ensure!(
+            id == system_id,
+            "pg_control says {id}, the source {system_id}"
+        );
+        Ok((full, incr))
+    })?;
+
+    // `backup list` and `backup check`.
+    let work = repo.work.path();
+    let shadow = work.join("shadow");
+    let plain = write_walshadow_config(&source, work, &shadow, "walshadow")?;
+    let config = with_backup_section(&plain, &repo.repo_dir(), "")?;
+    let (ok, out) = walshadow_backup("list", &config, true)?;
+    ensure!(ok, "{out}");
+    let rows: serde_json::Value = serde_json::from_str(&out).context(out.clone())?;
+    let rows = rows.as_array().context("an array")?;
+    ensure!(rows.len() == 3, "{out}");
+    ensure!(rows.iter().all(|r| r["unusable"].is_null()), "{out}");
+    ensure!(rows[2]["label"] == incr.label.as_str(), "{out}");
+    let (ok, out) = walshadow_backup("list", &config, false)?;
+    ensure!(ok && out.contains(&full) && out.contains("incr"), "{out}");
+    let (ok, out) = walshadow_backup("check", &config, false)?;
+    println!("{out}");
+    ensure!(
+        ok && out.contains("ok: the backup and its archive can serve"),
+        "{out}"
+    );
+    let last = after.last().context("segments")?;
+    ensure!(
+        out.contains(&format!("to {last}")),
+        "the newest archived segment: {out}"
+    );
+
+    // A segment gone from the archive is a hole, named.
+    let gone = &after[1];
+    let archived = store_segment_file(&repo.repo_dir(), gone)?;
+    let kept = repo.work.path().join("kept-segment");
+    std::fs::rename(&archived, &kept)?;
+    let (ok, out) = walshadow_backup("check", &config, false)?;
+    ensure!(
+        !ok && out.contains("misses 1 segment") && out.contains(gone.as_str()),
+        "{out}"
+    );
+    std::fs::rename(&kept, &archived)?;
+    ensure!(walshadow_backup("check", &config, false)?.0);
+
+    // An unknown backup, a wrong stanza: named with what the store holds.
+    let named = with_backup_section(&plain, &repo.repo_dir(), "backup = \"20990101-000000F\"\n")?;
+    let (ok, out) = walshadow_backup("check", &named, false)?;
+    ensure!(
+        !ok && out.contains("20990101-000000F") && out.contains(&full),
+        "{out}"
+    );
+    let text = std::fs::read_to_string(&config)?.replace("stanza = \"main\"", "stanza = \"mian\"");
+    let wrong = work.join("wrong-stanza.toml");
+    std::fs::write(&wrong, text)?;
+    let (ok, out) = walshadow_backup("list", &wrong, false)?;
+    ensure!(!ok && out.contains("\"mian\""), "{out}");
+
+    // Another cluster as the source: the store is not its.
+    let other = Cluster::start(major, ClusterOptions::default())?;
+    let other_plain = write_walshadow_config(&other, work, &shadow, "walshadow")?;
+    let other_config = with_backup_section(&other_plain, &repo.repo_dir(), "\n")?;
+    let (ok, out) = walshadow_backup("check", &other_config, false)?;
+    ensure!(!ok && out.contains("another cluster's"), "{out}");
+
+    // A stored file replaced: its SHA-1 says so.
+    let version = repo
+        .repo_dir()
+        .join(format!("backup/{STANZA}/{full}/pg_data/PG_VERSION.gz"));
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, b"99\n")?;
+    std::fs::write(&version, gz.finish()?)?;
+    let err = block_on(async { store.read_file(&incr, "pg_data/PG_VERSION").await })
+        .expect_err("a replaced file reads");
+    ensure!(
+        matches!(&err, StoreError::Malformed { reason, .. } if reason.contains("SHA-1")),
+        "{err}"
+    );
+    Ok(())
+}
+
+/// The archived file of segment `name` (`<name>-<sha1>.gz`).
+fn store_segment_file(repo: &Path, name: &str) -> Result<PathBuf> {
+    let dir = repo.join(format!("archive/{STANZA}/15-1/{}", &name[..16]));
+    std::fs::read_dir(&dir)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{name}-")))
+        })
+        .with_context(|| format!("{name} in {}", dir.display()))
+}
+
+per_major!(pgbackrest_store => a_pgbackrest_repository_serves_list_and_check: pg15);
