@@ -104,7 +104,9 @@ async fn dump_live(url: &str, args: &DumpArgs, out: &mut impl Write) -> anyhow::
         .await
         .with_context(|| format!("connecting to {}", config.target()))?;
     let ident = client.identify_system().await?;
-    let seg_size = parse_size(&client.show("wal_segment_size").await?)?;
+    let seg_text = client.show("wal_segment_size").await?;
+    let seg_size = walshadow_shadow::bootstrap::source::parse_size(&seg_text)
+        .with_context(|| format!("the source's wal_segment_size {seg_text:?} is not a size"))?;
     let timeline = args.timeline.unwrap_or(ident.timeline);
     tracing::info!(
         system = ident.systemid,
@@ -150,20 +152,4 @@ async fn dump_live(url: &str, args: &DumpArgs, out: &mut impl Write) -> anyhow::
     follower.send_status(false).await.ok();
     follower.stop().await.ok();
     Ok(())
-}
-
-/// Parses a size as `SHOW` prints it (`16MB`, `1GB`, `8kB`).
-fn parse_size(s: &str) -> anyhow::Result<u32> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().with_context(|| format!("size {s:?}"))?;
-    let mult: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "kB" => 1 << 10,
-        "MB" => 1 << 20,
-        "GB" => 1 << 30,
-        other => bail!("size {s:?}: unknown unit {other:?}"),
-    };
-    u32::try_from(n * mult).with_context(|| format!("size {s:?} is too large"))
 }
