@@ -107,12 +107,18 @@ pub fn check(
     let name = |segno: u64| {
         segment_file_name(branch.timeline_of_segment(segno, seg_size), segno, seg_size)
     };
-    // The newest archived segment on the branch, at or after the first.
+    // The newest archived segment on the branch, at or after the first and
+    // not past the one being written (a stray name far ahead is not WAL of
+    // this branch, and would make the walk below endless).
+    let current = source_at.0 / size;
     let newest = names
         .iter()
         .filter_map(|n| parse_segment_name(n, seg_size))
         .filter(|&(tli, segno, partial)| {
-            !partial && segno >= first_seg && branch.timeline_of_segment(segno, seg_size) == tli
+            !partial
+                && segno >= first_seg
+                && segno <= current
+                && branch.timeline_of_segment(segno, seg_size) == tli
         })
         .map(|(_, segno, _)| segno)
         .max();
@@ -189,6 +195,35 @@ mod tests {
         );
         assert!(!c.is_continuous());
         assert_eq!(c.holes, ["000000010000000000000003"]);
+    }
+
+    #[test]
+    fn a_name_past_the_source_is_not_on_the_branch() {
+        let archived = names(&["000000010000000000000002", "00000001FFFFFFFF000000FF"]);
+        let c = check(
+            &archived,
+            Lsn(0x0200_0028),
+            Lsn(0x0500_0000),
+            &on_one(),
+            SEG,
+        );
+        assert!(c.is_continuous(), "{c:?}");
+        assert_eq!(c.last_archived.as_deref(), Some("000000010000000000000002"));
+        assert_eq!(c.not_yet_archived, 2);
+    }
+
+    #[test]
+    fn a_switch_on_a_segment_boundary_leaves_the_old_segment_to_the_old_timeline() {
+        let branch = Branch {
+            timeline: 2,
+            history: vec![HistoryEntry {
+                parent: 1,
+                switch_lsn: Lsn(0x0300_0000),
+                reason: String::new(),
+            }],
+        };
+        assert_eq!(branch.timeline_of_segment(2, SEG), 1);
+        assert_eq!(branch.timeline_of_segment(3, SEG), 2);
     }
 
     #[test]

@@ -13,6 +13,17 @@ pub enum StoreError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The store refused the credentials (or has none for them).
+    #[error(
+        "backup store {store}: reading {path} was refused ({source}): check the credentials \
+         ([backup] credentials_file, or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
+    )]
+    Denied {
+        store: String,
+        path: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The object is not in the store.
     #[error("backup store {store}: {path} does not exist")]
     NotFound { store: String, path: String },

@@ -3,7 +3,8 @@
 //! (`initial_load = "object_store"`) and for WAL the source no longer has.
 //!
 //! ```text
-//!  [backup] config ─▶ Repository (object_store: a local path; S3 to come)
+//!  [backup] config ─▶ Repository (object_store: a local path, or S3 with a prefix)
+//!                        ├─▶ BarmanCloud: base/<id>/backup.info ─▶ Backup; wals/<tli+log>/…
 //!                        └─▶ PgBackRest: backup.info ─▶ Backup (label, LSNs, timeline)
 //!                                        backup.manifest ─▶ files, each in the backup
 //!                                                           that holds it (diff/incr)
@@ -15,12 +16,17 @@
 //!
 //! Everything here reads; nothing writes to a store.
 
+pub mod backup;
+pub mod barman_cloud;
 pub mod compression;
 pub mod continuity;
 pub mod error;
 pub mod pgbackrest;
 pub mod repository;
+pub mod store;
 
+pub use backup::{ArchivedFile, Backup, BackupKind};
 pub use compression::Compression;
 pub use error::StoreError;
-pub use repository::Repository;
+pub use repository::{Repository, S3Options};
+pub use store::BackupStore;

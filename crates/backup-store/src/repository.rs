@@ -1,13 +1,15 @@
 //! Where a store's objects are, behind `object_store`'s one API: a local
-//! path today; S3 (and S3-compatible servers) through the same calls.
+//! path, or an S3 bucket (and S3-compatible servers) with a key prefix.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::ObjectStore;
+use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
+use object_store::prefix::PrefixStore;
 
 use crate::StoreError;
 
@@ -27,18 +29,74 @@ pub struct Entry {
     pub size: u64,
 }
 
+/// How to reach an S3 store; unset fields come from the environment
+/// (`AWS_ENDPOINT`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, …) as the AWS tools
+/// read them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct S3Options {
+    /// `https://host:port` of an S3-compatible server (AWS's own without).
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    /// `https://endpoint/bucket/key` rather than `https://bucket.endpoint/key`.
+    pub path_style: bool,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    pub session_token: Option<String>,
+}
+
 impl Repository {
-    /// The repository at `location`: an absolute local path (`s3://` to come).
-    pub fn open(location: &str) -> Result<Self, StoreError> {
+    /// The repository at `location`: an absolute local path, or
+    /// `s3://bucket/prefix` reached with `s3`.
+    pub fn open(location: &str, s3: &S3Options) -> Result<Self, StoreError> {
         let unsupported = |what: &str| StoreError::Unsupported {
             store: location.to_owned(),
             what: what.to_owned(),
-            remedy: "give the repository as an absolute local path (a mounted or synced copy \
-                     of the bucket serves too)"
+            remedy: "give the repository as an absolute local path or as s3://bucket/prefix"
                 .to_owned(),
         };
+        if let Some(rest) = location.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(unsupported("an s3:// location without a bucket"));
+            }
+            let mut b = AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_virtual_hosted_style_request(!s3.path_style);
+            if let Some(e) = &s3.endpoint {
+                // A plain-HTTP endpoint is the operator's explicit choice
+                // (a server on loopback, say).
+                b = b.with_endpoint(e).with_allow_http(e.starts_with("http://"));
+            }
+            if let Some(r) = &s3.region {
+                b = b.with_region(r);
+            }
+            if let Some(k) = &s3.access_key_id {
+                b = b.with_access_key_id(k);
+            }
+            if let Some(k) = &s3.secret_access_key {
+                b = b.with_secret_access_key(k);
+            }
+            if let Some(t) = &s3.session_token {
+                b = b.with_token(t);
+            }
+            let store = b.build().map_err(|e| StoreError::Unsupported {
+                store: location.to_owned(),
+                what: format!("this S3 configuration ({e})"),
+                remedy: "set [backup] endpoint, region and path_style as the store needs".into(),
+            })?;
+            let prefix = prefix.trim_matches('/');
+            let objects: Arc<dyn ObjectStore> = if prefix.is_empty() {
+                Arc::new(store)
+            } else {
+                Arc::new(PrefixStore::new(store, prefix))
+            };
+            return Ok(Repository {
+                objects,
+                name: location.to_owned(),
+            });
+        }
         if location.contains("://") {
-            return Err(unsupported("a store addressed by URL"));
+            return Err(unsupported("a store addressed by this kind of URL"));
         }
         if !std::path::Path::new(location).is_absolute() {
             return Err(unsupported("a relative path"));
@@ -78,6 +136,12 @@ impl Repository {
             object_store::Error::NotFound { .. } => StoreError::NotFound {
                 store: self.name.clone(),
                 path: key.to_owned(),
+            },
+            e @ (object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. }) => StoreError::Denied {
+                store: self.name.clone(),
+                path: key.to_owned(),
+                source: Box::new(e),
             },
             e => StoreError::Unreachable {
                 store: self.name.clone(),

@@ -21,7 +21,10 @@ fn only_well_named_files_are_segments() {
     ] {
         std::fs::write(dir.join(name), b"x").unwrap();
     }
-    let store = PgBackRest::new(Repository::open(root.to_str().unwrap()).unwrap(), "main");
+    let store = PgBackRest::new(
+        Repository::open(root.to_str().unwrap(), &Default::default()).unwrap(),
+        "main",
+    );
     let listed = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -33,5 +36,28 @@ fn only_well_named_files_are_segments() {
         names,
         ["000000010000000000000002", "000000010000000000000003"]
     );
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// pgBackRest encrypts its info files too (OpenSSL's `Salted__` header):
+/// refused as an encrypted repository, not reported as a torn file.
+#[test]
+fn an_encrypted_repository_is_named() {
+    let root = std::env::temp_dir().join(format!("walshadow-encrypted-{}", std::process::id()));
+    let dir = root.join("backup/main");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("backup.info"), b"Salted__\x8f\x01\x02garbage").unwrap();
+    let store = PgBackRest::new(
+        Repository::open(root.to_str().unwrap(), &Default::default()).unwrap(),
+        "main",
+    );
+    let e = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(store.backups())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("encrypted repository"), "{e}");
     std::fs::remove_dir_all(&root).unwrap();
 }

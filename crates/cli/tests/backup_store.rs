@@ -12,6 +12,12 @@
 //! - a stored file whose bytes were replaced fails its SHA-1 check.
 //!
 //! PostgreSQL 15 only: Debian's pgBackRest (2.45) predates 16.
+//!
+//! And a barman-cloud store on S3 (a local S3 server, moto), on 15 and 18:
+//! the source archives with `barman-cloud-wal-archive`, one
+//! `barman-cloud-backup`; `backup list` and `backup check` read it through
+//! S3 with the keys of a `credentials_file`, and `check` names a segment
+//! deleted from the bucket.
 
 mod common;
 
@@ -21,11 +27,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use common::BIN;
-use walshadow_backup_store::pgbackrest::{BackupKind, PgBackRest};
-use walshadow_backup_store::{Repository, StoreError};
+use walshadow_backup_store::pgbackrest::PgBackRest;
+use walshadow_backup_store::{BackupKind, Repository, S3Options, StoreError};
 use walshadow_testkit::{
-    Cluster, ClusterOptions, PgMajor, ServerUser, WorkDir, block_on, per_major, wait_until,
-    write_walshadow_config,
+    Cluster, ClusterOptions, PgMajor, S3Server, ServerUser, WorkDir, block_on, per_major,
+    venv_program, wait_until, write_walshadow_config,
 };
 
 const STANZA: &str = "main";
@@ -177,7 +183,7 @@ fn pgbackrest_store(major: PgMajor) -> Result<()> {
 
     // The library: every file of the incremental backup, through its references.
     let store = PgBackRest::new(
-        Repository::open(&repo.repo_dir().to_string_lossy())?,
+        Repository::open(&repo.repo_dir().to_string_lossy(), &S3Options::default())?,
         STANZA,
     );
     let (full, incr) = block_on(async {
@@ -308,3 +314,121 @@ fn store_segment_file(repo: &Path, name: &str) -> Result<PathBuf> {
 }
 
 per_major!(pgbackrest_store => a_pgbackrest_repository_serves_list_and_check: pg15);
+
+const BUCKET: &str = "backups";
+const SERVER: &str = "source";
+
+/// `env AWS_…=… <program>`: the archiver and barman-cloud-backup get the
+/// S3 server's keys without the test's environment.
+fn with_aws_env(s3: &S3Server, program: &str) -> Result<String> {
+    let env: Vec<String> = s3
+        .aws_env()
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    Ok(format!(
+        "env {} {} --endpoint-url {}",
+        env.join(" "),
+        venv_program(program)?.display(),
+        s3.endpoint()
+    ))
+}
+
+fn barman_cloud_store(major: PgMajor) -> Result<()> {
+    let s3 = S3Server::start()?;
+    s3.create_bucket(BUCKET)?;
+    let url = format!("s3://{BUCKET}/pg");
+    let opts = ClusterOptions::default().conf("archive_mode", "on").conf(
+        "archive_command",
+        format!(
+            "{} --gzip {url} {SERVER} %p",
+            with_aws_env(&s3, "barman-cloud-wal-archive")?
+        ),
+    );
+    let source = Cluster::start(major, opts)?;
+    source.psql(
+        "create table t (id int primary key, v text);
+         insert into t select g, md5(g::text) from generate_series(1, 20000) g;",
+    )?;
+    let work = WorkDir::new(&format!("barman-cloud-pg{}", major.number()))?;
+    let backup = format!(
+        "{} --gzip -h {} -p {} -U {} {url} {SERVER}",
+        with_aws_env(&s3, "barman-cloud-backup")?,
+        source.socket_dir().display(),
+        source.port(),
+        source.options().superuser
+    );
+    let out = ServerUser::get()?
+        .command(Path::new("sh"), work.path())
+        .args(["-c", &backup])
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "barman-cloud-backup: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut after = Vec::new();
+    for i in 0..3 {
+        source.psql(&format!("insert into t values ({}, 'after')", 100_000 + i))?;
+        after.push(switch_and_archive(&source)?);
+    }
+
+    let creds = work.path().join("s3.env");
+    std::fs::write(
+        &creds,
+        format!(
+            "# the local S3 server's keys\nAWS_ACCESS_KEY_ID={}\nAWS_SECRET_ACCESS_KEY={}\n",
+            S3Server::ACCESS_KEY,
+            S3Server::SECRET_KEY
+        ),
+    )?;
+    std::fs::set_permissions(&creds, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    let plain = write_walshadow_config(
+        &source,
+        work.path(),
+        &work.path().join("shadow"),
+        "walshadow",
+    )?;
+    let config = work.path().join("barman.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}\n[backup]\ntool = \"barman-cloud\"\nrepo = \"{url}\"\nserver_name = \"{SERVER}\"\n\
+             endpoint = \"{}\"\nregion = \"{}\"\npath_style = true\ncredentials_file = \"{}\"\n",
+            std::fs::read_to_string(&plain)?,
+            s3.endpoint(),
+            S3Server::REGION,
+            creds.display()
+        ),
+    )?;
+    let (ok, out) = walshadow_backup("list", &config, true)?;
+    ensure!(ok, "{out}");
+    let rows: serde_json::Value = serde_json::from_str(&out).context(out.clone())?;
+    let rows = rows.as_array().context("an array")?;
+    ensure!(
+        rows.len() == 1 && rows[0]["unusable"].is_null() && rows[0]["kind"] == "full",
+        "{out}"
+    );
+    let (ok, out) = walshadow_backup("check", &config, false)?;
+    println!("pg{}: {out}", major.number());
+    let last = after.last().context("segments")?;
+    ensure!(
+        ok && out.contains("ok: the backup") && out.contains(&format!("to {last}")),
+        "{out}"
+    );
+    // A segment deleted from the bucket: a hole, named.
+    let gone = &after[1];
+    s3.delete_object(
+        BUCKET,
+        &format!("pg/{SERVER}/wals/{}/{gone}.gz", &gone[..16]),
+    )?;
+    let (ok, out) = walshadow_backup("check", &config, false)?;
+    ensure!(
+        !ok && out.contains("misses 1 segment") && out.contains(gone.as_str()),
+        "{out}"
+    );
+    Ok(())
+}
+
+per_major!(barman_cloud_store => a_barman_cloud_store_on_s3_serves_list_and_check: pg15, pg18);

@@ -88,6 +88,53 @@ pub enum ConfigError {
 
 /// The first line of secret file `file`, which only its owner may read.
 fn read_secret(file: &Path) -> Result<String, String> {
+    Ok(read_private(file)?
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned())
+}
+
+/// `[backup] credentials_file`: `AWS_ACCESS_KEY_ID=…`,
+/// `AWS_SECRET_ACCESS_KEY=…` and optionally `AWS_SESSION_TOKEN=…` lines
+/// (`#` comments and blank lines skipped), readable by its owner only.
+fn read_s3_credentials(file: &Path) -> Result<S3Credentials, String> {
+    let text = read_private(file)?;
+    let mut c = S3Credentials::default();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (key, value) = line
+            .split_once('=')
+            .ok_or_else(|| format!("{} line {}: expected KEY=value", file.display(), n + 1))?;
+        let value = value.trim().trim_matches('"').to_owned();
+        match key.trim() {
+            "AWS_ACCESS_KEY_ID" => c.access_key_id = value,
+            "AWS_SECRET_ACCESS_KEY" => c.secret_access_key = value,
+            "AWS_SESSION_TOKEN" => c.session_token = Some(value),
+            other => {
+                return Err(format!(
+                    "{} line {}: unknown key {other:?} (AWS_ACCESS_KEY_ID, \
+                     AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN)",
+                    file.display(),
+                    n + 1
+                ));
+            }
+        }
+    }
+    if c.access_key_id.is_empty() || c.secret_access_key.is_empty() {
+        return Err(format!(
+            "{}: give both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+            file.display()
+        ));
+    }
+    Ok(c)
+}
+
+/// A file readable by its owner only, whole.
+fn read_private(file: &Path) -> Result<String, String> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(file).map_err(|e| format!("{}: {e}", file.display()))?;
     if meta.mode() & 0o077 != 0 {
@@ -97,8 +144,7 @@ fn read_secret(file: &Path) -> Result<String, String> {
             meta.mode() & 0o777
         ));
     }
-    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    Ok(text.lines().next().unwrap_or_default().to_owned())
+    std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))
 }
 
 /// The environment variable the ClickHouse password may come from.
@@ -372,22 +418,59 @@ pub struct BackfillConfig {
 pub struct BackupConfig {
     /// The tool that writes the store.
     pub tool: BackupTool,
-    /// Where the store is: the repository's absolute path (pgBackRest's
-    /// `repo1-path`).
+    /// Where the store is: an absolute path (pgBackRest's `repo1-path`), or
+    /// `s3://bucket/prefix` (barman-cloud's destination URL).
     pub repo: String,
     /// pgBackRest: the stanza of the source cluster.
     #[serde(default)]
     pub stanza: Option<String>,
+    /// barman-cloud: the server name the backups and WAL are kept under.
+    #[serde(default)]
+    pub server_name: Option<String>,
     /// Which backup serves: `latest` (the newest) or a backup's name.
     #[serde(default = "default_backup_name")]
     pub backup: String,
+    /// S3: an S3-compatible server's URL (AWS itself without).
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// S3: the bucket's region.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// S3: `endpoint/bucket/key` addressing rather than `bucket.endpoint/key`.
+    #[serde(default)]
+    pub path_style: bool,
+    /// S3: a file (0600) of `AWS_ACCESS_KEY_ID=…`, `AWS_SECRET_ACCESS_KEY=…`
+    /// (and `AWS_SESSION_TOKEN=…`) lines; without it the environment's.
+    #[serde(default)]
+    pub credentials_file: Option<PathBuf>,
+    /// Read from `credentials_file` when the config is loaded.
+    #[serde(skip)]
+    pub credentials: Option<S3Credentials>,
+}
+
+/// S3 keys read from `[backup] credentials_file`.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct S3Credentials {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
+}
+
+// Never print the keys.
+impl std::fmt::Debug for S3Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Credentials")
+            .field("access_key_id", &self.access_key_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The backup tools whose stores walshadow reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum BackupTool {
     Pgbackrest,
+    BarmanCloud,
 }
 
 fn default_backup_name() -> String {
@@ -642,6 +725,16 @@ impl Config {
             }
             m.token = Some(token);
         }
+        if let Some(b) = self.backup.as_mut()
+            && let Some(file) = &b.credentials_file
+        {
+            let invalid = |problem| ConfigError::Invalid {
+                path: path.to_owned(),
+                key: "backup.credentials_file",
+                problem,
+            };
+            b.credentials = Some(read_s3_credentials(file).map_err(invalid)?);
+        }
         let Some(ch) = self.clickhouse.as_mut() else {
             return Ok(());
         };
@@ -700,8 +793,9 @@ impl Config {
             ));
         }
         if let Some(b) = &self.backup {
+            let given = |v: &Option<String>| v.as_deref().is_some_and(|v| !v.is_empty());
             match b.tool {
-                BackupTool::Pgbackrest if b.stanza.as_deref().is_none_or(str::is_empty) => {
+                BackupTool::Pgbackrest if !given(&b.stanza) => {
                     return Err(invalid(
                         "backup.stanza",
                         "pgBackRest stores are read by stanza: give the source's stanza \
@@ -709,12 +803,36 @@ impl Config {
                             .into(),
                     ));
                 }
-                BackupTool::Pgbackrest => {}
+                BackupTool::BarmanCloud if !given(&b.server_name) => {
+                    return Err(invalid(
+                        "backup.server_name",
+                        "barman-cloud stores are read by server name: give the one \
+                         barman-cloud-backup was given"
+                            .into(),
+                    ));
+                }
+                _ => {}
             }
-            if !Path::new(&b.repo).is_absolute() {
+            let s3 = b.repo.starts_with("s3://");
+            if !s3 && !Path::new(&b.repo).is_absolute() {
                 return Err(invalid(
                     "backup.repo",
-                    format!("{}: use the repository's absolute path", b.repo),
+                    format!(
+                        "{}: use the repository's absolute path or s3://bucket/prefix",
+                        b.repo
+                    ),
+                ));
+            }
+            if !s3
+                && (b.endpoint.is_some()
+                    || b.region.is_some()
+                    || b.path_style
+                    || b.credentials_file.is_some())
+            {
+                return Err(invalid(
+                    "backup.endpoint",
+                    "endpoint, region, path_style and credentials_file are for an s3:// repo"
+                        .into(),
                 ));
             }
         }

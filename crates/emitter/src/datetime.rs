@@ -4,6 +4,7 @@
 //! Some ClickHouse builds accept more, but a value outside the documented
 //! range is not guaranteed to read back, so it is refused.
 
+use walshadow_pg_format::epoch::civil_from_days;
 /// `POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE` (datatype/timestamp.h).
 pub(crate) use walshadow_pg_format::epoch::{
     UNIX_DAYS as PG_EPOCH_UNIX_DAYS, UNIX_MICROS as PG_EPOCH_UNIX_MICROS,
@@ -35,21 +36,6 @@ pub(crate) fn datetime64(pg_micros: i64) -> Option<i64> {
     (DATETIME64_MIN..=DATETIME64_MAX)
         .contains(&micros)
         .then_some(micros)
-}
-
-/// Days since 1970-01-01 → proleptic Gregorian (year, month, day)
-/// (H. Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 /// A PostgreSQL date in ISO form for messages (`infinity` as PostgreSQL

@@ -6,9 +6,10 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+use walshadow_backup_store::barman_cloud::BarmanCloud;
 use walshadow_backup_store::continuity::{self, Branch, Continuity};
-use walshadow_backup_store::pgbackrest::{Backup, BackupKind, PgBackRest};
-use walshadow_backup_store::{Repository, StoreError};
+use walshadow_backup_store::pgbackrest::PgBackRest;
+use walshadow_backup_store::{Backup, BackupKind, BackupStore, Repository, S3Options, StoreError};
 use walshadow_config::{BackupConfig, BackupTool, Config};
 use walshadow_types::{Lsn, TimeLineId};
 use walshadow_wal_reader::replication::{ConnConfig, ReplicationClient};
@@ -40,21 +41,40 @@ pub struct BackupRow {
 #[derive(Debug)]
 pub struct BackupList(pub Vec<BackupRow>);
 
-fn open(config: &Config) -> Result<(PgBackRest, &BackupConfig), BackupAdminError> {
-    let b = config.backup.as_ref().ok_or(BackupAdminError::NoStore)?;
-    let repo = Repository::open(&b.repo)?;
-    let store = match b.tool {
-        BackupTool::Pgbackrest => PgBackRest::new(repo, b.stanza.as_deref().unwrap_or_default()),
+/// The `[backup]` store.
+pub fn open(settings: &BackupConfig) -> Result<BackupStore, StoreError> {
+    let creds = settings.credentials.as_ref();
+    let s3 = S3Options {
+        endpoint: settings.endpoint.clone(),
+        region: settings.region.clone(),
+        path_style: settings.path_style,
+        access_key_id: creds.map(|c| c.access_key_id.clone()),
+        secret_access_key: creds.map(|c| c.secret_access_key.clone()),
+        session_token: creds.and_then(|c| c.session_token.clone()),
     };
-    Ok((store, b))
+    let repo = Repository::open(&settings.repo, &s3)?;
+    Ok(match settings.tool {
+        BackupTool::Pgbackrest => BackupStore::PgBackRest(PgBackRest::new(
+            repo,
+            settings.stanza.as_deref().unwrap_or_default(),
+        )),
+        BackupTool::BarmanCloud => BackupStore::BarmanCloud(BarmanCloud::new(
+            repo,
+            settings.server_name.as_deref().unwrap_or_default(),
+        )),
+    })
+}
+
+fn settings(config: &Config) -> Result<&BackupConfig, BackupAdminError> {
+    config.backup.as_ref().ok_or(BackupAdminError::NoStore)
 }
 
 /// What the store alone says against a backup serving a load.
-async fn unusable(store: &PgBackRest, b: &Backup, archived: &BTreeSet<String>) -> Option<String> {
-    if b.page_errors {
-        return Some("pgBackRest found page checksum errors while copying it".into());
+async fn unusable(store: &BackupStore, b: &Backup, archived: &BTreeSet<String>) -> Option<String> {
+    if let Some(flaw) = &b.flaw {
+        return Some(flaw.clone());
     }
-    if let Err(e) = store.manifest(&b.label).await {
+    if let Err(e) = store.check_readable(b).await {
         return Some(e.to_string());
     }
     if !archived.contains(&b.archive_start) {
@@ -72,13 +92,9 @@ async fn unusable(store: &PgBackRest, b: &Backup, archived: &BTreeSet<String>) -
     None
 }
 
-async fn archived_names(store: &PgBackRest, b: &Backup) -> Result<BTreeSet<String>, StoreError> {
-    let info = store.archive_info().await?;
-    let Some(id) = info.archive_id(&b.pg_version, b.system_id) else {
-        return Ok(BTreeSet::new());
-    };
+async fn archived_names(store: &BackupStore, b: &Backup) -> Result<BTreeSet<String>, StoreError> {
     Ok(store
-        .archived_segments(&id)
+        .archived_segments(b)
         .await?
         .into_iter()
         .map(|f| f.name)
@@ -87,19 +103,18 @@ async fn archived_names(store: &PgBackRest, b: &Backup) -> Result<BTreeSet<Strin
 
 /// Every backup of the store, oldest first, with whether it can serve.
 pub async fn list(config: &Config) -> Result<Vec<BackupRow>, BackupAdminError> {
-    let (store, _) = open(config)?;
+    let store = open(settings(config)?)?;
     let backups = store.backups().await?;
     let mut rows = Vec::with_capacity(backups.len());
+    // One listing of the archive per cluster the backups belong to.
     let mut archived: Option<(String, BTreeSet<String>)> = None;
     for b in backups {
-        if archived
-            .as_ref()
-            .is_none_or(|(id, _)| *id != b.archive_id())
-        {
-            archived = Some((b.archive_id(), archived_names(&store, &b).await?));
-        }
-        let names = archived.as_ref().map(|(_, n)| n).expect("just set");
-        let unusable = unusable(&store, &b, names).await;
+        let names = match archived.take() {
+            Some((id, names)) if id == b.archive => names,
+            _ => archived_names(&store, &b).await?,
+        };
+        let unusable = unusable(&store, &b, &names).await;
+        archived = Some((b.archive.clone(), names));
         rows.push(BackupRow {
             backup: b,
             unusable,
@@ -134,7 +149,8 @@ fn source_error(
 /// timelines, and the archive holds every segment from its start to the
 /// newest archived one.
 pub async fn check(config: &Config) -> Result<CheckReport, BackupAdminError> {
-    let (store, settings) = open(config)?;
+    let settings = settings(config)?;
+    let store = open(settings)?;
     let backups = store.backups().await?;
     let chosen = if settings.backup == "latest" {
         backups.last()
@@ -201,16 +217,22 @@ pub async fn check(config: &Config) -> Result<CheckReport, BackupAdminError> {
     let mut problems = Vec::new();
     if chosen.system_id != ident.systemid {
         problems.push(format!(
-            "the backup is of cluster {}, the source is cluster {}: the [backup] store or stanza \
-             is another cluster's",
+            "the backup is of cluster {}, the source is cluster {}: the [backup] store, stanza \
+             or server name is another cluster's",
             chosen.system_id, ident.systemid
         ));
     }
-    let major = version.split(['.', ' ']).next().unwrap_or_default();
+    // "15.20", "17devel", "16beta1", "18.6 (Debian …)": the leading digits.
+    let major: String = version.chars().take_while(char::is_ascii_digit).collect();
     if chosen.pg_version != major {
         problems.push(format!(
-            "the backup is of PostgreSQL {}, the source runs {version}",
-            chosen.pg_version
+            "the backup is of PostgreSQL {}, the source runs {}",
+            chosen.pg_version,
+            if version.is_empty() {
+                "a version it did not report"
+            } else {
+                &version
+            }
         ));
     }
     if let Some(why) = branch.off_branch(chosen.timeline, chosen.start_lsn, chosen.stop_lsn) {
@@ -244,17 +266,13 @@ pub async fn check(config: &Config) -> Result<CheckReport, BackupAdminError> {
     {
         problems.push(why.clone());
     }
-    // The first segment is read whole: the archive is readable, its
-    // content matches the SHA-1 pgBackRest named it by.
-    if let Some(id) = store
-        .archive_info()
+    // The first segment is read whole: the archive is readable, and its
+    // content is a segment (matching the SHA-1 pgBackRest named it by).
+    if let Some(first) = store
+        .archived_segments(&chosen)
         .await?
-        .archive_id(&chosen.pg_version, chosen.system_id)
-        && let Some(first) = store
-            .archived_segments(&id)
-            .await?
-            .into_iter()
-            .find(|f| f.name == chosen.archive_start)
+        .into_iter()
+        .find(|f| f.name == chosen.archive_start)
         && let Err(e) = store.read_segment(&first, seg_size).await
     {
         problems.push(e.to_string());
@@ -304,8 +322,8 @@ impl fmt::Display for BackupList {
                 b.start_lsn.to_string(),
                 b.stop_lsn.to_string(),
                 b.timeline,
-                mb(b.size),
-                mb(b.repo_size),
+                b.size.map_or("-".into(), mb),
+                b.stored_size.map_or("-".into(), mb),
                 r.unusable
                     .as_deref()
                     .map_or("yes".into(), |w| format!("no: {w}"))

@@ -3,57 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use walshadow_types::{Lsn, TimeLineId};
+use walshadow_types::Lsn;
 
 use super::ini::Ini;
-
-/// pgBackRest's kinds of backup.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BackupKind {
-    Full,
-    Diff,
-    Incr,
-}
-
-/// One backup, as `backup.info` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Backup {
-    pub label: String,
-    pub kind: BackupKind,
-    /// The backup this one is a difference from (diff, incr).
-    pub prior: Option<String>,
-    /// Where the backup's redo starts (`pg_backup_start`'s LSN).
-    pub start_lsn: Lsn,
-    /// Where the cluster is consistent once replayed (`pg_backup_stop`'s LSN).
-    pub stop_lsn: Lsn,
-    /// The timeline of `start_lsn`, from the first WAL segment's name.
-    pub timeline: TimeLineId,
-    /// The WAL segments holding `start_lsn` and `stop_lsn`.
-    pub archive_start: String,
-    pub archive_stop: String,
-    /// Unix seconds.
-    pub started: u64,
-    pub stopped: u64,
-    /// The cluster's size, and what the repository stores for it with the
-    /// backups it references.
-    pub size: u64,
-    pub repo_size: u64,
-    /// The history id of the cluster in `[db:history]`, its version and
-    /// system identifier.
-    pub db_id: u64,
-    pub pg_version: String,
-    pub system_id: u64,
-    /// pgBackRest found page checksum errors while copying.
-    pub page_errors: bool,
-}
-
-impl Backup {
-    /// The archive directory of the backup's WAL (`15-1`).
-    pub fn archive_id(&self) -> String {
-        format!("{}-{}", self.pg_version, self.db_id)
-    }
-}
+use crate::backup::{Backup, BackupKind, utc_text};
 
 fn lsn(v: &serde_json::Value, key: &str) -> Result<Lsn, String> {
     v[key]
@@ -129,27 +82,32 @@ pub fn parse_backup_info(text: &str) -> Result<Vec<Backup>, String> {
             .get(&db_id)
             .cloned()
             .ok_or_else(|| at(format!("db-id {db_id} is not in [db:history]")))?;
-        backups.push(Backup {
-            label: label.clone(),
-            kind,
-            prior: v["backup-prior"].as_str().map(str::to_owned),
-            start_lsn: lsn(v, "backup-lsn-start").map_err(at)?,
-            stop_lsn: lsn(v, "backup-lsn-stop").map_err(at)?,
-            timeline,
-            archive_start,
-            archive_stop: string(v, "backup-archive-stop").map_err(at)?,
-            started: number(v, "backup-timestamp-start").map_err(at)?,
-            stopped: number(v, "backup-timestamp-stop").map_err(at)?,
-            size: number(v, "backup-info-size").map_err(at)?,
-            repo_size: number(v, "backup-info-repo-size").map_err(at)?,
-            db_id,
-            pg_version,
-            system_id,
-            page_errors: v["backup-error"].as_bool().unwrap_or(false),
-        });
+        let page_errors = v["backup-error"].as_bool().unwrap_or(false);
+        let started = number(v, "backup-timestamp-start").map_err(at)?;
+        backups.push((
+            started,
+            Backup {
+                label: label.clone(),
+                kind,
+                prior: v["backup-prior"].as_str().map(str::to_owned),
+                start_lsn: lsn(v, "backup-lsn-start").map_err(at)?,
+                stop_lsn: lsn(v, "backup-lsn-stop").map_err(at)?,
+                timeline,
+                archive_start,
+                archive_stop: string(v, "backup-archive-stop").map_err(at)?,
+                ended: utc_text(number(v, "backup-timestamp-stop").map_err(at)?),
+                size: Some(number(v, "backup-info-size").map_err(at)?),
+                stored_size: Some(number(v, "backup-info-repo-size").map_err(at)?),
+                archive: format!("{pg_version}-{db_id}"),
+                pg_version,
+                system_id,
+                flaw: page_errors
+                    .then(|| "pgBackRest found page checksum errors while copying it".to_owned()),
+            },
+        ));
     }
-    backups.sort_by_key(|b| (b.started, b.label.clone()));
-    Ok(backups)
+    backups.sort_by(|(a, x), (b, y)| (a, &x.label).cmp(&(b, &y.label)));
+    Ok(backups.into_iter().map(|(_, b)| b).collect())
 }
 
 /// `archive.info`: the clusters whose WAL the archive holds.
@@ -207,9 +165,10 @@ mod tests {
         assert_eq!(incr.start_lsn, "0/6000028".parse().unwrap());
         assert_eq!(incr.stop_lsn, "0/6000100".parse().unwrap());
         assert_eq!(incr.timeline, 1);
-        assert_eq!(incr.archive_id(), "15-1");
+        assert_eq!(incr.archive, "15-1");
         assert_eq!(incr.system_id, 7715151869477729070);
-        assert!(!incr.page_errors);
+        assert_eq!(incr.ended, "2026-12-03 18:49:45");
+        assert_eq!(incr.flaw, None);
     }
 
     #[test]

@@ -24,12 +24,12 @@ mod manifest;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use bytes::Bytes;
 use sha1::{Digest, Sha1};
 use walshadow_types::TimeLineId;
 
+use crate::backup::{ArchivedFile, Backup, hex};
 use crate::{Compression, Repository, StoreError};
-pub use info::{ArchiveInfo, Backup, BackupKind, parse_archive_info, parse_backup_info};
+pub use info::{ArchiveInfo, parse_archive_info, parse_backup_info};
 pub use manifest::{Manifest, ManifestFile, parse_manifest};
 
 /// One stanza of a pgBackRest repository.
@@ -40,16 +40,6 @@ pub struct PgBackRest {
     /// Each backup's compression, from its manifest (a file's holder may
     /// compress differently from the backup that references it).
     compressions: Mutex<HashMap<String, Compression>>,
-}
-
-/// An archived WAL file: its name as PostgreSQL gives it and its key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ArchivedFile {
-    pub name: String,
-    pub key: String,
-    pub compression: Compression,
-    /// The SHA-1 of the file's content, from its archived name.
-    pub sha1: Option<String>,
 }
 
 impl PgBackRest {
@@ -69,18 +59,37 @@ impl PgBackRest {
         &self.stanza
     }
 
-    /// An info file, or its `.copy` when the file is missing or torn
-    /// (pgBackRest writes both, one after the other).
-    async fn info_file(&self, key: &str) -> Result<(String, String), StoreError> {
+    /// An info file parsed by `parse`, or its `.copy` when the file is
+    /// missing or does not parse (pgBackRest writes both, one after the
+    /// other, and reads the copy the same way). An encrypted file
+    /// (OpenSSL's `Salted__` header) is refused by name.
+    async fn info_file<T>(
+        &self,
+        key: &str,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<T, StoreError> {
         let mut torn = None;
         for key in [key.to_owned(), format!("{key}.copy")] {
-            match self.repo.get(&key).await {
-                Ok(bytes) => match String::from_utf8(bytes.to_vec()) {
-                    Ok(text) => return Ok((key, text)),
-                    Err(_) => torn = Some(self.repo.malformed(&key, "not UTF-8")),
-                },
-                Err(StoreError::NotFound { .. }) => {}
+            let bytes = match self.repo.get(&key).await {
+                Ok(bytes) => bytes,
+                Err(StoreError::NotFound { .. }) => continue,
                 Err(e) => return Err(e),
+            };
+            if bytes.starts_with(b"Salted__") {
+                return Err(StoreError::Unsupported {
+                    store: self.repo.name().to_owned(),
+                    what: format!("an encrypted repository (repo-cipher-type): {key}"),
+                    remedy: "give walshadow an unencrypted repository".to_owned(),
+                });
+            }
+            let parsed = std::str::from_utf8(&bytes)
+                .map_err(|_| "not UTF-8".to_owned())
+                .and_then(&parse);
+            match parsed {
+                Ok(v) => return Ok(v),
+                Err(reason) => {
+                    torn.get_or_insert(self.repo.malformed(&key, reason));
+                }
             }
         }
         Err(torn.unwrap_or_else(|| StoreError::NotFound {
@@ -92,28 +101,27 @@ impl PgBackRest {
     /// The stanza's backups, oldest first.
     pub async fn backups(&self) -> Result<Vec<Backup>, StoreError> {
         let key = format!("backup/{}/backup.info", self.stanza);
-        let (key, text) = self.info_file(&key).await.map_err(|e| match e {
-            StoreError::NotFound { store, path } => StoreError::NotFound {
-                store,
-                path: format!("{path} (is the stanza {:?} right?)", self.stanza),
-            },
-            e => e,
-        })?;
-        parse_backup_info(&text).map_err(|reason| self.repo.malformed(&key, reason))
+        self.info_file(&key, parse_backup_info)
+            .await
+            .map_err(|e| match e {
+                StoreError::NotFound { store, path } => StoreError::NotFound {
+                    store,
+                    path: format!("{path} (is the stanza {:?} right?)", self.stanza),
+                },
+                e => e,
+            })
     }
 
     /// The stanza's `archive.info`.
     pub async fn archive_info(&self) -> Result<ArchiveInfo, StoreError> {
         let key = format!("archive/{}/archive.info", self.stanza);
-        let (key, text) = self.info_file(&key).await?;
-        parse_archive_info(&text).map_err(|reason| self.repo.malformed(&key, reason))
+        self.info_file(&key, parse_archive_info).await
     }
 
     /// The manifest of backup `label`.
     pub async fn manifest(&self, label: &str) -> Result<Manifest, StoreError> {
         let key = format!("backup/{}/{label}/backup.manifest", self.stanza);
-        let (key, text) = self.info_file(&key).await?;
-        let manifest = parse_manifest(&text).map_err(|reason| self.repo.malformed(&key, reason))?;
+        let manifest = self.info_file(&key, parse_manifest).await?;
         if let Some(what) = &manifest.unsupported {
             return Err(StoreError::Unsupported {
                 store: self.repo.name().to_owned(),
@@ -188,7 +196,17 @@ impl PgBackRest {
                 ),
             ));
         }
-        if let Some(want) = &file.checksum {
+        let Some(want) = &file.checksum else {
+            return Err(self.repo.malformed(
+                &key,
+                format!(
+                    "the manifest of backup {} gives no checksum for {path} (a partial \
+                     manifest)",
+                    manifest.label
+                ),
+            ));
+        };
+        {
             let got = hex(&Sha1::digest(&content));
             if &got != want {
                 return Err(self.repo.malformed(
@@ -261,30 +279,4 @@ impl PgBackRest {
         }
         Ok(None)
     }
-
-    /// An archived segment's content, checked against the SHA-1 in its name.
-    pub async fn read_segment(
-        &self,
-        file: &ArchivedFile,
-        seg_size: u32,
-    ) -> Result<Bytes, StoreError> {
-        let stored = self.repo.get(&file.key).await?;
-        let content = file
-            .compression
-            .decompress(&stored, u64::from(seg_size))
-            .map_err(|e| self.repo.malformed(&file.key, e.to_string()))?;
-        if let Some(want) = &file.sha1 {
-            let got = hex(&Sha1::digest(&content));
-            if &got != want {
-                return Err(self
-                    .repo
-                    .malformed(&file.key, format!("SHA-1 {got}, its name says {want}")));
-            }
-        }
-        Ok(Bytes::from(content))
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -1,0 +1,81 @@
+//! One face for every tool's store: what `walshadow backup` (and the loads
+//! to come) ask of it.
+
+use bytes::Bytes;
+
+use crate::StoreError;
+use crate::backup::{ArchivedFile, Backup};
+use crate::barman_cloud::BarmanCloud;
+use crate::pgbackrest::PgBackRest;
+
+/// A backup store of one of the tools walshadow reads.
+#[derive(Debug)]
+pub enum BackupStore {
+    PgBackRest(PgBackRest),
+    BarmanCloud(BarmanCloud),
+}
+
+impl BackupStore {
+    /// The store's name for messages: its location.
+    pub fn name(&self) -> &str {
+        match self {
+            BackupStore::PgBackRest(s) => s.repository().name(),
+            BackupStore::BarmanCloud(s) => s.repository().name(),
+        }
+    }
+
+    /// Every backup, oldest first.
+    pub async fn backups(&self) -> Result<Vec<Backup>, StoreError> {
+        match self {
+            BackupStore::PgBackRest(s) => s.backups().await,
+            BackupStore::BarmanCloud(s) => s.backups().await,
+        }
+    }
+
+    /// The WAL segments archived beside `backup` (its cluster's), by name.
+    pub async fn archived_segments(
+        &self,
+        backup: &Backup,
+    ) -> Result<Vec<ArchivedFile>, StoreError> {
+        match self {
+            BackupStore::PgBackRest(s) => s.archived_segments(&backup.archive).await,
+            BackupStore::BarmanCloud(s) => s.archived_segments().await,
+        }
+    }
+
+    /// An archived segment's content, checked as far as the store allows
+    /// ([`ArchivedFile::read`]).
+    pub async fn read_segment(
+        &self,
+        file: &ArchivedFile,
+        seg_size: u32,
+    ) -> Result<Bytes, StoreError> {
+        let repo = match self {
+            BackupStore::PgBackRest(s) => s.repository(),
+            BackupStore::BarmanCloud(s) => s.repository(),
+        };
+        file.read(repo, seg_size).await
+    }
+
+    /// Whether the history file of timeline `tli` is archived beside
+    /// `backup`: recovery needs it to follow the branch onto `tli`.
+    pub async fn has_history(
+        &self,
+        backup: &Backup,
+        tli: walshadow_types::TimeLineId,
+    ) -> Result<bool, StoreError> {
+        match self {
+            BackupStore::PgBackRest(s) => Ok(s.history(&backup.archive, tli).await?.is_some()),
+            BackupStore::BarmanCloud(s) => s.has_history(tli).await,
+        }
+    }
+
+    /// Whether the backup's own description reads (pgBackRest: its
+    /// manifest, refusing what walshadow does not read).
+    pub async fn check_readable(&self, backup: &Backup) -> Result<(), StoreError> {
+        match self {
+            BackupStore::PgBackRest(s) => s.manifest(&backup.label).await.map(|_| ()),
+            BackupStore::BarmanCloud(_) => Ok(()),
+        }
+    }
+}
