@@ -156,6 +156,18 @@ mod tests {
         list.iter().map(|s| s.to_string()).collect()
     }
 
+    /// Timeline 2, which began at `switch_lsn`.
+    fn onto_two_at(switch_lsn: Lsn) -> Branch {
+        Branch {
+            timeline: 2,
+            history: vec![HistoryEntry {
+                parent: 1,
+                switch_lsn,
+                reason: String::new(),
+            }],
+        }
+    }
+
     fn on_one() -> Branch {
         Branch {
             timeline: 1,
@@ -214,14 +226,7 @@ mod tests {
 
     #[test]
     fn a_switch_on_a_segment_boundary_leaves_the_old_segment_to_the_old_timeline() {
-        let branch = Branch {
-            timeline: 2,
-            history: vec![HistoryEntry {
-                parent: 1,
-                switch_lsn: Lsn(0x0300_0000),
-                reason: String::new(),
-            }],
-        };
+        let branch = onto_two_at(Lsn(0x0300_0000));
         assert_eq!(branch.timeline_of_segment(2, SEG), 1);
         assert_eq!(branch.timeline_of_segment(3, SEG), 2);
     }
@@ -242,14 +247,7 @@ mod tests {
     #[test]
     fn segments_follow_the_branch_across_a_switch() {
         // Timeline 2 began in segment 3.
-        let branch = Branch {
-            timeline: 2,
-            history: vec![HistoryEntry {
-                parent: 1,
-                switch_lsn: Lsn(0x0300_1000),
-                reason: String::new(),
-            }],
-        };
+        let branch = onto_two_at(Lsn(0x0300_1000));
         assert_eq!(branch.timeline_of_segment(2, SEG), 1);
         assert_eq!(branch.timeline_of_segment(3, SEG), 2);
         let archived = names(&[
