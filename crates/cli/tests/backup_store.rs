@@ -16,8 +16,10 @@
 //! And a barman-cloud store on S3 (a local S3 server, moto), on 15 and 18:
 //! the source archives with `barman-cloud-wal-archive`, one
 //! `barman-cloud-backup`; `backup list` and `backup check` read it through
-//! S3 with the keys of a `credentials_file`, and `check` names a segment
-//! deleted from the bucket.
+//! S3 with the keys of a `credentials_file`; after a standby is promoted
+//! the timeline-1 backup serves the new primary, and `check` names the
+//! history file of timeline 2 once it is deleted from the bucket, and a
+//! segment deleted from it.
 
 mod common;
 
@@ -345,7 +347,7 @@ fn barman_cloud_store(major: PgMajor) -> Result<()> {
             with_aws_env(&s3, "barman-cloud-wal-archive")?
         ),
     );
-    let source = Cluster::start(major, opts)?;
+    let mut source = Cluster::start(major, opts)?;
     source.psql(
         "create table t (id int primary key, v text);
          insert into t select g, md5(g::text) from generate_series(1, 20000) g;",
@@ -384,24 +386,26 @@ fn barman_cloud_store(major: PgMajor) -> Result<()> {
         ),
     )?;
     std::fs::set_permissions(&creds, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    let plain = write_walshadow_config(
-        &source,
-        work.path(),
-        &work.path().join("shadow"),
-        "walshadow",
-    )?;
-    let config = work.path().join("barman.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "{}\n[backup]\ntool = \"barman-cloud\"\nrepo = \"{url}\"\nserver_name = \"{SERVER}\"\n\
-             endpoint = \"{}\"\nregion = \"{}\"\npath_style = true\ncredentials_file = \"{}\"\n",
-            std::fs::read_to_string(&plain)?,
-            s3.endpoint(),
-            S3Server::REGION,
-            creds.display()
-        ),
-    )?;
+    // A config for `cluster` as the source, with the store.
+    let config_for = |cluster: &Cluster, name: &str| -> Result<PathBuf> {
+        let dir = work.path().join(name);
+        std::fs::create_dir_all(&dir)?;
+        let plain = write_walshadow_config(cluster, &dir, &dir.join("shadow"), "walshadow")?;
+        let config = dir.join("barman.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "{}\n[backup]\ntool = \"barman-cloud\"\nrepo = \"{url}\"\nserver_name = \"{SERVER}\"\n\
+                 endpoint = \"{}\"\nregion = \"{}\"\npath_style = true\ncredentials_file = \"{}\"\n",
+                std::fs::read_to_string(&plain)?,
+                s3.endpoint(),
+                S3Server::REGION,
+                creds.display()
+            ),
+        )?;
+        Ok(config)
+    };
+    let config = config_for(&source, "primary")?;
     let (ok, out) = walshadow_backup("list", &config, true)?;
     ensure!(ok, "{out}");
     let rows: serde_json::Value = serde_json::from_str(&out).context(out.clone())?;
@@ -417,6 +421,41 @@ fn barman_cloud_store(major: PgMajor) -> Result<()> {
         ok && out.contains("ok: the backup") && out.contains(&format!("to {last}")),
         "{out}"
     );
+    // A new timeline: the standby promoted once the primary stopped
+    // archives its history and its segments; the backup, of timeline 1,
+    // serves the new primary while the history file is there.
+    let standby = source.start_standby()?;
+    source.psql("insert into t values (200000, 'before the switch')")?;
+    let lsn = source.query_one("select pg_current_wal_insert_lsn()")?;
+    wait_until(Duration::from_secs(60), "the standby to replay", || {
+        Ok(standby.query_one(&format!(
+            "select pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn"
+        ))? == "t")
+    })?;
+    source.stop()?;
+    standby.promote()?;
+    standby.psql("insert into t values (300000, 'on timeline 2')")?;
+    let on_two = switch_and_archive(&standby)?;
+    ensure!(on_two.starts_with("00000002"), "{on_two}");
+    let promoted = config_for(&standby, "promoted")?;
+    let (ok, out) = walshadow_backup("check", &promoted, false)?;
+    ensure!(
+        ok && out.contains("timeline 2") && out.contains(&format!("to {on_two}")),
+        "{out}"
+    );
+    let wals = s3.keys(BUCKET, &format!("pg/{SERVER}/wals/"))?;
+    let history = wals
+        .iter()
+        .find(|k| k.contains("00000002.history"))
+        .with_context(|| format!("no history of timeline 2 archived: {wals:?}"))?;
+    s3.delete_object(BUCKET, history)?;
+    let (ok, out) = walshadow_backup("check", &promoted, false)?;
+    ensure!(
+        !ok && out.contains("no history file of timeline 2"),
+        "{out}"
+    );
+    let config = promoted;
+
     // A segment deleted from the bucket: a hole, named.
     let gone = &after[1];
     s3.delete_object(

@@ -240,6 +240,24 @@ pub async fn check(config: &Config) -> Result<CheckReport, BackupAdminError> {
             "the backup is off the source's timeline branch: {why}"
         ));
     }
+    // Recovery follows the branch onto each newer timeline by its history
+    // file: without it, replay stays on the old timeline and diverges.
+    let newer = branch
+        .history
+        .iter()
+        .map(|e| e.parent)
+        .chain([ident.timeline])
+        .filter(|&t| t > chosen.timeline);
+    for tli in newer.collect::<BTreeSet<_>>() {
+        if !store.has_history(&chosen, tli).await? {
+            problems.push(format!(
+                "the archive has no history file of timeline {tli} ({}), which replay from \
+                 the backup needs to follow the source's branch: archive it (PostgreSQL \
+                 archives it at promotion; check archive_command)",
+                walshadow_pg_format::wal_files::history_file_name(tli)
+            ));
+        }
+    }
     let continuity = continuity::check(&names, chosen.start_lsn, ident.xlogpos, &branch, seg_size);
     if continuity.last_archived.is_none() {
         problems.push(format!(

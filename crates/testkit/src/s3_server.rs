@@ -68,22 +68,43 @@ impl S3Server {
         Ok(())
     }
 
-    /// Deletes object `key` of `bucket`, with boto3 (the server wants a
-    /// signed request for that).
-    pub fn delete_object(&self, bucket: &str, key: &str) -> Result<()> {
-        let script = "import sys, boto3\n\
-                      boto3.client('s3', endpoint_url=sys.argv[1]).delete_object(Bucket=sys.argv[2], Key=sys.argv[3])\n";
+    /// Runs a boto3 script given `s3 = boto3.client(…)` for this server and
+    /// `args` as `sys.argv[1:]`: signed requests, which the server wants
+    /// for all but creating a bucket. Its standard output.
+    fn boto3(&self, what: &str, body: &str, args: &[&str]) -> Result<String> {
+        let script = format!(
+            "import sys, boto3\ns3 = boto3.client('s3', endpoint_url={:?})\n{body}",
+            self.endpoint()
+        );
         let out = Command::new(venv_program("python")?)
-            .args(["-c", script, &self.endpoint(), bucket, key])
+            .arg("-c")
+            .arg(script)
+            .args(args)
             .envs(self.aws_env())
             .output()?;
         if !out.status.success() {
-            bail!(
-                "deleting {bucket}/{key}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            bail!("{what}: {}", String::from_utf8_lossy(&out.stderr));
         }
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The keys of `bucket` under `prefix`.
+    pub fn keys(&self, bucket: &str, prefix: &str) -> Result<Vec<String>> {
+        let body = "for page in s3.get_paginator('list_objects_v2').paginate(Bucket=sys.argv[1], Prefix=sys.argv[2]):\n    \
+                    for o in page.get('Contents', []): print(o['Key'])\n";
+        let out = self.boto3(
+            &format!("listing {bucket}/{prefix}"),
+            body,
+            &[bucket, prefix],
+        )?;
+        Ok(out.lines().map(str::to_owned).collect())
+    }
+
+    /// Deletes object `key` of `bucket`.
+    pub fn delete_object(&self, bucket: &str, key: &str) -> Result<()> {
+        let body = "s3.delete_object(Bucket=sys.argv[1], Key=sys.argv[2])\n";
+        self.boto3(&format!("deleting {bucket}/{key}"), body, &[bucket, key])
+            .map(|_| ())
     }
 
     /// The environment the AWS tools (barman-cloud's boto3) read.
