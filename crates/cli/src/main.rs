@@ -53,8 +53,8 @@ enum Command {
     /// `walshadow run` is stopped.
     #[command(subcommand)]
     Toast(ToastCommand),
-    /// The backup store of [backup] (a pgBackRest repository): its backups
-    /// and WAL archive. Reads only.
+    /// The backup store of [backup] (a pgBackRest repository, or a
+    /// barman-cloud store on S3): its backups and WAL archive. Reads only.
     #[command(subcommand)]
     Backup(BackupCommand),
 }
@@ -63,14 +63,17 @@ enum Command {
 enum BackupCommand {
     /// Every backup in the store, oldest first: name, type, start (redo)
     /// and stop LSNs, timeline, size, and whether it can serve a load as
-    /// far as the store tells (its manifest reads, its WAL is archived).
+    /// far as the store tells (it finished and reads; its first and last
+    /// WAL segments are archived).
     List(backup_cmd::BackupArgs),
     /// Check the chosen backup ([backup] backup, default latest) against
     /// the store and the source: the same cluster and major, on the
-    /// source's timeline branch, and the archive continuous from the
-    /// backup's start to its newest segment (segments the source has not
-    /// archived yet are counted, not a problem). Exits non-zero on a
-    /// problem, each printed with its remedy.
+    /// source's timeline branch with the history file of every newer
+    /// timeline archived, and the archive continuous from the backup's
+    /// start to its newest segment (segments the source has not archived
+    /// yet are counted, not a problem). Asks the source over replication
+    /// only, no SQL. Exits non-zero on a problem, each printed with its
+    /// remedy.
     Check(backup_cmd::BackupArgs),
 }
 
