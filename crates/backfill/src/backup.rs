@@ -44,7 +44,7 @@
 
 use crate::attempts::{AttemptError, Attempts};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -64,9 +64,19 @@ use walshadow_wal_reader::replication::{
 use crate::ledger::{Ledger, LedgerError, Pass, Phase};
 use crate::staging::{DestLocks, Gate as SchemaGate, StagingTable, SwapMark};
 use crate::walk_sink::{PageConsumer, PageWalkSink, SlruKind, WalkOptions, WalkStats, WalkedPage};
+use walshadow_backup_store::suitability;
+use walshadow_backup_store::{Backup, BackupStore, StoreError};
+use walshadow_changes::change::{Change, ChangeKind};
+use walshadow_changes::decode::CommitEvent;
+use walshadow_changes::rows::{ChangeRowsError, Layout, change_rows};
 use walshadow_heap::visibility::{
     DeferredSpool, Gate, GateCounters, MultiXacts, SpoolConfig, TupleHeader, Verdict, XactLog,
+    XactStatus,
 };
+use walshadow_txn::AssemblerConfig;
+use walshadow_types::PgMajor;
+
+use crate::gap::{self, GapError, GapWal, Outcomes};
 
 /// How long the first due `base_backup` request waits for siblings (more
 /// opt-ins in the same transaction or burst) before its pass starts: one
@@ -84,22 +94,48 @@ pub struct PassTable {
     pub dest_name: String,
 }
 
-/// Everything one `base_backup` pass needs.
+/// Where a pass's backup comes from.
+#[derive(Debug, Clone)]
+pub enum Origin {
+    /// `base_backup`: a fresh `BASE_BACKUP` over a replication connection
+    /// (`physical = true`).
+    Stream {
+        replication: ConnConfig,
+        /// `MAX_RATE` in kB/s.
+        max_rate_kb: Option<u32>,
+        checkpoint: Checkpoint,
+    },
+    /// `object_store`: a backup in the operator's store, and its archive's
+    /// WAL from the backup's start to the opt-ins (see [`crate::gap`]).
+    Store(StoreOrigin),
+}
+
+/// An `object_store` pass's store.
+#[derive(Debug, Clone)]
+pub struct StoreOrigin {
+    pub store: Arc<BackupStore>,
+    /// `latest`, or a backup's name.
+    pub backup: String,
+    /// A replication connection to the source, for `IDENTIFY_SYSTEM` and
+    /// `TIMELINE_HISTORY` only: which cluster and branch the backup must be
+    /// of. No SQL, no `BASE_BACKUP`.
+    pub replication: ConnConfig,
+}
+
+/// Everything one `base_backup` or `object_store` pass needs.
 #[derive(Debug, Clone)]
 pub struct BackupPass {
     pub tables: Vec<PassTable>,
-    /// A SQL session on the source database (`physical = false`).
-    pub source: ConnConfig,
-    /// A replication connection (`physical = true`) for `BASE_BACKUP`.
-    pub replication: ConnConfig,
+    /// The SQL session the pass reads relations, files and descriptors
+    /// from (`physical = false`): the source for `base_backup`, the shadow
+    /// for `object_store` (which asks the source nothing).
+    pub catalog: ConnConfig,
+    pub origin: Origin,
     pub ch: ClickHouseClient,
     pub database: String,
     pub meta: MetaColumns,
     pub max_attempts: u32,
     pub batch_rows: usize,
-    /// `MAX_RATE` in kB/s.
-    pub max_rate_kb: Option<u32>,
-    pub checkpoint: Checkpoint,
     /// Where the pass keeps its TOAST chunks and spilled deferred tuples.
     pub spill_dir: PathBuf,
     /// Memory for deferred tuples before they spill.
@@ -137,6 +173,27 @@ pub struct PassSummary {
     /// The walked TOAST chunks of the published tables, for the daemon's
     /// chunk mirror.
     pub toast: Option<ToastHandoff>,
+    /// `object_store`: the WAL replayed from the backup's start.
+    pub gap: Option<GapSummary>,
+}
+
+/// What an `object_store` pass read of the archive's WAL.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GapSummary {
+    pub backup: String,
+    /// `[from, to)`: the backup's start to the newest opt-in.
+    pub from: Lsn,
+    pub to: Lsn,
+    pub segments: usize,
+    pub records: u64,
+    /// Transaction outcomes patched over the backup's `pg_xact`.
+    pub patched: usize,
+    /// Transactions replayed (with changes of the loaded tables) and the
+    /// rows they wrote.
+    pub transactions: u64,
+    pub rows: u64,
+    /// Rows of commits past a table's `S`: the stream has them.
+    pub past_s: u64,
 }
 
 /// A pass's chunk store, kept after the pass so that the daemon copies the
@@ -167,13 +224,14 @@ pub enum TableOutcome {
 /// Why a pass ended without loading its tables.
 #[derive(Debug, thiserror::Error)]
 pub enum PassError {
-    #[error("initial load (base_backup) of {keys}: {attempts} attempts failed; the last: {last}")]
+    #[error("initial load ({mode}) of {keys}: {attempts} attempts failed; the last: {last}")]
     Exhausted {
+        mode: &'static str,
         keys: String,
         attempts: u32,
         last: String,
     },
-    #[error("initial load (base_backup) of {keys}: the ledger: {detail}")]
+    #[error("initial load of {keys}: the ledger: {detail}")]
     Ledger { keys: String, detail: String },
 }
 
@@ -200,7 +258,7 @@ fn source_failed(what: &str) -> impl Fn(ReplicationError) -> AttemptError + '_ {
 
 /// Whether a sink error is an insert ClickHouse refused for a reason that
 /// is not the rows' own (it is down, out of space, a password rotated).
-fn sink_waits(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+pub(crate) fn sink_waits(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
     e.downcast_ref::<walshadow_emitter::FlushError>()
         .is_some_and(walshadow_emitter::FlushError::is_transient)
 }
@@ -231,9 +289,13 @@ struct Leaf {
 /// One table's load into its staging table.
 struct Target {
     table: PassTable,
+    /// `_lsn` of the walked rows.
+    tag: Lsn,
     staging: StagingTable,
     batch: TableBatch,
     width: usize,
+    /// Per destination column: part of the key.
+    key: Vec<bool>,
     rows: u64,
     inserts: u64,
     attempt: u32,
@@ -259,6 +321,14 @@ struct Plan {
 }
 
 impl BackupPass {
+    /// The `initial_load` mode this pass serves.
+    pub fn mode(&self) -> &'static str {
+        match self.origin {
+            Origin::Stream { .. } => "base_backup",
+            Origin::Store(_) => "object_store",
+        }
+    }
+
     fn keys(&self) -> String {
         self.tables
             .iter()
@@ -280,7 +350,7 @@ impl BackupPass {
                 p.phase = Phase::Loading;
             })?;
             if live == 0 {
-                tracing::info!(tables = %self.keys(), "initial load (base_backup): every table was opted out; the pass ends");
+                tracing::info!(tables = %self.keys(), "initial load ({}): every table was opted out; the pass ends", self.mode());
                 return Ok(PassSummary::default());
             }
             let scratch = self
@@ -298,9 +368,9 @@ impl BackupPass {
                 Err(e) => {
                     let setback = tries.failed(e);
                     if setback.waiting {
-                        tracing::warn!(tables = %self.keys(), "initial load (base_backup) waits for the source or ClickHouse ({}); trying again in {:?}", setback.why, setback.pause);
+                        tracing::warn!(tables = %self.keys(), "initial load ({}) waits for the source, the store or ClickHouse ({}); trying again in {:?}", self.mode(), setback.why, setback.pause);
                     } else {
-                        tracing::warn!(tables = %self.keys(), attempt = attempts, "initial load (base_backup) attempt failed: {}", setback.why);
+                        tracing::warn!(tables = %self.keys(), attempt = attempts, "initial load ({}) attempt failed: {}", self.mode(), setback.why);
                     }
                     self.update_each(|p| {
                         p.phase = Phase::Pending;
@@ -311,6 +381,7 @@ impl BackupPass {
             }
         }
         let err = PassError::Exhausted {
+            mode: self.mode(),
             keys: self.keys(),
             attempts: tries.used(),
             last: tries.last().to_owned(),
@@ -409,10 +480,23 @@ impl BackupPass {
         if tables.is_empty() {
             return Ok(PassSummary::default());
         }
-        let sql = ReplicationClient::connect(&self.source)
+        let sql = ReplicationClient::connect(&self.catalog)
             .await
-            .map_err(source_failed("connecting to the source"))?;
-        let (plan, mut sql) = self.plan(sql, &tables).await?;
+            .map_err(source_failed(match self.origin {
+                Origin::Stream { .. } => "connecting to the source",
+                Origin::Store(_) => "connecting to the shadow",
+            }))?;
+        // object_store: the backup and its WAL to the opt-ins first, so
+        // that a catalog change in between stops the pass before a row is
+        // written.
+        let leg = match &self.origin {
+            Origin::Store(o) => Some(self.store_leg(o, &tables, scratch).await?),
+            Origin::Stream { .. } => None,
+        };
+        let (plan, mut sql) = self.plan(sql, &tables, leg.is_none()).await?;
+        if let Some(leg) = &leg {
+            self.check_skew(&mut sql, &plan, leg).await?;
+        }
         let mut targets = Vec::with_capacity(tables.len());
         for (t, dest) in tables.iter().zip(&plan.dests) {
             let staging = self.staging_of(t).with_settings(dest.query_settings());
@@ -430,11 +514,17 @@ impl BackupPass {
                 // go in together).
                 BatchConfig::for_load(self.batch_rows),
             );
+            // Walked rows lose to every change the stream or the gap
+            // replay delivers (seed 000, "_lsn tagging"): tagged where
+            // continuous WAL coverage of the table begins.
+            let tag = leg.as_ref().map_or(t.s, |l| l.backup.start_lsn.min(t.s));
             targets.push(Target {
                 table: t.clone(),
+                tag,
                 staging,
                 batch,
                 width: dest.columns.len(),
+                key: dest.columns.iter().map(|c| c.key).collect(),
                 rows: 0,
                 inserts: 0,
                 attempt,
@@ -454,11 +544,23 @@ impl BackupPass {
         if let Some(x) = plan.next_xid {
             xact.set_next_xid(x);
         }
+        if let Some(leg) = &leg {
+            for &xid in &leg.outcomes.committed {
+                xact.patch(xid, XactStatus::Committed);
+            }
+            for &xid in &leg.outcomes.aborted {
+                xact.patch(xid, XactStatus::Aborted);
+            }
+        }
         let mut multi = MultiXacts::new();
         if let Some((m, o)) = plan.next_multi {
             multi.set_next(m, o);
         }
-        let s_min = tables.iter().map(|t| t.s).min().unwrap_or(Lsn(0));
+        // A page torn by the copy shows past this position.
+        let s_min = match &leg {
+            Some(l) => l.backup.start_lsn,
+            None => tables.iter().map(|t| t.s).min().unwrap_or(Lsn(0)),
+        };
         let walker = Walker {
             roles: plan.roles,
             leaves: plan.leaves,
@@ -475,39 +577,81 @@ impl BackupPass {
             toast_missing: 0,
             toast_chunks: 0,
         };
-        let sink = PageWalkSink::new(plan.files.iter().map(|f| f.locator), walker, plan.walk)
+        let mut sink = PageWalkSink::new(plan.files.iter().map(|f| f.locator), walker, plan.walk)
             .map_err(|e| AttemptError::Failed(e.to_string()))?;
-        let opts = BaseBackupOptions {
-            label: format!("walshadow initial load of {}", self.keys()),
-            checkpoint: self.checkpoint,
-            max_rate: self.max_rate_kb,
-            verify_checksums: false,
-            ..BaseBackupOptions::default()
-        };
-        let mut repl = ReplicationClient::connect(&self.replication)
-            .await
-            .map_err(source_failed("connecting for BASE_BACKUP"))?;
-        tracing::info!(tables = %self.keys(), attempt, files = plan.files.len(), "initial load (base_backup): backup starting");
-        let mut sink = sink;
-        let result = repl.base_backup(&opts, &mut sink).await;
-        repl.close().await;
-        let result = result.map_err(|e| {
-            // A torn page is worth a quick retry; the sink's error says so.
-            let text = e.to_string();
-            if text.contains(TORN) {
-                AttemptError::Retry(format!("BASE_BACKUP: {text}"))
-            } else {
-                source_failed("BASE_BACKUP")(e)
+        let (backup_start, backup_end, bytes_streamed) = match (&self.origin, &leg) {
+            (
+                Origin::Stream {
+                    replication,
+                    max_rate_kb,
+                    checkpoint,
+                },
+                _,
+            ) => {
+                let opts = BaseBackupOptions {
+                    label: format!("walshadow initial load of {}", self.keys()),
+                    checkpoint: *checkpoint,
+                    max_rate: *max_rate_kb,
+                    verify_checksums: false,
+                    ..BaseBackupOptions::default()
+                };
+                let mut repl = ReplicationClient::connect(replication)
+                    .await
+                    .map_err(source_failed("connecting for BASE_BACKUP"))?;
+                tracing::info!(tables = %self.keys(), attempt, files = plan.files.len(), "initial load (base_backup): backup starting");
+                let result = repl.base_backup(&opts, &mut sink).await;
+                repl.close().await;
+                let result = result.map_err(|e| {
+                    // A torn page is worth a quick retry; the sink's error says so.
+                    let text = e.to_string();
+                    if text.contains(TORN) {
+                        AttemptError::Retry(format!("BASE_BACKUP: {text}"))
+                    } else {
+                        source_failed("BASE_BACKUP")(e)
+                    }
+                })?;
+                (result.start_lsn, result.end_lsn, result.bytes_streamed)
             }
-        })?;
-        let outcome = sink.finish().map_err(|e| {
-            AttemptError::Retry(format!(
+            (Origin::Store(o), Some(leg)) => {
+                tracing::info!(tables = %self.keys(), attempt, backup = %leg.backup.label, files = plan.files.len(), "initial load (object_store): walking the backup");
+                let bytes = crate::store_walk::walk(&o.store, &leg.backup, &mut sink, scratch)
+                    .await
+                    .map_err(|e| {
+                        let text = e.to_string();
+                        if text.contains(TORN) {
+                            AttemptError::Failed(format!(
+                                "backup {}: {text}; remedy: use a newer backup, or initial_load = 'copy'",
+                                leg.backup.label
+                            ))
+                        } else {
+                            e.into_attempt()
+                        }
+                    })?;
+                (leg.backup.start_lsn, leg.backup.stop_lsn, bytes)
+            }
+            (Origin::Store(_), None) => {
+                return Err(AttemptError::Failed("the store's leg is missing".into()));
+            }
+        };
+        let outcome = sink.finish().map_err(|e| match &leg {
+            None => AttemptError::Retry(format!(
                 "{e} (rewritten or dropped after its files were read)"
-            ))
+            )),
+            Some(l) => AttemptError::Failed(format!(
+                "{e}: backup {} does not hold the file the table is on now (rewritten,                  truncated or created since the backup); remedy: take a new backup, or use                  initial_load = 'copy'",
+                l.backup.label
+            )),
         })?;
         let walk = outcome.stats;
         let mut walker = outcome.consumer;
         walker.resolve_deferred().await?;
+        let gap = match &leg {
+            Some(leg) => Some(
+                self.replay_gap(leg, &plan.files, &mut walker, scratch)
+                    .await?,
+            ),
+            None => None,
+        };
         walker.flush_all().await?;
         // Files still the ones walked? A TRUNCATE or rewrite committed during
         // the walk may have been read half: load again.
@@ -522,9 +666,10 @@ impl BackupPass {
             toast_missing: walker.toast_missing,
             toast_chunks: walker.toast_chunks,
             spilled_bytes: spilled,
-            backup_start: result.start_lsn,
-            backup_end: result.end_lsn,
-            bytes_streamed: result.bytes_streamed,
+            backup_start,
+            backup_end,
+            bytes_streamed,
+            gap,
             ..PassSummary::default()
         };
         for target in &walker.targets {
@@ -569,6 +714,208 @@ impl BackupPass {
         Ok(summary)
     }
 
+    /// The store's backup for this pass, checked against the source, and
+    /// the archive's WAL from its start to the opt-ins with the outcomes it
+    /// tells. The source is asked over replication only.
+    async fn store_leg(
+        &self,
+        o: &StoreOrigin,
+        tables: &[PassTable],
+        scratch: &Path,
+    ) -> Result<StoreLeg, AttemptError> {
+        let source = gap::ask_source(&o.replication).await.map_err(|e| {
+            if e.transient {
+                AttemptError::Waiting(e.to_string())
+            } else {
+                AttemptError::Failed(e.to_string())
+            }
+        })?;
+        let (facts, seg_size) = (source.facts, source.seg_size);
+        let store = &o.store;
+        let backup = suitability::choose(store, &o.backup)
+            .await
+            .map_err(store_failed("choosing the backup"))?;
+        let refuse = |why: String| {
+            AttemptError::Failed(format!(
+                "backup {} of {} cannot serve this load: {why}; remedy: take a backup of the \
+                 source (or name one in [backup] backup), or use initial_load = 'copy'",
+                backup.label,
+                store.name()
+            ))
+        };
+        if let Some(flaw) = &backup.flaw {
+            return Err(refuse(flaw.clone()));
+        }
+        store
+            .check_readable(&backup)
+            .await
+            .map_err(store_failed("reading the backup's manifest"))?;
+        let problems = suitability::problems(store, &backup, &facts)
+            .await
+            .map_err(store_failed("checking the backup"))?;
+        if !problems.is_empty() {
+            return Err(refuse(problems.join("; ")));
+        }
+        let major = backup
+            .pg_version
+            .parse()
+            .ok()
+            .and_then(|n| PgMajor::from_number(n).ok())
+            .ok_or_else(|| refuse(format!("PostgreSQL {} is not 15 to 18", backup.pg_version)))?;
+        let s_max = tables.iter().map(|t| t.s).max().unwrap_or(Lsn(0));
+        let mut leg = StoreLeg {
+            backup,
+            major,
+            gap: None,
+            outcomes: Outcomes::default(),
+        };
+        // A backup that started at or after every opt-in needs no WAL: the
+        // stream covers what came after.
+        if leg.backup.start_lsn < s_max {
+            let gap = gap::fetch(
+                store,
+                &leg.backup,
+                &facts.branch,
+                seg_size,
+                leg.backup.start_lsn,
+                s_max,
+                &scratch.join("wal"),
+            )
+            .await
+            .map_err(gap_failed)?;
+            let (gap, outcomes) = tokio::task::spawn_blocking(move || {
+                let r = gap.outcomes(major);
+                (gap, r)
+            })
+            .await
+            .map_err(|e| AttemptError::Failed(format!("reading the archived WAL: {e}")))?;
+            leg.outcomes = outcomes.map_err(gap_failed)?;
+            tracing::info!(tables = %self.keys(), backup = %leg.backup.label, from = %gap.from, to = %gap.to, segments = gap.segments, bytes = gap.bytes, records = leg.outcomes.records, committed = leg.outcomes.committed.len(), aborted = leg.outcomes.aborted.len(), "initial load (object_store): the archive's WAL from the backup's start to the opt-ins is here");
+            leg.gap = Some(gap);
+        }
+        Ok(leg)
+    }
+
+    /// Seed 000's catalog skew: a loaded relation whose catalog rows
+    /// (`pg_class`, `pg_attribute`) a transaction of the gap wrote has
+    /// another shape, file or content than the backup's pages (ALTER
+    /// TABLE, TRUNCATE, a rewrite, made after the backup). The shadow has
+    /// the catalog as of the opt-ins; each row's `xmin` is the transaction
+    /// that wrote it.
+    async fn check_skew(
+        &self,
+        sql: &mut ReplicationClient,
+        plan: &Plan,
+        leg: &StoreLeg,
+    ) -> Result<(), AttemptError> {
+        let Some(gap) = &leg.gap else {
+            return Ok(());
+        };
+        let oids: Vec<String> = plan.files.iter().map(|f| f.oid.to_string()).collect();
+        if oids.is_empty() || leg.outcomes.committed.is_empty() {
+            return Ok(());
+        }
+        let list = oids.join(",");
+        let r = sql
+            .simple_query(&format!(
+                "SELECT c.oid::regclass::text, 'pg_class', c.xmin::text FROM pg_class c WHERE c.oid IN ({list})
+                 UNION ALL
+                 SELECT a.attrelid::regclass::text, format('pg_attribute %I', a.attname), a.xmin::text
+                   FROM pg_attribute a WHERE a.attrelid IN ({list})"
+            ))
+            .await
+            .map_err(source_failed("reading the tables' catalog rows on the shadow"))?;
+        let mut skew = Vec::new();
+        for i in 0..r.rows.len() {
+            let xmin = r.text(i, 2).and_then(|x| x.parse::<u32>().ok());
+            if let Some(xmin) = xmin
+                && leg.outcomes.committed.contains(&xmin)
+            {
+                skew.push(format!(
+                    "{} ({}, transaction {xmin})",
+                    r.text(i, 0).unwrap_or("?"),
+                    r.text(i, 1).unwrap_or("?")
+                ));
+            }
+        }
+        if skew.is_empty() {
+            return Ok(());
+        }
+        skew.truncate(5);
+        Err(AttemptError::Failed(format!(
+            "catalog skew: backup {} started at {} and the catalog of the loaded tables changed \
+             before the opt-in at {}: {} (ALTER TABLE, TRUNCATE, a rewrite, GRANT, or the table \
+             made after the backup); its pages may not hold the table's rows as they are now; \
+             remedy: take a new backup of the source and opt the table in again (or restart \
+             walshadow), or use initial_load = 'copy'",
+            leg.backup.label,
+            gap.from,
+            gap.to,
+            skew.join(", ")
+        )))
+    }
+
+    /// Seed 000 step 4: the loaded relations' committed changes from the
+    /// backup's start to each table's `S`, decoded as the stream does, into
+    /// the staging tables at their commits' positions.
+    async fn replay_gap(
+        &self,
+        leg: &StoreLeg,
+        files: &[PlannedFile],
+        walker: &mut Walker,
+        scratch: &Path,
+    ) -> Result<GapSummary, AttemptError> {
+        let mut summary = GapSummary {
+            backup: leg.backup.label.clone(),
+            from: leg.backup.start_lsn,
+            to: leg.backup.start_lsn,
+            ..GapSummary::default()
+        };
+        let Some(gap) = &leg.gap else {
+            return Ok(summary);
+        };
+        summary.to = gap.to;
+        summary.segments = gap.segments;
+        summary.patched = leg.outcomes.committed.len() + leg.outcomes.aborted.len();
+        let Some(db) = files.first().map(|f| f.locator.db_oid) else {
+            return Ok(summary);
+        };
+        let wanted = walker.roles.keys().copied().collect();
+        let mut replay = gap
+            .replay(
+                leg.major,
+                db,
+                wanted,
+                AssemblerConfig {
+                    memory_budget_bytes: self.spool_memory_bytes,
+                    spill_dir: scratch.join("gap-transactions"),
+                },
+            )
+            .map_err(gap_failed)?;
+        while let Some((c, txn)) = replay.next_commit().map_err(gap_failed)? {
+            summary.transactions += 1;
+            let mut spec = None;
+            for item in txn {
+                let (seq, payload) =
+                    item.map_err(|e| AttemptError::Failed(format!("the gap's transactions: {e}")))?;
+                let change = Change::decode(&payload)
+                    .map_err(|e| AttemptError::Failed(format!("the gap's changes: {e}")))?;
+                walker
+                    .gap_change(&c, seq, change, &mut spec, &mut summary)
+                    .map_err(|e| AttemptError::Failed(format!("replaying the gap: {e}")))?;
+            }
+            walker.flush_full().await.map_err(|e| {
+                if sink_waits(e.as_ref()) {
+                    AttemptError::Waiting(e.to_string())
+                } else {
+                    AttemptError::Failed(e.to_string())
+                }
+            })?;
+        }
+        summary.records = replay.records_read;
+        Ok(summary)
+    }
+
     /// Commits the walk's chunk store and moves it out of the scratch
     /// folder for the daemon's mirror; `None` (logged) if that fails: the
     /// daemon then reads such values from the source when it needs them.
@@ -603,10 +950,13 @@ impl BackupPass {
     }
 
     /// Reads what the walk needs: relations, files, descriptors, bounds.
+    /// `bounds`: read the gate's bounds (`pg_control_checkpoint()`) from
+    /// the session; only the source's are the backup's.
     async fn plan(
         &self,
         mut sql: ReplicationClient,
         tables: &[PassTable],
+        bounds: bool,
     ) -> Result<(Plan, ReplicationClient), AttemptError> {
         let show = |r: &walshadow_wal_reader::replication::QueryResult| {
             r.text(0, 0).unwrap_or_default().to_owned()
@@ -629,20 +979,25 @@ impl BackupPass {
         // checkpoint, so a missing one is a lost file, not a newer id.
         // pg_control_checkpoint() may be refused to a role without
         // pg_monitor-like rights: then the gate goes without bounds.
-        let (next_xid, next_multi) = match sql
-            .simple_query(
+        let read = match bounds {
+            false => Ok(None),
+            true => sql.simple_query(
                 "SELECT split_part(next_xid, ':', 2), next_multixact_id::text, next_multi_offset::text FROM pg_control_checkpoint()",
             )
-            .await
-        {
-            Ok(r) => (
+            .await.map(Some),
+        };
+        let (next_xid, next_multi) = match read {
+            Ok(None) => (None, None),
+            Ok(Some(r)) => (
                 r.text(0, 0).and_then(|t| t.parse::<u32>().ok()),
                 r.text(0, 1)
                     .and_then(|m| m.parse::<u32>().ok())
                     .zip(r.text(0, 2).and_then(|o| o.parse::<u32>().ok())),
             ),
             Err(e) => {
-                tracing::debug!("pg_control_checkpoint() not readable ({e}); the gate goes without bounds");
+                tracing::debug!(
+                    "pg_control_checkpoint() not readable ({e}); the gate goes without bounds"
+                );
                 (None, None)
             }
         };
@@ -948,6 +1303,7 @@ impl BackupPass {
                 }
             })
             .collect();
+        let gap = s.gap.clone().unwrap_or_default();
         tracing::info!(
             tables = %loaded.join("; "),
             attempts = s.attempts,
@@ -972,8 +1328,45 @@ impl BackupPass {
             spilled_bytes = s.spilled_bytes,
             slru_files = s.walk.slru_files,
             slru_bytes = s.walk.slru_bytes,
-            "initial load (base_backup) done"
+            backup = %gap.backup,
+            gap_from = %gap.from,
+            gap_to = %gap.to,
+            gap_segments = gap.segments,
+            gap_records = gap.records,
+            gap_transactions = gap.transactions,
+            gap_rows = gap.rows,
+            gap_past_s = gap.past_s,
+            pg_xact_patch = gap.patched,
+            "initial load ({}) done",
+            self.mode()
         );
+    }
+}
+
+/// The store and what the pass learned of it before the walk.
+struct StoreLeg {
+    backup: Backup,
+    major: PgMajor,
+    /// `None` when the backup started at or after every opt-in.
+    gap: Option<GapWal>,
+    outcomes: Outcomes,
+}
+
+fn store_failed(what: &str) -> impl Fn(StoreError) -> AttemptError + '_ {
+    move |e| {
+        if e.is_transient() {
+            AttemptError::Waiting(format!("{what}: {e}"))
+        } else {
+            AttemptError::Failed(format!("{what}: {e}"))
+        }
+    }
+}
+
+fn gap_failed(e: GapError) -> AttemptError {
+    if e.waits() {
+        AttemptError::Waiting(e.to_string())
+    } else {
+        AttemptError::Failed(e.to_string())
     }
 }
 
@@ -1016,22 +1409,12 @@ impl Walker {
             Some(Role::Toast(toast_relid)) => {
                 let toast_relid = *toast_relid;
                 for t in heap.tuples() {
-                    let chunk = ToastChunk::from_tuple(t.tuple_ref()).map_err(|e| {
-                        format!("{}, block {}: TOAST chunk: {e}", page.file, page.block)
-                    })?;
-                    self.toast.insert_chunk(
-                        toast_relid,
-                        page.locator.rel_number,
-                        Tid {
-                            block: page.block,
-                            offset: t.offset,
-                        },
-                        chunk.chunk_id,
-                        chunk.chunk_seq,
-                        Lsn(0),
-                        &chunk.data,
-                    )?;
-                    self.toast_chunks += 1;
+                    let tid = Tid {
+                        block: page.block,
+                        offset: t.offset,
+                    };
+                    self.keep_chunk(toast_relid, page.locator.rel_number, tid, t.tuple_ref())
+                        .map_err(|e| format!("{}, block {}: {e}", page.file, page.block))?;
                 }
             }
             Some(Role::Heap(leaf)) => {
@@ -1048,6 +1431,28 @@ impl Walker {
             }
             None => {}
         }
+        Ok(())
+    }
+
+    /// A TOAST chunk (walked, or inserted in the gap) into the pass's store.
+    fn keep_chunk(
+        &mut self,
+        toast_relid: Oid,
+        file: Oid,
+        tid: Tid,
+        tuple: TupleRef<'_>,
+    ) -> Result<(), SinkError> {
+        let chunk = ToastChunk::from_tuple(tuple).map_err(|e| format!("TOAST chunk: {e}"))?;
+        self.toast.insert_chunk(
+            toast_relid,
+            file,
+            tid,
+            chunk.chunk_id,
+            chunk.chunk_seq,
+            Lsn(0),
+            &chunk.data,
+        )?;
+        self.toast_chunks += 1;
         Ok(())
     }
 
@@ -1101,7 +1506,7 @@ impl Walker {
             }
         }
         let meta = RowMeta {
-            lsn: target.table.s,
+            lsn: target.tag,
             seq: Lsn(1),
             xid: 0,
             commit_time: 0,
@@ -1111,6 +1516,111 @@ impl Walker {
             .batch
             .push(&row, &meta)
             .map_err(|e| format!("{}: {e}", l.name))?;
+        Ok(())
+    }
+
+    /// One committed change of the gap: TOAST chunks into the pass's
+    /// store, rows of commits up to the table's `S` into its batch.
+    fn gap_change(
+        &mut self,
+        c: &CommitEvent,
+        seq: Lsn,
+        change: Change,
+        spec: &mut Option<(Lsn, Change)>,
+        summary: &mut GapSummary,
+    ) -> Result<(), SinkError> {
+        let (seq, change) = match change.kind {
+            ChangeKind::SpecInsert => {
+                *spec = Some((seq, change));
+                return Ok(());
+            }
+            ChangeKind::SpecConfirm => match spec.take() {
+                Some((seq, c)) => (
+                    seq,
+                    Change {
+                        kind: ChangeKind::Insert,
+                        ..c
+                    },
+                ),
+                None => return Ok(()),
+            },
+            ChangeKind::SpecAbort => {
+                *spec = None;
+                return Ok(());
+            }
+            // A TRUNCATE gave the table a new file: the skew check refused
+            // the pass before it got here.
+            ChangeKind::Truncate => return Ok(()),
+            _ => (seq, change),
+        };
+        let file = change.rel.rel_number;
+        match self.roles.get(&(change.rel.spc_oid, file)) {
+            Some(Role::Toast(toast_relid)) => {
+                let toast_relid = *toast_relid;
+                // Chunks deleted in the gap are kept: the values stay
+                // readable for rows that still point at them here.
+                if let (ChangeKind::Insert, Some(tid), Some(t)) =
+                    (change.kind, change.tid, &change.new)
+                {
+                    self.keep_chunk(toast_relid, file, tid, t.tuple_ref())
+                        .map_err(|e| format!("at {seq}: {e}"))?;
+                }
+            }
+            Some(Role::Heap(leaf)) => {
+                let l = self.leaves.get(*leaf).ok_or("leaf out of range")?;
+                let target = self
+                    .targets
+                    .get_mut(l.target)
+                    .ok_or("target out of range")?;
+                if c.end > target.table.s {
+                    summary.past_s += 1;
+                    return Ok(());
+                }
+                let layout = Layout {
+                    decoder: &l.decoder,
+                    positions: &l.positions,
+                    key: &target.key,
+                };
+                let source = PassToast {
+                    store: &self.toast,
+                    error: std::cell::RefCell::new(None),
+                };
+                let rows = change_rows(&layout, &change, seq, &source);
+                if let Some(e) = source.error.into_inner() {
+                    return Err(e.into());
+                }
+                let rows = match rows {
+                    Ok(rows) => rows,
+                    // Its chunks were gone before the backup copied them:
+                    // the row version is dead by a later change.
+                    Err(ChangeRowsError::Row(RowError::UnresolvedToast {
+                        column,
+                        value_id,
+                        ..
+                    })) => {
+                        tracing::debug!(relation = %l.name, column, value_id, lsn = %seq, "a replayed row skipped: its TOAST value is in neither the backup nor the archive's WAL");
+                        self.toast_missing += 1;
+                        return Ok(());
+                    }
+                    Err(e) => return Err(format!("{} at {seq}: {e}", l.name).into()),
+                };
+                for r in rows {
+                    let meta = RowMeta {
+                        lsn: c.end,
+                        seq: r.seq,
+                        xid: c.xid,
+                        commit_time: c.commit_time,
+                        deleted: r.deleted,
+                    };
+                    target
+                        .batch
+                        .push(&r.values, &meta)
+                        .map_err(|e| format!("{}: {e}", l.name))?;
+                    summary.rows += 1;
+                }
+            }
+            None => {}
+        }
         Ok(())
     }
 

@@ -159,6 +159,64 @@ impl BarmanCloud {
     }
 }
 
+/// One tar of a barman-cloud backup: the data directory's (`data.tar`) or
+/// a tablespace's (`<oid>.tar`), as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupTar {
+    /// `None`: the data directory.
+    pub tablespace: Option<u32>,
+    pub key: String,
+    pub compression: Compression,
+    pub size: u64,
+}
+
+impl BarmanCloud {
+    /// The tars of backup `label`, tablespaces first, the data directory
+    /// last. A compression walshadow does not read is refused by name.
+    pub async fn backup_tars(&self, label: &str) -> Result<Vec<BackupTar>, StoreError> {
+        let dir = format!("{}/base/{label}", self.server);
+        let mut tars = Vec::new();
+        for e in self.repo.list(&dir).await? {
+            let file = e.key.rsplit('/').next().unwrap_or_default();
+            if !file.contains(".tar") {
+                continue;
+            }
+            if [".xz", ".snappy"].iter().any(|ext| file.ends_with(ext)) {
+                return Err(StoreError::Unsupported {
+                    store: self.repo.name().to_owned(),
+                    what: format!("backup {label} compressed as {file} (xz, snappy)"),
+                    remedy: "back up with barman-cloud-backup --gzip, --bzip2 or without \
+                             compression"
+                        .to_owned(),
+                });
+            }
+            let (compression, stem) = Compression::from_name(file);
+            let tablespace = match stem.strip_suffix(".tar") {
+                Some("data") => None,
+                Some(oid) => match oid.parse() {
+                    Ok(oid) => Some(oid),
+                    Err(_) => continue,
+                },
+                None => continue,
+            };
+            tars.push(BackupTar {
+                tablespace,
+                key: e.key,
+                compression,
+                size: e.size,
+            });
+        }
+        if !tars.iter().any(|t| t.tablespace.is_none()) {
+            return Err(StoreError::NotFound {
+                store: self.repo.name().to_owned(),
+                path: format!("{dir}/data.tar"),
+            });
+        }
+        tars.sort_by_key(|t| (t.tablespace.is_none(), t.tablespace));
+        Ok(tars)
+    }
+}
+
 fn is_data_tar(key: &str) -> bool {
     let file = key.rsplit('/').next().unwrap_or_default();
     file == "data.tar" || file.starts_with("data.tar.")

@@ -34,6 +34,13 @@ pub enum StoreError {
         path: String,
         reason: String,
     },
+    /// The backup asked for (`[backup] backup`) is not among the store's.
+    #[error("backup store {store}: backup {wanted:?} is not in the store (it holds: {held})")]
+    NoSuchBackup {
+        store: String,
+        wanted: String,
+        held: String,
+    },
     /// Something the store uses that walshadow does not read (yet).
     #[error("backup store {store}: {what} is not supported: {remedy}")]
     Unsupported {

@@ -24,9 +24,11 @@ pub mod error;
 pub mod pgbackrest;
 pub mod repository;
 pub mod store;
+pub mod suitability;
 
 pub use backup::{ArchivedFile, Backup, BackupKind};
 pub use compression::Compression;
 pub use error::StoreError;
 pub use repository::{Repository, S3Options};
 pub use store::BackupStore;
+pub use suitability::SourceFacts;

@@ -153,13 +153,44 @@ impl Repository {
 
     /// The whole object at `key`.
     pub async fn get(&self, key: &str) -> Result<Bytes, StoreError> {
+        self.open_object(key)
+            .await?
+            .bytes()
+            .await
+            .map_err(|e| self.failed(key, e))
+    }
+
+    async fn open_object(&self, key: &str) -> Result<object_store::GetResult, StoreError> {
         let path = self.path(key)?;
-        let got = self
-            .objects
+        self.objects
             .get(&path)
             .await
-            .map_err(|e| self.failed(key, e))?;
-        got.bytes().await.map_err(|e| self.failed(key, e))
+            .map_err(|e| self.failed(key, e))
+    }
+
+    /// The object at `key` written to the local file `dest` as it arrives
+    /// (a base backup's tar: cluster-sized, never held in memory). Returns
+    /// its size.
+    pub async fn download(&self, key: &str, dest: &std::path::Path) -> Result<u64, StoreError> {
+        use std::io::Write;
+        let got = self.open_object(key).await?;
+        let local = |e: std::io::Error| StoreError::Unreachable {
+            store: self.name.clone(),
+            path: format!("{key} (writing {})", dest.display()),
+            source: Box::new(e),
+        };
+        let mut file = std::io::BufWriter::new(std::fs::File::create(dest).map_err(local)?);
+        let mut stream = got.into_stream();
+        let mut size = 0u64;
+        while let Some(chunk) = stream.try_next().await.map_err(|e| self.failed(key, e))? {
+            file.write_all(&chunk).map_err(local)?;
+            size += chunk.len() as u64;
+        }
+        file.into_inner()
+            .map_err(|e| local(e.into_error()))?
+            .sync_all()
+            .map_err(local)?;
+        Ok(size)
     }
 
     /// `len` bytes of the object at `key` from `offset` (a file in a bundle).

@@ -20,7 +20,7 @@
 //! ```
 //!
 //! walshadow's side is the streaming pipeline's own path without a
-//! destination: `pipeline::decode::record_events`, each change serialized
+//! destination: `changes::decode::record_events`, each change serialized
 //! into the transaction assembler (generous budget, so in memory), and
 //! every committed change of the workload's tables decoded into `Value`s
 //! (old keys included; TOAST chunks gathered per transaction as the
@@ -47,9 +47,9 @@ use clap::Parser;
 use walshadow_bench::machine::MachineContext;
 use walshadow_bench::procfs::proc_cpu_ns;
 use walshadow_bench::source::{conn_config, sql_session};
-use walshadow_pipeline::assemble::{Assembled, assemble};
-use walshadow_pipeline::change::{Change, ChangeKind};
-use walshadow_pipeline::decode::record_events;
+use walshadow_changes::assemble::{Assembled, assemble};
+use walshadow_changes::change::{Change, ChangeKind};
+use walshadow_changes::decode::record_events;
 use walshadow_rows::{RowDecoder, ToastChunks};
 use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_testkit::{Cluster, ClusterOptions};

@@ -29,85 +29,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use common::BIN;
+use common::stores::{Repo, STANZA, barman_cloud_backup, switch_and_archive, with_aws_env};
 use walshadow_backup_store::pgbackrest::PgBackRest;
 use walshadow_backup_store::{BackupKind, Repository, S3Options, StoreError};
 use walshadow_testkit::{
-    Cluster, ClusterOptions, PgMajor, S3Server, ServerUser, WorkDir, block_on, per_major,
-    venv_program, wait_until, write_walshadow_config,
+    Cluster, ClusterOptions, PgMajor, S3Server, WorkDir, block_on, per_major, wait_until,
+    write_walshadow_config,
 };
-
-const STANZA: &str = "main";
-
-struct Repo {
-    work: WorkDir,
-    conf: PathBuf,
-}
-
-impl Repo {
-    fn new(tag: &str) -> Result<Repo> {
-        let work = WorkDir::new(tag)?;
-        for d in ["repo", "lock", "log"] {
-            work.sub(d)?;
-        }
-        let conf = work.path().join("pgbackrest.conf");
-        Ok(Repo { work, conf })
-    }
-
-    fn repo_dir(&self) -> PathBuf {
-        self.work.path().join("repo")
-    }
-
-    /// The `archive_command` a source pushes its WAL with.
-    fn archive_command(&self) -> String {
-        format!(
-            "pgbackrest --config={} --stanza={STANZA} archive-push %p",
-            self.conf.display()
-        )
-    }
-
-    /// The config for `source`, written once it runs (its data directory
-    /// is known then, and nothing is archived before the first backup).
-    fn configure(&self, source: &Cluster) -> Result<()> {
-        let w = self.work.path();
-        let text = format!(
-            "[global]\nrepo1-path={}\nlock-path={}\nlog-path={}\nlog-level-file=off\n\
-             log-level-console=warn\nstart-fast=y\ncompress-type=gz\n\n[{STANZA}]\n\
-             pg1-path={}\npg1-port={}\npg1-socket-path={}\npg1-user={}\n",
-            w.join("repo").display(),
-            w.join("lock").display(),
-            w.join("log").display(),
-            source.data_dir().display(),
-            source.port(),
-            source.socket_dir().display(),
-            source.options().superuser,
-        );
-        std::fs::write(&self.conf, text)?;
-        let user = ServerUser::get()?;
-        if user.switches_user {
-            std::os::unix::fs::chown(&self.conf, Some(user.uid), Some(user.gid))?;
-        }
-        Ok(())
-    }
-
-    /// Runs pgBackRest as the server's user.
-    fn run(&self, args: &[&str]) -> Result<String> {
-        let user = ServerUser::get()?;
-        let out = user
-            .command(Path::new("pgbackrest"), self.work.path())
-            .arg(format!("--config={}", self.conf.display()))
-            .arg(format!("--stanza={STANZA}"))
-            .args(args)
-            .output()
-            .context("running pgbackrest (scripts/setup installs it)")?;
-        ensure!(
-            out.status.success(),
-            "pgbackrest {args:?}: {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-}
 
 /// `walshadow backup <verb> --config <config>`: (success, stdout + stderr).
 fn walshadow_backup(verb: &str, config: &Path, json: bool) -> Result<(bool, String)> {
@@ -138,22 +66,6 @@ fn with_backup_section(config: &Path, repo: &Path, extra: &str) -> Result<PathBu
         ),
     )?;
     Ok(path)
-}
-
-/// Ends the current segment and waits for the archiver to push it.
-fn switch_and_archive(source: &Cluster) -> Result<String> {
-    let name = source.query_one("select pg_walfile_name(pg_switch_wal())")?;
-    wait_until(
-        Duration::from_secs(60),
-        "the archiver to push the segment",
-        || {
-            Ok(
-                source.query_one("select coalesce(last_archived_wal, '') from pg_stat_archiver")?
-                    >= name,
-            )
-        },
-    )?;
-    Ok(name)
 }
 
 fn pgbackrest_store(major: PgMajor) -> Result<()> {
@@ -320,22 +232,6 @@ per_major!(pgbackrest_store => a_pgbackrest_repository_serves_list_and_check: pg
 const BUCKET: &str = "backups";
 const SERVER: &str = "source";
 
-/// `env AWS_…=… <program>`: the archiver and barman-cloud-backup get the
-/// S3 server's keys without the test's environment.
-fn with_aws_env(s3: &S3Server, program: &str) -> Result<String> {
-    let env: Vec<String> = s3
-        .aws_env()
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    Ok(format!(
-        "env {} {} --endpoint-url {}",
-        env.join(" "),
-        venv_program(program)?.display(),
-        s3.endpoint()
-    ))
-}
-
 fn barman_cloud_store(major: PgMajor) -> Result<()> {
     let s3 = S3Server::start()?;
     s3.create_bucket(BUCKET)?;
@@ -353,23 +249,7 @@ fn barman_cloud_store(major: PgMajor) -> Result<()> {
          insert into t select g, md5(g::text) from generate_series(1, 20000) g;",
     )?;
     let work = WorkDir::new(&format!("barman-cloud-pg{}", major.number()))?;
-    let backup = format!(
-        "{} --gzip -h {} -p {} -U {} {url} {SERVER}",
-        with_aws_env(&s3, "barman-cloud-backup")?,
-        source.socket_dir().display(),
-        source.port(),
-        source.options().superuser
-    );
-    let out = ServerUser::get()?
-        .command(Path::new("sh"), work.path())
-        .args(["-c", &backup])
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "barman-cloud-backup: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    barman_cloud_backup(&s3, &source, work.path(), &url, SERVER)?;
     let mut after = Vec::new();
     for i in 0..3 {
         source.psql(&format!("insert into t values ({}, 'after')", 100_000 + i))?;

@@ -20,13 +20,15 @@ use std::time::Instant;
 
 use tokio::task::JoinHandle;
 use walshadow_backfill::backup::{
-    BackupPass, COALESCE_WINDOW, PassError, PassSummary, PassTable, ToastHandoff,
+    BackupPass, COALESCE_WINDOW, Origin, PassError, PassSummary, PassTable, StoreOrigin,
+    ToastHandoff,
 };
 use walshadow_backfill::copy::{CopyLoad, LoadError, LoadSummary};
 use walshadow_backfill::ledger::{Ledger, LedgerError, NextLoad, Pass};
 use walshadow_backfill::snapshot::RecentCommits;
 use walshadow_backfill::staging::{DestLocks, StagingTable, SwapMark};
-use walshadow_config::{BackfillConfig, BackupCheckpoint};
+use walshadow_backup_store::BackupStore;
+use walshadow_config::{BackfillConfig, BackupCheckpoint, BackupConfig};
 use walshadow_emitter::{ClickHouseClient, MetaColumns};
 use walshadow_types::Lsn;
 use walshadow_wal_reader::replication::ConnConfig;
@@ -38,8 +40,9 @@ type PassTask = JoinHandle<Result<PassSummary, PassError>>;
 /// finish the insert they are in) before it aborts what is left.
 const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The mode of backup loads.
+/// The modes of backup loads (one pass loads all the tables due in one).
 pub const BASE_BACKUP: &str = "base_backup";
+pub const OBJECT_STORE: &str = "object_store";
 
 /// The stream's loads.
 #[derive(Debug)]
@@ -73,11 +76,25 @@ pub struct Backfills {
     /// Walked TOAST chunks of finished passes, for the chunk mirror.
     toast_handoffs: Vec<ToastHandoff>,
     dest_locks: DestLocks,
+    /// `object_store` loads' store (opened once) and shadow session.
+    store: Option<(Arc<BackupStore>, StoreResources)>,
+}
+
+/// What `object_store` loads read: the `[backup]` store, and the shadow
+/// for the tables' relations and descriptors (the source is asked nothing
+/// but who it is, over replication).
+#[derive(Debug, Clone)]
+pub struct StoreResources {
+    pub settings: BackupConfig,
+    /// A SQL session on the shadow, in the streamed database.
+    pub shadow: ConnConfig,
 }
 
 /// Where a load's scratch files and memory come from.
 #[derive(Debug, Clone)]
 pub struct LoadResources {
+    /// `None`: no `[backup]` section, no `object_store` loads.
+    pub store: Option<StoreResources>,
     pub spill_dir: PathBuf,
     /// Deferred tuples of a backup pass held in memory before spilling.
     pub spool_memory_bytes: usize,
@@ -116,6 +133,18 @@ impl Backfills {
             .map(|(k, _)| k.clone())
             .collect();
         remove_scratch(&resources.spill_dir);
+        let store = match resources.store {
+            Some(r) => match crate::backup_admin::open(&r.settings) {
+                Ok(store) => Some((Arc::new(store), r)),
+                Err(e) => {
+                    tracing::error!(
+                        "the [backup] store cannot be opened ({e}): object_store loads wait for a restart with it fixed"
+                    );
+                    None
+                }
+            },
+            None => None,
+        };
         let mut replication = source.clone();
         replication.physical = true;
         replication.application_name = Some("walshadow base_backup".into());
@@ -133,6 +162,7 @@ impl Backfills {
             following,
             toast_handoffs: Vec::new(),
             dest_locks: resources.dest_locks,
+            store,
             ledger: Arc::new(Mutex::new(ledger)),
             running: HashMap::new(),
             cancels: HashMap::new(),
@@ -326,11 +356,14 @@ impl Backfills {
                     self.queued.remove(&key);
                     self.start_copy(key, pass.s, dest_name);
                 }
-                BASE_BACKUP => backups.push(PassTable {
-                    key,
-                    s: pass.s,
-                    dest_name,
-                }),
+                BASE_BACKUP | OBJECT_STORE => backups.push((
+                    pass.mode.clone(),
+                    PassTable {
+                        key,
+                        s: pass.s,
+                        dest_name,
+                    },
+                )),
                 other => {
                     tracing::warn!(table = %key, mode = %other, "initial load mode not available in this release; the table streams from its opt-in only");
                     self.queued.remove(&key);
@@ -349,25 +382,59 @@ impl Backfills {
             return;
         }
         self.due_since = None;
-        for t in &backups {
+        // One pass at a time: the first due table's mode, with its siblings.
+        let mode = backups.first().map(|(m, _)| m.clone()).unwrap_or_default();
+        let tables: Vec<PassTable> = backups
+            .into_iter()
+            .filter(|(m, _)| *m == mode)
+            .map(|(_, t)| t)
+            .collect();
+        let (catalog, origin) = if mode == OBJECT_STORE {
+            let Some((store, r)) = &self.store else {
+                self.refuse_without_store(&tables);
+                return;
+            };
+            let mut replication = self.replication.clone();
+            replication.application_name = Some("walshadow object_store".into());
+            (
+                r.shadow.clone(),
+                Origin::Store(StoreOrigin {
+                    store: Arc::clone(store),
+                    backup: r.settings.backup.clone(),
+                    replication,
+                }),
+            )
+        } else {
+            (
+                self.source.clone(),
+                Origin::Stream {
+                    replication: self.replication.clone(),
+                    max_rate_kb: (self.config.backup_max_rate_kb != 0)
+                        .then_some(self.config.backup_max_rate_kb),
+                    checkpoint: match self.config.backup_checkpoint {
+                        BackupCheckpoint::Spread => {
+                            walshadow_wal_reader::replication::Checkpoint::Spread
+                        }
+                        BackupCheckpoint::Fast => {
+                            walshadow_wal_reader::replication::Checkpoint::Fast
+                        }
+                    },
+                },
+            )
+        };
+        for t in &tables {
             self.queued.remove(&t.key);
         }
-        let keys: Vec<String> = backups.iter().map(|t| t.key.clone()).collect();
+        let keys: Vec<String> = tables.iter().map(|t| t.key.clone()).collect();
         let pass = BackupPass {
-            tables: backups,
-            source: self.source.clone(),
-            replication: self.replication.clone(),
+            tables,
+            catalog,
+            origin,
             ch: self.ch.clone(),
             database: self.database.clone(),
             meta: self.meta.clone(),
             max_attempts: self.config.max_attempts,
             batch_rows: self.config.batch_rows,
-            max_rate_kb: (self.config.backup_max_rate_kb != 0)
-                .then_some(self.config.backup_max_rate_kb),
-            checkpoint: match self.config.backup_checkpoint {
-                BackupCheckpoint::Spread => walshadow_wal_reader::replication::Checkpoint::Spread,
-                BackupCheckpoint::Fast => walshadow_wal_reader::replication::Checkpoint::Fast,
-            },
             spill_dir: self.spill_dir.clone(),
             spool_memory_bytes: self.spool_memory_bytes,
             toast_cache_mb: self.toast_cache_mb,
@@ -375,8 +442,34 @@ impl Backfills {
             ledger: Arc::clone(&self.ledger),
             dest_locks: self.dest_locks.clone(),
         };
-        tracing::info!(tables = %keys.join(", "), "initial load (base_backup) starting: one backup for these tables");
+        tracing::info!(tables = %keys.join(", "), "initial load ({mode}) starting: one backup for these tables");
         self.pass = Some((keys, tokio::spawn(pass.run())));
+    }
+
+    /// `object_store` loads without a `[backup]` store: each entry stays
+    /// pending with the remedy (status shows it); a restart with the
+    /// section (or another mode) runs it.
+    fn refuse_without_store(&mut self, tables: &[PassTable]) {
+        let mut ledger = self.lock();
+        for t in tables {
+            if let Some(p) = ledger.tables.get_mut(&t.key) {
+                p.error = Some(
+                    "initial_load = 'object_store' reads the backup store the [backup] section \
+                     names, and the config has none (or it did not open: see the log); remedy: \
+                     add [backup] and restart walshadow, or set initial_load to 'copy' or \
+                     'base_backup'"
+                        .into(),
+                );
+            }
+            tracing::error!(table = %t.key, "initial load (object_store) cannot start: no [backup] store; add [backup] and restart walshadow, or set initial_load to 'copy' or 'base_backup'");
+        }
+        if let Err(e) = ledger.write(&self.state_dir) {
+            tracing::warn!("recording a load that cannot start in the ledger: {e}");
+        }
+        drop(ledger);
+        for t in tables {
+            self.queued.remove(&t.key);
+        }
     }
 
     fn start_copy(&mut self, key: String, s: Lsn, dest_name: String) {

@@ -7,12 +7,13 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use walshadow_backup_store::barman_cloud::BarmanCloud;
-use walshadow_backup_store::continuity::{self, Branch, Continuity};
+use walshadow_backup_store::continuity::{self, Continuity};
 use walshadow_backup_store::pgbackrest::PgBackRest;
+use walshadow_backup_store::suitability;
 use walshadow_backup_store::{Backup, BackupKind, BackupStore, Repository, S3Options, StoreError};
 use walshadow_config::{BackupConfig, BackupTool, Config};
 use walshadow_types::{Lsn, TimeLineId};
-use walshadow_wal_reader::replication::{ConnConfig, ReplicationClient};
+use walshadow_wal_reader::replication::ConnConfig;
 
 /// Why a `walshadow backup` command could not answer.
 #[derive(Debug, thiserror::Error)]
@@ -21,8 +22,6 @@ pub enum BackupAdminError {
     NoStore,
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("backup {wanted:?} is not in the store (it holds: {held})")]
-    NoSuchBackup { wanted: String, held: String },
     #[error("the source, {what}: {message}")]
     Source { what: &'static str, message: String },
 }
@@ -151,114 +150,22 @@ fn source_error(
 pub async fn check(config: &Config) -> Result<CheckReport, BackupAdminError> {
     let settings = settings(config)?;
     let store = open(settings)?;
-    let backups = store.backups().await?;
-    let chosen = if settings.backup == "latest" {
-        backups.last()
-    } else {
-        backups.iter().find(|b| b.label == settings.backup)
-    };
-    let Some(chosen) = chosen.cloned() else {
-        return Err(BackupAdminError::NoSuchBackup {
-            wanted: settings.backup.clone(),
-            held: if backups.is_empty() {
-                "no backups".into()
-            } else {
-                backups
-                    .iter()
-                    .map(|b| b.label.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            },
-        });
-    };
+    let chosen = suitability::choose(&store, &settings.backup).await?;
     let mut cfg = ConnConfig::from_url(&config.source.url).map_err(source_error("[source] url"))?;
     cfg.physical = true;
     cfg.application_name = Some("walshadow-backup-check".into());
-    let mut c = ReplicationClient::connect(&cfg)
+    let asked = walshadow_backfill::gap::ask_source(&cfg)
         .await
-        .map_err(source_error("connecting for replication"))?;
-    let asked = async {
-        let ident = c
-            .identify_system()
-            .await
-            .map_err(source_error("IDENTIFY_SYSTEM"))?;
-        let seg = c
-            .show("wal_segment_size")
-            .await
-            .map_err(source_error("SHOW wal_segment_size"))?;
-        let history = if ident.timeline > 1 {
-            c.timeline_history(ident.timeline)
-                .await
-                .map_err(source_error("TIMELINE_HISTORY"))?
-                .entries
-        } else {
-            Vec::new()
-        };
-        let version = c
-            .server_param("server_version")
-            .unwrap_or_default()
-            .to_owned();
-        Ok::<_, BackupAdminError>((ident, seg, history, version))
-    }
-    .await;
-    c.close().await;
-    let (ident, seg_text, history, version) = asked?;
-    let seg_size = walshadow_shadow::bootstrap::source::parse_size(&seg_text).ok_or(
-        BackupAdminError::Source {
-            what: "SHOW wal_segment_size",
-            message: format!("{seg_text:?} is not a size"),
-        },
-    )?;
-    let branch = Branch {
-        timeline: ident.timeline,
-        history,
-    };
+        .map_err(|e| BackupAdminError::Source {
+            what: e.what,
+            message: e.message,
+        })?;
+    let (seg_size, source_at) = (asked.seg_size, asked.at);
     let names = archived_names(&store, &chosen).await?;
-    let mut problems = Vec::new();
-    if chosen.system_id != ident.systemid {
-        problems.push(format!(
-            "the backup is of cluster {}, the source is cluster {}: the [backup] store, stanza \
-             or server name is another cluster's",
-            chosen.system_id, ident.systemid
-        ));
-    }
-    // "15.20", "17devel", "16beta1", "18.6 (Debian …)": the leading digits.
-    let major: String = version.chars().take_while(char::is_ascii_digit).collect();
-    if chosen.pg_version != major {
-        problems.push(format!(
-            "the backup is of PostgreSQL {}, the source runs {}",
-            chosen.pg_version,
-            if version.is_empty() {
-                "a version it did not report"
-            } else {
-                &version
-            }
-        ));
-    }
-    if let Some(why) = branch.off_branch(chosen.timeline, chosen.start_lsn, chosen.stop_lsn) {
-        problems.push(format!(
-            "the backup is off the source's timeline branch: {why}"
-        ));
-    }
-    // Recovery follows the branch onto each newer timeline by its history
-    // file: without it, replay stays on the old timeline and diverges.
-    let newer = branch
-        .history
-        .iter()
-        .map(|e| e.parent)
-        .chain([ident.timeline])
-        .filter(|&t| t > chosen.timeline);
-    for tli in newer.collect::<BTreeSet<_>>() {
-        if !store.has_history(&chosen, tli).await? {
-            problems.push(format!(
-                "the archive has no history file of timeline {tli} ({}), which replay from \
-                 the backup needs to follow the source's branch: archive it (PostgreSQL \
-                 archives it at promotion; check archive_command)",
-                walshadow_pg_format::wal_files::history_file_name(tli)
-            ));
-        }
-    }
-    let continuity = continuity::check(&names, chosen.start_lsn, ident.xlogpos, &branch, seg_size);
+    let facts = asked.facts;
+    let mut problems = suitability::problems(&store, &chosen, &facts).await?;
+    let branch = facts.branch;
+    let continuity = continuity::check(&names, chosen.start_lsn, source_at, &branch, seg_size);
     if continuity.last_archived.is_none() {
         problems.push(format!(
             "the archive holds no WAL from the backup's start ({}) on: is archive_command \
@@ -300,9 +207,9 @@ pub async fn check(config: &Config) -> Result<CheckReport, BackupAdminError> {
             backup: chosen,
             unusable,
         },
-        source_system_id: ident.systemid,
-        source_timeline: ident.timeline,
-        source_at: ident.xlogpos,
+        source_system_id: facts.system_id,
+        source_timeline: branch.timeline,
+        source_at,
         continuity,
         problems,
     })

@@ -11,13 +11,10 @@
 //!                             └─▶ toast: chunk mirror (TOAST values written long ago)
 //! ```
 
-pub mod assemble;
 pub mod backfills;
 pub mod backup_admin;
 pub mod catalog_reach;
-pub mod change;
 pub mod daemon;
-pub mod decode;
 pub mod load_bars;
 pub mod metrics;
 pub mod progress;

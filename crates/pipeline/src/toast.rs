@@ -368,7 +368,7 @@ impl Toast {
             drop(import.store);
             tracing::info!(
                 chunks = import.copied,
-                "walked TOAST chunks of a base_backup load copied into the chunk mirror"
+                "walked TOAST chunks of a backup load copied into the chunk mirror"
             );
             if let Err(e) = std::fs::remove_file(&import.path) {
                 tracing::warn!(path = %import.path.display(), "removing a base_backup pass's chunk store: {e}");

@@ -11,6 +11,7 @@ pub use walshadow_testkit::oracle::{OracleColumn, col, same};
 pub use walshadow_testkit::stream_harness::{StreamHarness, source_options};
 
 pub mod loads;
+pub mod stores;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_walshadow");
 

@@ -3,6 +3,8 @@
 //! clog.c: `TransactionIdToPage`, `TransactionIdToByte`,
 //! `TransactionIdToBIndex`).
 
+use std::collections::HashMap;
+
 use bytes::Bytes;
 use walshadow_types::Xid;
 
@@ -49,6 +51,8 @@ impl XactStatus {
 #[derive(Debug, Clone)]
 pub struct XactLog {
     store: SlruStore,
+    /// Outcomes read from WAL past the copy ([`XactLog::patch`]).
+    patch: HashMap<Xid, XactStatus>,
 }
 
 impl Default for XactLog {
@@ -61,6 +65,7 @@ impl XactLog {
     pub fn new() -> XactLog {
         XactLog {
             store: SlruStore::new(Slru::Xact),
+            patch: HashMap::new(),
         }
     }
 
@@ -100,6 +105,22 @@ impl XactLog {
         self.store.set_bound(next_xid);
     }
 
+    /// Records `xid`'s outcome as WAL after the copy's start told it (a
+    /// commit or abort record, its subtransactions included): it wins over
+    /// the copied pages. The `object_store` load reads the archive from the
+    /// backup's start to the opt-in, so a transaction in flight across the
+    /// backup's start that committed before the opt-in counts as committed:
+    /// its rows written before the backup's start are only on the backup's
+    /// pages (seed 000, "PgXact patch").
+    pub fn patch(&mut self, xid: Xid, status: XactStatus) {
+        self.patch.insert(xid, status);
+    }
+
+    /// Outcomes patched in.
+    pub fn patched(&self) -> usize {
+        self.patch.len()
+    }
+
     /// `xid`'s status as copied, or `None` when the copy holds no page for
     /// it (yet). Special xids answer as `TransactionLogFetch` does:
     /// bootstrap and frozen committed, invalid aborted.
@@ -110,6 +131,9 @@ impl XactLog {
             }
             0 => return Some(XactStatus::Aborted),
             _ => {}
+        }
+        if let Some(s) = self.patch.get(&xid) {
+            return Some(*s);
         }
         let page = self.store.page(xid / CLOG_XACTS_PER_PAGE)?;
         let index = xid % CLOG_XACTS_PER_PAGE;
@@ -166,5 +190,22 @@ mod tests {
         assert_eq!(log.status(0), Some(XactStatus::Aborted));
         assert_eq!(log.segment_count(), 1);
         assert_eq!(log.bytes(), 2 * BLCKSZ as u64);
+    }
+
+    #[test]
+    fn a_patch_wins_over_the_copy() {
+        let base = 32 * CLOG_XACTS_PER_PAGE;
+        let mut log = XactLog::from_files([("0001", vec![0u8; BLCKSZ])]).unwrap();
+        // In progress on the copied page, committed in the WAL after it.
+        log.patch(base + 3, XactStatus::Committed);
+        // Newer than the copy, aborted in the WAL.
+        log.patch(base + 10 * CLOG_XACTS_PER_PAGE, XactStatus::Aborted);
+        assert_eq!(log.status(base + 3), Some(XactStatus::Committed));
+        assert_eq!(log.status(base + 4), Some(XactStatus::InProgress));
+        assert_eq!(
+            log.status(base + 10 * CLOG_XACTS_PER_PAGE),
+            Some(XactStatus::Aborted)
+        );
+        assert_eq!(log.patched(), 2);
     }
 }

@@ -56,16 +56,17 @@ use walshadow_types::catalog::RelationDesc;
 use walshadow_types::{Lsn, Oid};
 use walshadow_wal_decode::WalStreamDecoder;
 
-use crate::assemble::Assembled;
 use crate::backfills::Backfills;
 use crate::catalog_reach::Reach;
-use crate::change::{Change, ChangeKind, OwnedTuple};
-use crate::decode::{CommitEvent, Event, record_events};
 use crate::progress::{Progress, Stopped, TableProgress};
 use crate::relations::{Relations, Resolved};
 use crate::scope::{ScopeChange, config_row};
 use crate::status::{StatusFile, TableStatus, ToastStatus};
 use crate::toast::{SourceReadError, SourceValue, Toast, Wait};
+use walshadow_changes::assemble::Assembled;
+use walshadow_changes::change::{Change, ChangeKind, OwnedTuple};
+use walshadow_changes::decode::{CommitEvent, Event, record_events};
+use walshadow_changes::rows::{ChangeRowsError, Layout, change_rows};
 
 mod catalog;
 mod destinations;
@@ -105,13 +106,13 @@ pub enum StreamError {
     #[error(transparent)]
     Txn(#[from] walshadow_txn::TxnError),
     #[error(transparent)]
-    Decode(#[from] crate::decode::DecodeError),
+    Decode(#[from] walshadow_changes::decode::DecodeError),
     #[error(transparent)]
     Wal(#[from] walshadow_wal_decode::WalDecodeError),
     #[error(transparent)]
     Resolve(#[from] crate::relations::ResolveError),
     #[error(transparent)]
-    Payload(#[from] crate::change::BadPayload),
+    Payload(#[from] walshadow_changes::change::BadPayload),
     #[error("ClickHouse: {0}")]
     ClickHouse(#[from] walshadow_emitter::ClickHouseError),
     #[error("ClickHouse: {0}")]
@@ -138,6 +139,8 @@ struct RelationDecoder {
     desc: Arc<RelationDesc>,
     decoder: RowDecoder,
     positions: Vec<Option<usize>>,
+    /// Per destination column: part of the key.
+    key: Vec<bool>,
 }
 
 /// A table-level definite error: `(reason, remedy)`.
@@ -317,6 +320,18 @@ impl Streamer {
             settings.clickhouse.database.clone(),
             settings.meta.clone(),
             crate::backfills::LoadResources {
+                store: settings
+                    .backup
+                    .as_ref()
+                    .map(|b| crate::backfills::StoreResources {
+                        settings: b.clone(),
+                        shadow: walshadow_wal_reader::replication::ConnConfig::unix_socket(
+                            &shadow.socket_dir,
+                            shadow.port,
+                            &source.user,
+                            &source.database(),
+                        ),
+                    }),
                 spill_dir: settings.spill_dir.clone(),
                 spool_memory_bytes: settings.memory_bytes / 4,
                 toast_cache_mb: settings.toast_cache_mb,
@@ -331,15 +346,7 @@ impl Streamer {
             }
             match walshadow_config::InitialLoad::parse(t.initial_load.as_deref()) {
                 Ok(walshadow_config::InitialLoad::None) => {}
-                Ok(walshadow_config::InitialLoad::Copy) => {
-                    backfills.request(key, "copy", progress.applied)?
-                }
-                Ok(walshadow_config::InitialLoad::BaseBackup) => {
-                    backfills.request(key, crate::backfills::BASE_BACKUP, progress.applied)?
-                }
-                Ok(other) => {
-                    tracing::warn!(table = %key, initial_load = other.as_str(), "initial_load mode not available in this release: the table streams from {} without an initial load", progress.applied)
-                }
+                Ok(load) => backfills.request(key, load.as_str(), progress.applied)?,
                 Err(text) => {
                     tracing::warn!(table = %key, "unknown initial_load {text:?} ([table.\"{key}\"]): the table streams from {} without an initial load", progress.applied)
                 }
@@ -633,7 +640,7 @@ impl Streamer {
                 self.on_event(event).await?;
             }
             self.events = events;
-            let end = crate::decode::aligned_end(end);
+            let end = walshadow_changes::decode::aligned_end(end);
             let idle = self.assembler.restart_lsn().is_none();
             self.positions.decoded_to(end, idle);
         }
@@ -655,7 +662,7 @@ impl Streamer {
     }
 
     async fn on_event(&mut self, event: Event) -> Result<(), StreamError> {
-        match crate::assemble::assemble(&mut self.assembler, event)? {
+        match walshadow_changes::assemble::assemble(&mut self.assembler, event)? {
             Assembled::Done => {}
             Assembled::Commit(c, txn) => self.on_commit(c, txn).await?,
             Assembled::Upkeep(Event::Abort { xid, subxacts, .. }) => {

@@ -394,83 +394,40 @@ impl Streamer {
                     desc: Arc::clone(desc),
                     decoder,
                     positions,
+                    key: dest.columns.iter().map(|col| col.key).collect(),
                 },
             );
         }
-        let Some(RelationDecoder {
-            decoder,
-            positions: mapping,
-            ..
-        }) = table.decoders.get(&desc.oid)
-        else {
+        let Some(rd) = table.decoders.get(&desc.oid) else {
             return Ok(Vec::new());
         };
-        let width = dest.columns.len();
-        let lay_out = |values: Vec<Value>| -> Vec<Value> {
-            let mut row = vec![Value::Null; width];
-            for (v, pos) in values.into_iter().zip(mapping) {
-                if let Some(slot) = pos.and_then(|p| row.get_mut(p)) {
-                    *slot = v;
-                }
-            }
-            row
+        let layout = Layout {
+            decoder: &rd.decoder,
+            positions: &rd.positions,
+            key: &rd.key,
         };
         let toast = self.toast.source();
-        let decode = |t: &OwnedTuple| -> Result<Vec<Value>, RowsFault> {
-            let r = decoder.decode(t.tuple_ref(), &toast);
-            if let Some(e) = toast.take_error() {
-                return Err(RowsFault::Mirror(e));
-            }
-            r.map(lay_out).map_err(|e| row_error(key, seq, e))
-        };
-        let same_key = |a: &[Value], b: &[Value]| {
-            dest.columns
-                .iter()
-                .zip(a.iter().zip(b))
-                .all(|(col, (x, y))| !col.key || x == y)
-        };
-        let mut rows: Vec<(Vec<Value>, bool, Lsn)> = Vec::new();
-        match change.kind {
-            ChangeKind::Insert => {
-                if let Some(t) = &change.new {
-                    rows.push((decode(t)?, false, seq));
-                }
-            }
-            ChangeKind::Update => {
-                let Some(t) = &change.new else {
-                    return Ok(Vec::new());
-                };
-                let new_row = decode(t)?;
-                if let Some(old) = &change.old {
-                    let old_row = decode(old.tuple())?;
-                    if !same_key(&old_row, &new_row) {
-                        rows.push((old_row, true, seq));
-                    }
-                }
-                rows.push((new_row, false, Lsn(seq.0 + 1)));
-            }
-            ChangeKind::Delete => {
-                let Some(old) = &change.old else {
-                    return Err(RowsFault::Table((
-                        crate::stop::StopKind::NoKey,
-                        format!("DELETE at {seq} on {key} carries no old key"),
-                    )));
-                };
-                rows.push((decode(old.tuple())?, true, seq));
-            }
-            _ => {}
+        let rows = change_rows(&layout, change, seq, &toast);
+        if let Some(e) = toast.take_error() {
+            return Err(RowsFault::Mirror(e));
         }
+        let rows = rows.map_err(|e| match e {
+            ChangeRowsError::Row(e) => row_error(key, seq, e),
+            e @ ChangeRowsError::NoOldKey(_) => {
+                RowsFault::Table((crate::stop::StopKind::NoKey, format!("{e} on {key}")))
+            }
+        })?;
         Ok(rows
             .into_iter()
-            .map(|(row, deleted, seq)| {
+            .map(|r| {
                 let meta = RowMeta {
                     lsn: c.end,
-                    seq,
+                    seq: r.seq,
                     xid: c.xid,
                     commit_time: c.commit_time,
-                    deleted,
+                    deleted: r.deleted,
                 };
-                (row, meta)
+                (r.values, meta)
             })
             .collect())
     }

@@ -249,10 +249,8 @@ impl Streamer {
                     );
                     if loads && !self.backfills.has_entry(&key) {
                         let mode = match load {
-                            walshadow_config::InitialLoad::BaseBackup => {
-                                crate::backfills::BASE_BACKUP
-                            }
-                            _ => "copy",
+                            walshadow_config::InitialLoad::None => "copy",
+                            other => other.as_str(),
                         };
                         tracing::info!(table = %key, s = %s, initial_load = mode, "initial_load set on a table that streams but was never loaded: loading it");
                         self.backfills.request(&key, mode, s)?;
@@ -302,18 +300,8 @@ impl Streamer {
                         decoders: HashMap::new(),
                     },
                 );
-                match load {
-                    walshadow_config::InitialLoad::None => {}
-                    walshadow_config::InitialLoad::Copy => {
-                        self.backfills.request(&key, "copy", s)?
-                    }
-                    walshadow_config::InitialLoad::BaseBackup => {
-                        self.backfills
-                            .request(&key, crate::backfills::BASE_BACKUP, s)?
-                    }
-                    other => {
-                        tracing::warn!(table = %key, initial_load = other.as_str(), "initial_load mode not available in this release: the table streams from {s} without an initial load")
-                    }
+                if load != walshadow_config::InitialLoad::None {
+                    self.backfills.request(&key, load.as_str(), s)?;
                 }
                 added = true;
                 changed = true;

@@ -1,12 +1,14 @@
 //! What the stream takes from the config file, read once at its start:
-//! `[clickhouse]`, `[stream]`, `[state]`, `[backfill]`, the config table
+//! `[clickhouse]`, `[stream]`, `[state]`, `[backfill]`, `[backup]`, the config table
 //! of `[source]` and the `[table]` pins. Nothing later reads the file.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use walshadow_config::{BackfillConfig, ClickHouseConfig, Config, SourceConfig, TableConfig};
+use walshadow_config::{
+    BackfillConfig, BackupConfig, ClickHouseConfig, Config, SourceConfig, TableConfig,
+};
 use walshadow_emitter::{BatchConfig, MetaColumns};
 use walshadow_txn::AssemblerConfig;
 use walshadow_wal_reader::replication::ConnConfig;
@@ -34,6 +36,8 @@ pub struct StreamSettings {
     /// `[stream] memory_mb`, in bytes.
     pub(super) memory_bytes: usize,
     pub(super) toast_cache_mb: usize,
+    /// `[backup]`: the store `object_store` loads read.
+    pub(super) backup: Option<BackupConfig>,
 }
 
 impl StreamSettings {
@@ -77,6 +81,7 @@ impl StreamSettings {
             spill_dir: config.state.spill_dir(),
             memory_bytes,
             toast_cache_mb: config.stream.toast_cache_mb,
+            backup: config.backup.clone(),
         })
     }
 

@@ -151,6 +151,20 @@ impl Change {
         );
     }
 
+    /// The relation file a payload changes, read without decoding the rest
+    /// (`None` for a truncate, which names relation OIDs instead).
+    pub fn peek_rel(bytes: &[u8]) -> Option<RelFileLocator> {
+        let mut r = Reader(walshadow_pg_format::cursor::Cursor::new(bytes));
+        if r.u8().ok()? != VERSION || r.u8().ok()? == ChangeKind::Truncate.code() {
+            return None;
+        }
+        Some(RelFileLocator {
+            spc_oid: r.u32().ok()?,
+            db_oid: r.u32().ok()?,
+            rel_number: r.u32().ok()?,
+        })
+    }
+
     pub fn decode(bytes: &[u8]) -> Result<Change, BadPayload> {
         let mut r = Reader(walshadow_pg_format::cursor::Cursor::new(bytes));
         if r.u8()? != VERSION {

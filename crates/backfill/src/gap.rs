@@ -1,0 +1,392 @@
+//! The WAL leg of an `object_store` load: the archive's segments from the
+//! backup's start `B_redo` to the opt-ins' `S`, fetched into the pass's
+//! scratch folder and read twice (seed 000, "object_store mode" 2 and 4).
+//!
+//! ```text
+//!  store archive ──fetch──▶ scratch/wal/<segments along the source's branch>
+//!      1. outcomes: every commit and abort in [B_redo, S) (subtransactions
+//!         included) ─▶ the pg_xact patch, and the transactions that may
+//!         have changed a loaded table's catalog rows
+//!      2. replay: the loaded relations' changes, assembled into
+//!         transactions as the stream does, handed on at their commits
+//! ```
+//!
+//! Segments are named here with the newest timeline of the range, so one
+//! reader crosses a timeline switch the way recovery does: each segment is
+//! the copy of the timeline the source's branch was on for it.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use walshadow_backup_store::continuity::Branch;
+use walshadow_backup_store::{Backup, BackupStore, SourceFacts, StoreError};
+use walshadow_changes::assemble::{Assembled, assemble};
+use walshadow_changes::change::Change;
+use walshadow_changes::decode::{CommitEvent, Event, record_events};
+use walshadow_pg_format::wal_files::segment_file_name;
+use walshadow_txn::{Assembler, AssemblerConfig, CommittedTxn};
+use walshadow_types::{Lsn, Oid, PgMajor, TimeLineId, Xid};
+use walshadow_wal_decode::{RmgrId, XactRecord, decode_xact};
+use walshadow_wal_reader::replication::{ConnConfig, ReplicationClient, ReplicationError};
+use walshadow_wal_reader::segments::{SegmentRecords, SegmentSet};
+
+/// What the source says of itself over replication (`IDENTIFY_SYSTEM`,
+/// `SHOW wal_segment_size`, `TIMELINE_HISTORY`): no SQL, no scan.
+#[derive(Debug, Clone)]
+pub struct SourceAsked {
+    pub facts: SourceFacts,
+    pub seg_size: u32,
+    /// Where its WAL is now.
+    pub at: Lsn,
+}
+
+/// Why the source could not say.
+#[derive(Debug, thiserror::Error)]
+#[error("the source, {what}: {message}")]
+pub struct AskError {
+    pub what: &'static str,
+    pub message: String,
+    /// It may answer later (connection lost, out of slots, restarting).
+    pub transient: bool,
+}
+
+/// Asks the source at `cfg` (a replication connection) who it is.
+pub async fn ask_source(cfg: &ConnConfig) -> Result<SourceAsked, AskError> {
+    let fail = |what: &'static str| {
+        move |e: ReplicationError| AskError {
+            what,
+            transient: e.is_transient(),
+            message: e.to_string(),
+        }
+    };
+    let mut c = ReplicationClient::connect(cfg)
+        .await
+        .map_err(fail("connecting for replication"))?;
+    let asked = async {
+        let ident = c.identify_system().await.map_err(fail("IDENTIFY_SYSTEM"))?;
+        let seg = c
+            .show("wal_segment_size")
+            .await
+            .map_err(fail("SHOW wal_segment_size"))?;
+        let history = if ident.timeline > 1 {
+            c.timeline_history(ident.timeline)
+                .await
+                .map_err(fail("TIMELINE_HISTORY"))?
+                .entries
+        } else {
+            Vec::new()
+        };
+        let version = c
+            .server_param("server_version")
+            .unwrap_or_default()
+            .to_owned();
+        Ok::<_, AskError>((ident, seg, history, version))
+    }
+    .await;
+    c.close().await;
+    let (ident, seg, history, version) = asked?;
+    let seg_size =
+        walshadow_shadow::bootstrap::source::parse_size(&seg).ok_or_else(|| AskError {
+            what: "SHOW wal_segment_size",
+            message: format!("{seg:?} is not a size"),
+            transient: false,
+        })?;
+    Ok(SourceAsked {
+        facts: SourceFacts {
+            system_id: ident.systemid,
+            version,
+            branch: Branch {
+                timeline: ident.timeline,
+                history,
+            },
+        },
+        seg_size,
+        at: ident.xlogpos,
+    })
+}
+
+/// Why the WAL leg cannot go on.
+#[derive(Debug, thiserror::Error)]
+pub enum GapError {
+    /// The archive has not received this segment yet (the source archives
+    /// a segment once it is full, or after `archive_timeout`): wait.
+    #[error(
+        "the archive does not hold WAL segment {segment} yet (newest archived on the source's \
+         branch: {newest}); the load needs the WAL up to {to} and waits for the source to \
+         archive it (archive_timeout bounds the wait; pg_switch_wal() ends the segment now)"
+    )]
+    NotYetArchived {
+        segment: String,
+        newest: String,
+        to: Lsn,
+    },
+    /// A segment is missing while later ones are there: it never comes.
+    #[error(
+        "the archive misses WAL segment {segment} between the backup's start {from} and {to}; \
+         remedy: take a new backup, or use initial_load = 'copy'"
+    )]
+    Hole { segment: String, from: Lsn, to: Lsn },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("reading the archived WAL: {0}")]
+    Read(#[from] walshadow_wal_reader::segments::SegmentError),
+    #[error("the archived WAL at {lsn}: {detail}")]
+    Decode { lsn: Lsn, detail: String },
+    #[error("the archived WAL ended at {at} before {to}: {reason}")]
+    EndedEarly { at: Lsn, to: Lsn, reason: String },
+    #[error("assembling the archived WAL's transactions: {0}")]
+    Assemble(#[from] walshadow_txn::TxnError),
+}
+
+impl GapError {
+    /// Passes by itself: the store did not answer, or the archive is behind.
+    pub fn waits(&self) -> bool {
+        match self {
+            GapError::NotYetArchived { .. } => true,
+            GapError::Store(e) => e.is_transient(),
+            _ => false,
+        }
+    }
+}
+
+/// The fetched segments of `[from, to)`.
+#[derive(Debug)]
+pub struct GapWal {
+    set: SegmentSet,
+    tli: TimeLineId,
+    pub from: Lsn,
+    pub to: Lsn,
+    pub segments: usize,
+    pub bytes: u64,
+}
+
+/// Fetches the segments holding `[from, to)` along `branch` into `dir`.
+pub async fn fetch(
+    store: &BackupStore,
+    backup: &Backup,
+    branch: &Branch,
+    seg_size: u32,
+    from: Lsn,
+    to: Lsn,
+    dir: &Path,
+) -> Result<GapWal, GapError> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| GapError::Io { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let archived: HashMap<String, _> = store
+        .archived_segments(backup)
+        .await?
+        .into_iter()
+        .map(|f| (f.name.clone(), f))
+        .collect();
+    let first = from.segment_number(seg_size);
+    // `to` is exclusive: its segment is needed only if it starts before it.
+    let last = Lsn(to.0.saturating_sub(1).max(from.0)).segment_number(seg_size);
+    let tli_of = |segno| branch.timeline_of_segment(segno, seg_size);
+    let read_tli = tli_of(last);
+    let mut bytes = 0u64;
+    for segno in first..=last {
+        let name = segment_file_name(tli_of(segno), segno, seg_size);
+        let Some(file) = archived.get(&name) else {
+            let later = (segno + 1..=last + 64)
+                .any(|s| archived.contains_key(&segment_file_name(tli_of(s), s, seg_size)));
+            if later {
+                return Err(GapError::Hole {
+                    segment: name,
+                    from,
+                    to,
+                });
+            }
+            let newest = archived
+                .keys()
+                .filter(|n| {
+                    walshadow_pg_format::wal_files::parse_segment_name(n, seg_size)
+                        .is_some_and(|(t, s, _)| t == tli_of(s))
+                })
+                .max()
+                .cloned()
+                .unwrap_or_else(|| "none".into());
+            return Err(GapError::NotYetArchived {
+                segment: name,
+                newest,
+                to,
+            });
+        };
+        let content = store.read_segment(file, seg_size).await?;
+        bytes += content.len() as u64;
+        let path = dir.join(segment_file_name(read_tli, segno, seg_size));
+        std::fs::write(&path, &content).map_err(io(&path))?;
+    }
+    let set = SegmentSet::scan(&[dir.to_owned()])?;
+    Ok(GapWal {
+        set,
+        tli: read_tli,
+        from,
+        to,
+        segments: (last - first + 1) as usize,
+        bytes,
+    })
+}
+
+impl GapWal {
+    fn records(&self) -> Result<SegmentRecords<'_>, GapError> {
+        Ok(self.set.records(self.tli, Some(self.from), Some(self.to))?)
+    }
+
+    /// Every transaction outcome in the range (pass 1).
+    pub fn outcomes(&self, major: PgMajor) -> Result<Outcomes, GapError> {
+        let mut out = Outcomes::default();
+        let mut records = self.records()?;
+        let mut last = self.from;
+        while let Some(rec) = records.next_ref()? {
+            out.records += 1;
+            last = rec.end;
+            if rec.rmgr() != RmgrId::XACT {
+                continue;
+            }
+            let decoded = decode_xact(&rec, major).map_err(|e| GapError::Decode {
+                lsn: rec.lsn,
+                detail: e.to_string(),
+            })?;
+            match decoded {
+                Some(XactRecord::Commit(c)) => {
+                    let top = c.twophase_xid.unwrap_or(c.xid);
+                    out.committed.insert(top);
+                    out.committed.extend(c.subxacts);
+                }
+                Some(XactRecord::Abort(a)) => {
+                    let top = a.twophase_xid.unwrap_or(a.xid);
+                    out.aborted.insert(top);
+                    out.aborted.extend(a.subxacts);
+                }
+                _ => {}
+            }
+        }
+        self.reached(&records, last)?;
+        Ok(out)
+    }
+
+    /// Reading must have reached `to`: a shorter archive is damage.
+    fn reached(&self, records: &SegmentRecords<'_>, last: Lsn) -> Result<(), GapError> {
+        match records.end_of_wal() {
+            Some((at, reason)) if last < self.to => Err(GapError::EndedEarly {
+                at: *at,
+                to: self.to,
+                reason: reason.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The changes of `files` (`(tablespace, relfilenumber)` of database
+    /// `db`) in the range, assembled (pass 2).
+    pub fn replay(
+        &self,
+        major: PgMajor,
+        db: Oid,
+        files: HashSet<(Oid, Oid)>,
+        assembler: AssemblerConfig,
+    ) -> Result<Replay<'_>, GapError> {
+        Ok(Replay {
+            gap: self,
+            records: self.records()?,
+            assembler: Assembler::open(assembler)?,
+            major,
+            db,
+            files,
+            events: Vec::new(),
+            prepared: HashSet::new(),
+            last: self.from,
+            done: false,
+            records_read: 0,
+        })
+    }
+}
+
+/// Transaction outcomes the archive's WAL told.
+#[derive(Debug, Default)]
+pub struct Outcomes {
+    pub committed: HashSet<Xid>,
+    pub aborted: HashSet<Xid>,
+    pub records: u64,
+}
+
+/// The replay's transactions, one commit at a time.
+#[derive(Debug)]
+pub struct Replay<'a> {
+    gap: &'a GapWal,
+    records: SegmentRecords<'a>,
+    assembler: Assembler,
+    major: PgMajor,
+    db: Oid,
+    files: HashSet<(Oid, Oid)>,
+    events: Vec<Event>,
+    /// Transactions prepared in the range, not yet ended.
+    prepared: HashSet<Xid>,
+    last: Lsn,
+    done: bool,
+    pub records_read: u64,
+}
+
+impl Replay<'_> {
+    /// The next commit with changes of the replayed files, `None` at `to`.
+    pub fn next_commit(&mut self) -> Result<Option<(CommitEvent, CommittedTxn)>, GapError> {
+        loop {
+            while let Some(event) = self.events.pop() {
+                match &event {
+                    Event::Change { payload, .. } => {
+                        let ours = Change::peek_rel(payload)
+                            .is_some_and(|r| self.files.contains(&(r.spc_oid, r.rel_number)));
+                        if !ours {
+                            continue;
+                        }
+                    }
+                    Event::Prepare { xid, .. } => {
+                        self.prepared.insert(*xid);
+                    }
+                    // Prepared before the backup's start: its changes are
+                    // on the backup's pages, its outcome in the patch.
+                    Event::Commit(c) if c.prepared && !self.prepared.remove(&c.xid) => continue,
+                    Event::Abort {
+                        xid,
+                        prepared: true,
+                        ..
+                    } if !self.prepared.remove(xid) => continue,
+                    _ => {}
+                }
+                if let Assembled::Commit(c, Some(txn)) = assemble(&mut self.assembler, event)?
+                    && txn.change_count() > 0
+                {
+                    return Ok(Some((c, txn)));
+                }
+            }
+            if self.done {
+                return Ok(None);
+            }
+            let Some(rec) = self.records.next_ref()? else {
+                self.done = true;
+                self.gap.reached(&self.records, self.last)?;
+                continue;
+            };
+            self.records_read += 1;
+            self.last = rec.end;
+            let mut events = Vec::new();
+            record_events(&rec, Some(self.db), self.major, &mut events).map_err(|e| {
+                GapError::Decode {
+                    lsn: rec.lsn,
+                    detail: e.to_string(),
+                }
+            })?;
+            // Popped from the back: keep the record's order.
+            events.reverse();
+            self.events = events;
+        }
+    }
+}

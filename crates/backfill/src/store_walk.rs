@@ -1,0 +1,282 @@
+//! A stored backup's files into the page walk: the same [`PageWalkSink`]
+//! a `BASE_BACKUP` feeds, fed file by file from the store, and only the
+//! files the walk keeps are read.
+//!
+//! ```text
+//!  pgBackRest manifest ─▶ pg_data/<path>            ─▶ the data directory's archive
+//!                         pg_tblspc/<oid>/<path>    ─▶ tablespace <oid>'s archive
+//!      each file: PageWalkSink::begin_file ─ Keep ─▶ read (through diff/incr
+//!                                                    references, size and SHA-1
+//!                                                    checked) ─▶ file_data ─▶ end_file
+//!                                          └ Skip ─▶ never read
+//!  barman-cloud base/<id>/data.tar[.gz|.bz2], <oid>.tar ─▶ downloaded into the
+//!      pass's scratch, read front to back: each file offered to the walk,
+//!      the kept ones' bytes handed on
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use bytes::Bytes;
+use walshadow_backup_store::barman_cloud::BarmanCloud;
+use walshadow_backup_store::{Backup, BackupStore, Compression, StoreError};
+use walshadow_types::Oid;
+use walshadow_wal_reader::replication::{
+    ArchiveInfo, BackupSink, EntryKind, FileAction, SinkError, TarEntry,
+};
+
+use crate::attempts::AttemptError;
+use crate::walk_sink::{PageConsumer, PageWalkSink};
+
+/// Why a stored backup could not be walked.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreWalkError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The walk's own error (a page, the consumer, ClickHouse).
+    #[error("{0}")]
+    Sink(SinkError),
+    #[error("{what}: {remedy}")]
+    Unsupported { what: String, remedy: String },
+}
+
+impl StoreWalkError {
+    /// As an attempt's failure: a store that does not answer (or a
+    /// ClickHouse that does not, under the walk) is waited out.
+    pub(crate) fn into_attempt(self) -> AttemptError {
+        let waits = match &self {
+            StoreWalkError::Store(e) => e.is_transient(),
+            StoreWalkError::Sink(e) => crate::backup::sink_waits(e.as_ref()),
+            StoreWalkError::Unsupported { .. } => false,
+        };
+        if waits {
+            AttemptError::Waiting(self.to_string())
+        } else {
+            AttemptError::Failed(self.to_string())
+        }
+    }
+}
+
+/// Walks `backup`'s files through `sink`; returns the bytes read from the
+/// store.
+pub async fn walk<C: PageConsumer + Send>(
+    store: &BackupStore,
+    backup: &Backup,
+    sink: &mut PageWalkSink<C>,
+    scratch: &Path,
+) -> Result<u64, StoreWalkError> {
+    let s = match store {
+        BackupStore::PgBackRest(s) => s,
+        BackupStore::BarmanCloud(b) => return walk_tars(b, backup, sink, scratch).await,
+    };
+    let manifest = s.manifest(&backup.label).await?;
+    // Archive (None: the data directory) → (path in it, manifest path, size).
+    let mut archives: BTreeMap<Option<Oid>, Vec<(String, &str, u64)>> = BTreeMap::new();
+    for (path, file) in &manifest.files {
+        if let Some(rel) = path.strip_prefix("pg_data/") {
+            archives
+                .entry(None)
+                .or_default()
+                .push((rel.to_owned(), path, file.size));
+        } else if let Some((spc, rel)) = path
+            .strip_prefix("pg_tblspc/")
+            .and_then(|p| p.split_once('/'))
+            && let Ok(spc) = spc.parse::<Oid>()
+        {
+            archives
+                .entry(Some(spc))
+                .or_default()
+                .push((rel.to_owned(), path, file.size));
+        }
+    }
+    let mut read = 0u64;
+    // Tablespaces first, the data directory last: as BASE_BACKUP sends
+    // them, the walk ends with the data directory's archive.
+    let mut order: Vec<_> = archives.keys().copied().filter(Option::is_some).collect();
+    order.push(None);
+    for spcoid in order {
+        let info = ArchiveInfo {
+            name: spcoid.map_or("base.tar".to_owned(), |o| format!("{o}.tar")),
+            spcoid,
+            location: None,
+        };
+        sink.begin_archive(&info)
+            .await
+            .map_err(StoreWalkError::Sink)?;
+        for (path, manifest_path, size) in archives.get(&spcoid).into_iter().flatten() {
+            let entry = TarEntry {
+                path: path.clone(),
+                size: *size,
+                kind: EntryKind::File,
+                mode: 0o600,
+                mtime: 0,
+            };
+            match sink
+                .begin_file(&info, &entry)
+                .await
+                .map_err(StoreWalkError::Sink)?
+            {
+                FileAction::Skip => {}
+                FileAction::Keep => {
+                    let content = s.read_file(&manifest, manifest_path).await?;
+                    read += content.len() as u64;
+                    if !content.is_empty() {
+                        sink.file_data(Bytes::from(content))
+                            .await
+                            .map_err(StoreWalkError::Sink)?;
+                    }
+                    sink.end_file().await.map_err(StoreWalkError::Sink)?;
+                }
+            }
+        }
+        sink.end_archive(&info)
+            .await
+            .map_err(StoreWalkError::Sink)?;
+    }
+    Ok(read)
+}
+
+/// What the tar reader (a blocking thread) tells the walk.
+enum TarMsg {
+    /// A regular file starts; the walk answers whether it keeps it.
+    File {
+        path: String,
+        size: u64,
+        keep: tokio::sync::oneshot::Sender<bool>,
+    },
+    Data(Bytes),
+    End,
+}
+
+/// Bytes handed to the walk at a time.
+const TAR_CHUNK: usize = 1 << 20;
+
+/// barman-cloud: each tar of the backup downloaded into `scratch` (a
+/// tar is only readable front to back, and the store is not a stream to
+/// hold open through the walk's inserts), read by a blocking thread,
+/// its kept files handed to the walk in 1 MiB chunks.
+async fn walk_tars<C: PageConsumer + Send>(
+    store: &BarmanCloud,
+    backup: &Backup,
+    sink: &mut PageWalkSink<C>,
+    scratch: &Path,
+) -> Result<u64, StoreWalkError> {
+    let mut read = 0u64;
+    for tar in store.backup_tars(&backup.label).await? {
+        let local = scratch.join("backup.tar");
+        read += store.repository().download(&tar.key, &local).await?;
+        let info = ArchiveInfo {
+            name: tar
+                .tablespace
+                .map_or("base.tar".to_owned(), |o| format!("{o}.tar")),
+            spcoid: tar.tablespace,
+            location: None,
+        };
+        sink.begin_archive(&info)
+            .await
+            .map_err(StoreWalkError::Sink)?;
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<TarMsg>(4);
+        let compression = tar.compression;
+        let key = tar.key.clone();
+        let reader = tokio::task::spawn_blocking(move || read_tar(&local, compression, &tx));
+        let mut failure = None;
+        while let Some(msg) = rx.recv().await {
+            let step = match msg {
+                TarMsg::File { path, size, keep } => {
+                    let entry = TarEntry {
+                        path,
+                        size,
+                        kind: EntryKind::File,
+                        mode: 0o600,
+                        mtime: 0,
+                    };
+                    sink.begin_file(&info, &entry).await.map(|action| {
+                        // The reader is gone only if it failed: it says why.
+                        let _ = keep.send(matches!(action, FileAction::Keep));
+                    })
+                }
+                TarMsg::Data(chunk) => sink.file_data(chunk).await,
+                TarMsg::End => sink.end_file().await,
+            };
+            if let Err(e) = step {
+                failure = Some(e);
+                break;
+            }
+        }
+        drop(rx);
+        let r = reader.await.map_err(|e| StoreWalkError::Unsupported {
+            what: format!("reading {key}"),
+            remedy: e.to_string(),
+        })?;
+        if let Some(e) = failure {
+            return Err(StoreWalkError::Sink(e));
+        }
+        r.map_err(|reason| {
+            StoreWalkError::Store(walshadow_backup_store::StoreError::Malformed {
+                store: store.repository().name().to_owned(),
+                path: key.clone(),
+                reason,
+            })
+        })?;
+        sink.end_archive(&info)
+            .await
+            .map_err(StoreWalkError::Sink)?;
+    }
+    Ok(read)
+}
+
+/// Reads the tar at `path` (blocking), offering each regular file to the
+/// walk and sending the kept ones' bytes. Stops quietly when the walk
+/// hangs up (it failed and says why).
+fn read_tar(
+    path: &Path,
+    compression: Compression,
+    tx: &tokio::sync::mpsc::Sender<TarMsg>,
+) -> Result<(), String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let reader = compression
+        .reader(std::io::BufReader::new(file))
+        .map_err(|e| e.to_string())?;
+    let mut archive = tar::Archive::new(reader);
+    let entries = archive.entries().map_err(|e| e.to_string())?;
+    for entry in entries {
+        let mut entry = entry.map_err(|e| e.to_string())?;
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let name = entry.path().map_err(|e| e.to_string())?;
+        let name = name.to_string_lossy();
+        let name = name.strip_prefix("./").unwrap_or(&name).to_owned();
+        let size = entry.size();
+        let (keep, answer) = tokio::sync::oneshot::channel();
+        let offered = TarMsg::File {
+            path: name,
+            size,
+            keep,
+        };
+        if tx.blocking_send(offered).is_err() {
+            return Ok(());
+        }
+        match answer.blocking_recv() {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(_) => return Ok(()),
+        }
+        let mut left = size;
+        while left > 0 {
+            let mut chunk = vec![0u8; TAR_CHUNK.min(usize::try_from(left).unwrap_or(TAR_CHUNK))];
+            entry
+                .read_exact(&mut chunk)
+                .map_err(|e| format!("a member ends early: {e}"))?;
+            left -= chunk.len() as u64;
+            if tx.blocking_send(TarMsg::Data(Bytes::from(chunk))).is_err() {
+                return Ok(());
+            }
+        }
+        if tx.blocking_send(TarMsg::End).is_err() {
+            return Ok(());
+        }
+    }
+    Ok(())
+}

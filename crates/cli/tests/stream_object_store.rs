@@ -1,0 +1,331 @@
+//! `initial_load = 'object_store'` against a real pgBackRest repository
+//! (PostgreSQL 15: Debian's pgBackRest 2.45 predates 16). The source
+//! archives its WAL into the repository; pgBackRest takes a full backup
+//! and an incremental one (the load reads the latter, through its
+//! references into the former), then:
+//!
+//! - a transaction prepared before the backup commits after it (open
+//!   across the backup's start: its rows are on the backup's pages with an
+//!   in-progress inserter, and only the archive's WAL says it committed);
+//! - rows change after the backup, before the opt-in (updates of TOASTed
+//!   and plain values, deletes, inserts): the gap;
+//! - two tables are opted in by one transaction (one pass), rows change
+//!   after the opt-in (the stream's);
+//! - both tables equal the source row by row, the rows walked carry the
+//!   backup's start as `_lsn`, and the source saw no statement of
+//!   walshadow's on them, no `BASE_BACKUP` and no `COPY` (its log says
+//!   who ran what);
+//! - a table altered after the backup (`ADD COLUMN`) is refused as catalog
+//!   skew with the remedy, its entry stays pending, and the stream goes on.
+
+mod common;
+
+use anyhow::{Context, Result, ensure};
+use common::loads::*;
+use common::stores::{Repo, STANZA, barman_cloud_backup, switch_and_archive, with_aws_env};
+use common::{BIN, StreamHarness, same, source_options};
+use walshadow_testkit::{Lsn, PgMajor, S3Server, WorkDir, per_major, wait_until};
+
+fn count(h: &StreamHarness, sql: &str) -> Result<u64> {
+    let n = h.ch.query(sql)?;
+    n.trim()
+        .parse()
+        .with_context(|| format!("{sql} answered {n:?}"))
+}
+
+/// The backup tool a drill's store is written by.
+enum Tool {
+    PgBackRest(Repo),
+    BarmanCloud {
+        s3: S3Server,
+        work: WorkDir,
+        creds: std::path::PathBuf,
+    },
+}
+
+const BUCKET: &str = "backups";
+const SERVER: &str = "source";
+
+impl Tool {
+    fn barman_url() -> String {
+        format!("s3://{BUCKET}/pg")
+    }
+
+    fn archive_command(&self) -> Result<String> {
+        Ok(match self {
+            Tool::PgBackRest(repo) => repo.archive_command(),
+            Tool::BarmanCloud { s3, .. } => format!(
+                "{} --gzip {} {SERVER} %p",
+                with_aws_env(s3, "barman-cloud-wal-archive")?,
+                Self::barman_url()
+            ),
+        })
+    }
+
+    /// What the store needs once the source runs.
+    fn prepare(&self, h: &StreamHarness) -> Result<()> {
+        match self {
+            Tool::PgBackRest(repo) => {
+                repo.configure(&h.source)?;
+                repo.run(&["stanza-create"])?;
+            }
+            Tool::BarmanCloud { s3, .. } => s3.create_bucket(BUCKET)?,
+        }
+        Ok(())
+    }
+
+    /// A backup; `first`: the first (pgBackRest: full, then incremental;
+    /// barman-cloud takes full backups only).
+    fn backup(&self, h: &StreamHarness, first: bool) -> Result<()> {
+        match self {
+            Tool::PgBackRest(repo) => {
+                repo.run(&["backup", if first { "--type=full" } else { "--type=incr" }])?;
+            }
+            Tool::BarmanCloud { s3, work, .. } => {
+                barman_cloud_backup(s3, &h.source, work.path(), &Self::barman_url(), SERVER)?
+            }
+        }
+        Ok(())
+    }
+
+    fn backup_section(&self) -> String {
+        match self {
+            Tool::PgBackRest(repo) => format!(
+                "[backup]\ntool = \"pgbackrest\"\nrepo = \"{}\"\nstanza = \"{STANZA}\"\n",
+                repo.repo_dir().display()
+            ),
+            Tool::BarmanCloud { s3, creds, .. } => format!(
+                "[backup]\ntool = \"barman-cloud\"\nrepo = \"{}\"\nserver_name = \"{SERVER}\"\n\
+                 endpoint = \"{}\"\nregion = \"{}\"\npath_style = true\ncredentials_file = \"{}\"\n",
+                Self::barman_url(),
+                s3.endpoint(),
+                S3Server::REGION,
+                creds.display()
+            ),
+        }
+    }
+
+    /// Whether the load read the newest backup.
+    fn read_the_newest(&self, label: &str) -> bool {
+        match self {
+            Tool::PgBackRest(_) => label.ends_with('I'),
+            Tool::BarmanCloud { .. } => !label.is_empty(),
+        }
+    }
+}
+
+fn pgbackrest() -> Result<Tool> {
+    Ok(Tool::PgBackRest(Repo::new("os-pgbackrest")?))
+}
+
+fn barman_cloud() -> Result<Tool> {
+    let s3 = S3Server::start()?;
+    let work = WorkDir::new("os-barman")?;
+    let creds = work.path().join("s3.env");
+    std::fs::write(
+        &creds,
+        format!(
+            "AWS_ACCESS_KEY_ID={}\nAWS_SECRET_ACCESS_KEY={}\n",
+            S3Server::ACCESS_KEY,
+            S3Server::SECRET_KEY
+        ),
+    )?;
+    std::fs::set_permissions(&creds, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    Ok(Tool::BarmanCloud { s3, work, creds })
+}
+
+fn pgbackrest_load(major: PgMajor) -> Result<()> {
+    object_store_load(major, pgbackrest()?)
+}
+
+fn barman_cloud_load(major: PgMajor) -> Result<()> {
+    object_store_load(major, barman_cloud()?)
+}
+
+fn object_store_load(major: PgMajor, tool: Tool) -> Result<()> {
+    let opts = source_options()
+        .conf("archive_mode", "on")
+        .conf("archive_command", tool.archive_command()?)
+        // Who ran what: the drill reads walshadow's statements off the log.
+        .conf("log_statement", "all")
+        .conf("log_replication_commands", "on")
+        .conf("log_line_prefix", "%m [%p] app=%a ");
+    let extra = format!("[backfill]\nmax_attempts = 2\n\n{}", tool.backup_section());
+    let mut h = StreamHarness::with_options(BIN, major, "object-store", &[], &extra, opts)?;
+    tool.prepare(&h)?;
+    h.source.psql(
+        "create table orders (id bigint primary key, customer int, amount numeric(12,2), note text);
+         alter table orders alter column note set storage external;
+         insert into orders select g, g % 100, g * 1.25,
+             case when g % 50 = 0 then repeat(md5(g::text), 300) else 'n' || g end
+           from generate_series(1, 3000) g;
+         delete from orders where id % 97 = 0;
+         create table items (id int primary key, v text);
+         insert into items select g, 'item ' || g from generate_series(1, 500) g;
+         create table skewed (id int primary key, v text);
+         insert into skewed select g, 's' from generate_series(1, 100) g;",
+    )?;
+    // A full backup, then an incremental one: the load reads the newest,
+    // most of whose files are the full backup's.
+    tool.backup(&h, true)?;
+    h.source.psql(
+        "insert into orders select g, g % 100, g * 1.25, 'incr ' || g from generate_series(3001, 3500) g;
+         update items set v = 'incr' where id > 490;
+         begin;
+         insert into orders select g, 7, 1, 'prepared ' || g from generate_series(5001, 5020) g;
+         update items set v = 'prepared' where id <= 10;
+         prepare transaction 'across';",
+    )?;
+    tool.backup(&h, false)?;
+    // The gap: after the backup's start, before the opt-in.
+    h.source.psql(
+        "commit prepared 'across';
+         update orders set amount = amount + 1000 where id % 10 = 0;
+         update orders set note = repeat('gap', 4000) where id in (100, 200);
+         update orders set customer = -1 where id % 50 = 0 and id not in (100, 200);
+         delete from orders where id % 7 = 0;
+         insert into orders select g, 8, 2, 'gap ' || g from generate_series(6001, 6100) g;
+         update items set id = id + 10000 where id between 20 and 29;
+         insert into items values (9999, 'gap');
+         alter table skewed add column c int;",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    let scans = |h: &StreamHarness| -> Result<String> {
+        h.source.query_one(
+            "select string_agg(relname || ':' || (seq_scan + coalesce(idx_scan, 0)), ',' order by relname)
+               from pg_stat_user_tables where relname in ('orders', 'items')",
+        )
+    };
+    // `init` took its own BASE_BACKUP (the shadow's): the log from here on.
+    let log_from = h.source.log_contents().len();
+    h.source.psql(
+        "insert into walshadow.tables values
+           ('public', 'orders', true, 'object_store'),
+           ('public', 'items', true, 'object_store');",
+    )?;
+    // After the opt-in: the stream's rows.
+    h.source.psql(
+        "update orders set amount = -1 where id = 1;
+         delete from orders where id = 2;
+         insert into orders values (7001, 9, 3, repeat('after', 3000));
+         update items set v = 'after' where id = 1;",
+    )?;
+    // The load waits for the archive to hold the opt-in's segment: from
+    // here to its end only walshadow runs.
+    let scans_before = scans(&h)?;
+    switch_and_archive(&h.source)?;
+    let s = wait_loaded(&mut h, "public.orders")?;
+    wait_loaded(&mut h, "public.items")?;
+    let scans_after = scans(&h)?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("public.orders", "orders", &orders_cols())?;
+    let m = h.assert_equal("public.items", "items", &[same("id"), same("v")])?;
+    eprintln!("orders: {n} rows equal, items: {m} rows equal");
+    ensure!(n > 3000 && m == 501, "orders {n}, items {m}");
+    let log = h.run_log();
+    // One pass for both, with the gap replayed.
+    let passes = log.matches("initial load (object_store) done").count();
+    ensure!(passes == 1, "{passes} passes: {}", tail_of(&log));
+    let backup =
+        logged_text(&log, "initial load (object_store) done", "backup").unwrap_or_default();
+    ensure!(
+        tool.read_the_newest(&backup),
+        "the load read backup {backup:?}, not the newest"
+    );
+    // The rows walked carry the backup's start, before the opt-in.
+    let walked = h.ch.query(
+        "SELECT min(_lsn), max(_lsn) FROM app.orders FINAL WHERE customer = 7 AND id BETWEEN 5001 AND 5020",
+    )?;
+    eprintln!("prepared rows' _lsn: {walked}, S = {s}");
+    let redo: Lsn = logged_text(&log, "initial load (object_store) done", "gap_from")
+        .context("gap_from in the summary")?
+        .parse()?;
+    ensure!(redo < s, "backup start {redo} not before the opt-in {s}");
+    // The transaction open across the backup's start: its rows the gap
+    // left alone are only on the backup's pages, tagged with its start.
+    let prepared = count(
+        &h,
+        &format!(
+            "SELECT count() FROM app.orders FINAL WHERE id BETWEEN 5001 AND 5020 AND customer = 7 \
+             AND _lsn = {}",
+            redo.0
+        ),
+    )?;
+    let untouched = h
+        .source
+        .query_one("select count(*) from orders where id between 5001 and 5020 and id % 10 <> 0")?;
+    ensure!(
+        prepared.to_string() == untouched && prepared > 10,
+        "{prepared} walked rows of the transaction open across the backup's start, the source has {untouched}"
+    );
+
+    // The source did nothing for the load: no statement of walshadow's
+    // on the tables, no BASE_BACKUP, no COPY, no scan.
+    ensure!(
+        scans_after == scans_before,
+        "the tables were scanned during the load: {scans_before} then {scans_after}"
+    );
+    let source_log = h.source.log_contents();
+    let ours: Vec<&str> = source_log
+        .get(log_from..)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("app=walshadow"))
+        .filter(|l| l.contains("BASE_BACKUP") || l.contains("COPY") || l.contains("orders"))
+        .collect();
+    ensure!(ours.is_empty(), "walshadow asked the source: {ours:#?}");
+
+    // Catalog skew: `skewed` gained a column after the backup.
+    h.source
+        .psql("insert into walshadow.tables values ('public', 'skewed', true, 'object_store');")?;
+    switch_and_archive(&h.source)?;
+    let mut error = String::new();
+    let waited = wait_until(CATCH_UP, "the skewed load's error in the ledger", || {
+        h.check_running()?;
+        error = entry(&h, "public.skewed", "error")?
+            .and_then(|e| e.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        Ok(error.contains("catalog skew"))
+    });
+    if let Err(e) = waited {
+        anyhow::bail!(
+            "{e}; ledger entry: {error}\nrun log:\n{}",
+            tail_of(&h.run_log())
+        );
+    }
+    ensure!(
+        error.contains("take a new backup") && error.contains("'copy'"),
+        "the remedy: {error}"
+    );
+    ensure!(phase(&h, "public.skewed")?.as_deref() != Some("done"));
+    // The stream goes on.
+    h.source
+        .psql("insert into orders values (7002, 1, 1, 'still streaming')")?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal("public.orders", "orders", &orders_cols())?;
+    ensure!(
+        count(&h, "SELECT count() FROM app.skewed FINAL")? == 0,
+        "skewed rows reached ClickHouse"
+    );
+    Ok(())
+}
+
+fn tail_of(log: &str) -> String {
+    common::tail(log, 40)
+}
+
+/// The text of `field=…` in the last log line containing `message`.
+fn logged_text(log: &str, message: &str, field: &str) -> Option<String> {
+    let line = log.lines().rev().find(|l| l.contains(message))?;
+    let at = line.find(&format!("{field}="))? + field.len() + 1;
+    Some(
+        line.get(at..)?
+            .split(|c: char| c.is_whitespace())
+            .next()?
+            .to_owned(),
+    )
+}
+
+per_major!(pgbackrest_load => a_pgbackrest_load_replays_the_gap_and_costs_the_source_nothing: pg15);
+per_major!(barman_cloud_load => a_barman_cloud_load_replays_the_gap_and_costs_the_source_nothing: pg15, pg18);
