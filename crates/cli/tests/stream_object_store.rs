@@ -17,6 +17,10 @@
 //!   who ran what);
 //! - a table altered after the backup (`ADD COLUMN`) is refused as catalog
 //!   skew with the remedy, its entry stays pending, and the stream goes on.
+//!
+//! On 15 and 18 from a barman-cloud store on a local S3 server (full
+//! backups, gzip), the same. And on 15: the store going away mid-walk
+//! leaves the destination untouched; the retry publishes exactly once.
 
 mod common;
 
@@ -311,6 +315,90 @@ fn object_store_load(major: PgMajor, tool: Tool) -> Result<()> {
     Ok(())
 }
 
+/// The store goes away mid-walk (its repository renamed): the attempt
+/// fails with the destination untouched, and once the store is back the
+/// retry rebuilds staging and publishes exactly once.
+fn store_lost_mid_walk(major: PgMajor) -> Result<()> {
+    let repo = Repo::new("os-lost")?;
+    let opts = source_options()
+        .conf("archive_mode", "on")
+        .conf("archive_command", repo.archive_command());
+    let tool = Tool::PgBackRest(repo);
+    let extra = format!(
+        "[backfill]\nbatch_rows = 200\nmax_attempts = 5\n\n{}",
+        tool.backup_section()
+    );
+    let mut h = StreamHarness::with_options(BIN, major, "object-store-lost", &[], &extra, opts)?;
+    tool.prepare(&h)?;
+    h.source.psql(
+        "create table big (id int primary key, v text);
+         insert into big select g, 'v' || g from generate_series(1, 3000) g;
+         vacuum (freeze) big;",
+    )?;
+    // Frozen rows pass the gate at once: staging takes rows while the walk
+    // is still reading the backup's files.
+    tool.backup(&h, true)?;
+    h.source
+        .psql("update big set v = 'gap' where id <= 100; delete from big where id > 2900;")?;
+    h.init()?;
+    let holds = h.arm_holds(&[walshadow_failpoints::BACKUP_WALK_AFTER_STAGING])?;
+    h.start_run()?;
+    h.source
+        .psql("insert into walshadow.tables values ('public', 'big', true, 'object_store');")?;
+    switch_and_archive(&h.source)?;
+    let paused = holds.join("public.big.walk.paused");
+    wait_until(CATCH_UP, "the walk to pause", || {
+        h.check_running()?;
+        Ok(paused.exists())
+    })
+    .with_context(|| tail_of(&h.run_log()))?;
+    ensure!(count(&h, "SELECT count() FROM app.big__wsstg")? >= 200);
+    h.source
+        .psql("insert into big values (9001, 'live during the walk');")?;
+    h.wait_caught_up(CATCH_UP)?;
+    let Tool::PgBackRest(repo) = &tool else {
+        unreachable!()
+    };
+    let away = repo.work.path().join("repo-away");
+    std::fs::rename(repo.repo_dir(), &away)?;
+    std::fs::remove_file(&paused)?;
+    wait_until(CATCH_UP, "the attempt to fail", || {
+        h.check_running()?;
+        Ok(entry(&h, "public.big", "error")?.is_some())
+    })
+    .with_context(|| tail_of(&h.run_log()))?;
+    let error = entry(&h, "public.big", "error")?.unwrap_or(toml::Value::from(""));
+    eprintln!("the failed attempt: {error}");
+    ensure!(phase(&h, "public.big")?.as_deref() != Some("done"));
+    // The destination holds the live row only.
+    ensure!(
+        count(&h, "SELECT count() FROM app.big FINAL")? == 1,
+        "the destination changed by a failed pass"
+    );
+    std::fs::rename(&away, repo.repo_dir())?;
+    // Each attempt holds once more at its first insert: let it go.
+    wait_loaded_with(&mut h, "public.big", |_| {
+        if paused.exists() {
+            std::fs::remove_file(&paused)?;
+        }
+        Ok(())
+    })?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("public.big", "big", &[same("id"), same("v")])?;
+    ensure!(n == 2901, "{n} rows");
+    let log = h.run_log();
+    let published = log.matches("initial load (object_store) done").count();
+    ensure!(published == 1, "{published} passes published");
+    ensure!(
+        count(
+            &h,
+            "SELECT count() FROM system.tables WHERE database = 'app' AND name LIKE '%__wsstg'"
+        )? == 0,
+        "staging left behind"
+    );
+    Ok(())
+}
+
 fn tail_of(log: &str) -> String {
     common::tail(log, 40)
 }
@@ -328,4 +416,5 @@ fn logged_text(log: &str, message: &str, field: &str) -> Option<String> {
 }
 
 per_major!(pgbackrest_load => a_pgbackrest_load_replays_the_gap_and_costs_the_source_nothing: pg15);
+per_major!(store_lost_mid_walk => a_pass_that_loses_its_store_resumes_and_publishes_once: pg15);
 per_major!(barman_cloud_load => a_barman_cloud_load_replays_the_gap_and_costs_the_source_nothing: pg15, pg18);
