@@ -120,6 +120,8 @@ pub struct StoreOrigin {
     /// `TIMELINE_HISTORY` only: which cluster and branch the backup must be
     /// of. No SQL, no `BASE_BACKUP`.
     pub replication: ConnConfig,
+    /// Files read from the store at once (`[backup] parallelism`).
+    pub parallelism: usize,
 }
 
 /// Everything one `base_backup` or `object_store` pass needs.
@@ -614,7 +616,7 @@ impl BackupPass {
             }
             (Origin::Store(o), Some(leg)) => {
                 tracing::info!(tables = %self.keys(), attempt, backup = %leg.backup.label, files = plan.files.len(), "initial load (object_store): walking the backup");
-                let bytes = crate::store_walk::walk(&o.store, &leg.backup, &mut sink, scratch)
+                let bytes = crate::store_walk::walk(&o.store, &leg.backup, &mut sink, scratch, o.parallelism)
                     .await
                     .map_err(|e| {
                         let text = e.to_string();

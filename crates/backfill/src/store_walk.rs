@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use walshadow_backup_store::barman_cloud::BarmanCloud;
 use walshadow_backup_store::{Backup, BackupStore, Compression, StoreError};
 use walshadow_types::Oid;
@@ -57,13 +58,15 @@ impl StoreWalkError {
     }
 }
 
-/// Walks `backup`'s files through `sink`; returns the bytes read from the
+/// Walks `backup`'s files through `sink`, reading up to `parallelism`
+/// files of a pgBackRest backup at once; returns the bytes read from the
 /// store.
 pub async fn walk<C: PageConsumer + Send>(
     store: &BackupStore,
     backup: &Backup,
     sink: &mut PageWalkSink<C>,
     scratch: &Path,
+    parallelism: usize,
 ) -> Result<u64, StoreWalkError> {
     let s = match store {
         BackupStore::PgBackRest(s) => s,
@@ -103,7 +106,21 @@ pub async fn walk<C: PageConsumer + Send>(
         sink.begin_archive(&info)
             .await
             .map_err(StoreWalkError::Sink)?;
-        for (path, manifest_path, size) in archives.get(&spcoid).into_iter().flatten() {
+        // The walk keeps files by name alone: the kept ones are read
+        // `parallelism` at a time ahead of the walk, and handed on in order.
+        let files = archives.get(&spcoid).map_or(&[][..], Vec::as_slice);
+        let wanted: Vec<bool> = files.iter().map(|(p, _, _)| sink.wants(&info, p)).collect();
+        let manifest = &manifest;
+        // Collected before any await: iterator closures held across one
+        // make the future not `Send`.
+        let mut ahead = Vec::new();
+        for ((_, manifest_path, _), w) in files.iter().zip(&wanted) {
+            if *w {
+                ahead.push(s.read_file(manifest, manifest_path));
+            }
+        }
+        let mut reads = futures::stream::iter(ahead).buffered(parallelism.max(1));
+        for ((path, manifest_path, size), want) in files.iter().zip(&wanted) {
             let entry = TarEntry {
                 path: path.clone(),
                 size: *size,
@@ -111,23 +128,36 @@ pub async fn walk<C: PageConsumer + Send>(
                 mode: 0o600,
                 mtime: 0,
             };
-            match sink
+            let action = sink
                 .begin_file(&info, &entry)
                 .await
-                .map_err(StoreWalkError::Sink)?
-            {
-                FileAction::Skip => {}
-                FileAction::Keep => {
-                    let content = s.read_file(&manifest, manifest_path).await?;
-                    read += content.len() as u64;
-                    if !content.is_empty() {
-                        sink.file_data(Bytes::from(content))
-                            .await
-                            .map_err(StoreWalkError::Sink)?;
-                    }
-                    sink.end_file().await.map_err(StoreWalkError::Sink)?;
+                .map_err(StoreWalkError::Sink)?;
+            let content = match (want, action) {
+                (false, FileAction::Skip) => continue,
+                (true, FileAction::Keep) => reads.next().await,
+                // The read ahead for a file the walk then skipped.
+                (true, FileAction::Skip) => {
+                    reads.next().await;
+                    continue;
                 }
+                (false, FileAction::Keep) => {
+                    return Err(StoreWalkError::Unsupported {
+                        what: format!("{manifest_path}: kept by the walk but not read ahead"),
+                        remedy: "report it (a walshadow bug)".into(),
+                    });
+                }
+            };
+            let content = content.ok_or_else(|| StoreWalkError::Unsupported {
+                what: format!("{manifest_path}: the read ahead ended early"),
+                remedy: "report it (a walshadow bug)".into(),
+            })??;
+            read += content.len() as u64;
+            if !content.is_empty() {
+                sink.file_data(Bytes::from(content))
+                    .await
+                    .map_err(StoreWalkError::Sink)?;
             }
+            sink.end_file().await.map_err(StoreWalkError::Sink)?;
         }
         sink.end_archive(&info)
             .await

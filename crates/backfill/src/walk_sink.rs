@@ -494,6 +494,15 @@ impl<C: PageConsumer + Send> PageWalkSink<C> {
             .then_some((spc, f.number, f.segno))
     }
 
+    /// Whether [`BackupSink::begin_file`] keeps the file at `path` of
+    /// `archive`: decided by its name alone, so a reader of a stored backup
+    /// fetches only these.
+    pub fn wants(&self, archive: &ArchiveInfo, path: &str) -> bool {
+        self.relation_member(archive, path).is_some()
+            || (archive.is_base()
+                && SlruKind::of(path).is_some_and(|(_, name)| slru_segno(name).is_some()))
+    }
+
     fn skip(&mut self, file: &TarEntry) -> FileAction {
         self.stats.files_skipped += 1;
         self.stats.bytes_skipped += file.size;

@@ -66,7 +66,8 @@ enum BackupCommand {
     /// far as the store tells (it finished and reads; its first and last
     /// WAL segments are archived).
     List(backup_cmd::BackupArgs),
-    /// Check the chosen backup ([backup] backup, default latest) against
+    /// Check the chosen backup ([backup] backup, default latest: the one
+    /// `initial_load = 'object_store'` loads from) against
     /// the store and the source: the same cluster and major, on the
     /// source's timeline branch with the history file of every newer
     /// timeline archived, and the archive continuous from the backup's

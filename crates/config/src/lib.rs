@@ -56,7 +56,7 @@
 //! # backup_checkpoint = "spread"            # base_backup: "spread" (gentle, can wait minutes) or "fast"
 //!
 //! [table."public.orders"]                   # a pinned table: streams from the start
-//! # initial_load = "copy"                   # none (default) | copy | base_backup: load its rows first
+//! # initial_load = "copy"                   # none (default) | copy | base_backup | object_store: load its rows first
 //! ```
 //!
 //! Unknown keys are errors (a typo must not silently fall back to a
@@ -446,6 +446,13 @@ pub struct BackupConfig {
     /// Read from `credentials_file` when the config is loaded.
     #[serde(skip)]
     pub credentials: Option<S3Credentials>,
+    /// Files an `object_store` load reads from the store at once.
+    #[serde(default = "default_backup_parallelism")]
+    pub parallelism: usize,
+}
+
+fn default_backup_parallelism() -> usize {
+    4
 }
 
 /// S3 keys read from `[backup] credentials_file`.
@@ -888,6 +895,9 @@ impl Config {
             1 << 17,
         )?;
         in_range("backfill.batch_rows", bf.batch_rows as u64, 1, 10_000_000)?;
+        if let Some(b) = &self.backup {
+            in_range("backup.parallelism", b.parallelism as u64, 1, 64)?;
+        }
         if let Some(ch) = &self.clickhouse {
             in_range("clickhouse.batch_rows", ch.batch_rows as u64, 1, 10_000_000)?;
             in_range("clickhouse.batch_mb", ch.batch_mb as u64, 1, 4096)?;
@@ -1275,6 +1285,18 @@ mod tests {
                 .to_string();
             assert!(err.contains(key), "{line}: {err}");
         }
+        let backup = "[backup]\ntool = \"pgbackrest\"\nrepo = \"/r\"\nstanza = \"main\"\n";
+        let err = parse(&format!("{GOOD}{ch}{backup}parallelism = 0\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("backup.parallelism"), "{err}");
+        assert_eq!(
+            parse(&format!("{GOOD}{ch}{backup}"))
+                .unwrap()
+                .backup
+                .map(|b| b.parallelism),
+            Some(4)
+        );
         let err = parse(&format!(
             "{GOOD}{ch}[table.\"public.t\"]\ninitial_load = \"cpy\"\n"
         ))

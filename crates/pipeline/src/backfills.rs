@@ -402,6 +402,7 @@ impl Backfills {
                     store: Arc::clone(store),
                     backup: r.settings.backup.clone(),
                     replication,
+                    parallelism: r.settings.parallelism,
                 }),
             )
         } else {
