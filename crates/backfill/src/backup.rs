@@ -43,7 +43,7 @@
 //! be told from a consistent one (documented in the operator guide).
 
 use crate::attempts::{AttemptError, Attempts};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -71,10 +71,9 @@ use walshadow_changes::decode::CommitEvent;
 use walshadow_changes::rows::{ChangeRowsError, Layout, change_rows};
 use walshadow_heap::visibility::{
     DeferredSpool, Gate, GateCounters, MultiXacts, SpoolConfig, TupleHeader, Verdict, XactLog,
-    XactStatus,
 };
 use walshadow_txn::AssemblerConfig;
-use walshadow_types::PgMajor;
+use walshadow_types::{PgMajor, Xid};
 
 use crate::gap::{self, GapError, GapWal, Outcomes};
 
@@ -189,7 +188,7 @@ pub struct GapSummary {
     pub segments: usize,
     pub records: u64,
     /// Transaction outcomes patched over the backup's `pg_xact`.
-    pub patched: usize,
+    pub patched: u64,
     /// Transactions replayed (with changes of the loaded tables) and the
     /// rows they wrote.
     pub transactions: u64,
@@ -491,14 +490,25 @@ impl BackupPass {
         // object_store: the backup and its WAL to the opt-ins first, so
         // that a catalog change in between stops the pass before a row is
         // written.
-        let leg = match &self.origin {
-            Origin::Store(o) => Some(self.store_leg(o, &tables, scratch).await?),
+        let mut sql = sql;
+        let store = match &self.origin {
+            Origin::Store(o) => Some(o),
             Origin::Stream { .. } => None,
         };
-        let (plan, mut sql) = self.plan(sql, &tables, leg.is_none()).await?;
-        if let Some(leg) = &leg {
-            self.check_skew(&mut sql, &plan, leg).await?;
+        if store.is_some() {
+            self.wait_shadow_replayed(&mut sql, &tables).await?;
         }
+        let (plan, mut sql) = self.plan(sql, &tables, store.is_none()).await?;
+        let mut leg = match store {
+            Some(o) => {
+                let writers = self.catalog_writers(&mut sql, &plan).await?;
+                let watched = writers.iter().map(|w| w.xmin).collect();
+                let leg = self.store_leg(o, &tables, scratch, &watched).await?;
+                self.check_skew(&writers, &leg, &tables)?;
+                Some(leg)
+            }
+            None => None,
+        };
         let mut targets = Vec::with_capacity(tables.len());
         for (t, dest) in tables.iter().zip(&plan.dests) {
             let staging = self.staging_of(t).with_settings(dest.query_settings());
@@ -546,13 +556,8 @@ impl BackupPass {
         if let Some(x) = plan.next_xid {
             xact.set_next_xid(x);
         }
-        if let Some(leg) = &leg {
-            for &xid in &leg.outcomes.committed {
-                xact.patch(xid, XactStatus::Committed);
-            }
-            for &xid in &leg.outcomes.aborted {
-                xact.patch(xid, XactStatus::Aborted);
-            }
+        if let Some(leg) = leg.as_mut() {
+            xact.patch(std::mem::take(&mut leg.outcomes.patch));
         }
         let mut multi = MultiXacts::new();
         if let Some((m, o)) = plan.next_multi {
@@ -724,6 +729,7 @@ impl BackupPass {
         o: &StoreOrigin,
         tables: &[PassTable],
         scratch: &Path,
+        watched: &HashSet<Xid>,
     ) -> Result<StoreLeg, AttemptError> {
         let source = gap::ask_source(&o.replication).await.map_err(|e| {
             if e.transient {
@@ -770,6 +776,7 @@ impl BackupPass {
             major,
             gap: None,
             outcomes: Outcomes::default(),
+            patched: 0,
         };
         // A backup that started at or after every opt-in needs no WAL: the
         // stream covers what came after.
@@ -785,75 +792,165 @@ impl BackupPass {
             )
             .await
             .map_err(gap_failed)?;
+            let watched = watched.clone();
             let (gap, outcomes) = tokio::task::spawn_blocking(move || {
-                let r = gap.outcomes(major);
+                let r = gap.outcomes(major, &watched);
                 (gap, r)
             })
             .await
             .map_err(|e| AttemptError::Failed(format!("reading the archived WAL: {e}")))?;
             leg.outcomes = outcomes.map_err(gap_failed)?;
-            tracing::info!(tables = %self.keys(), backup = %leg.backup.label, from = %gap.from, to = %gap.to, segments = gap.segments, bytes = gap.bytes, records = leg.outcomes.records, committed = leg.outcomes.committed.len(), aborted = leg.outcomes.aborted.len(), "initial load (object_store): the archive's WAL from the backup's start to the opt-ins is here");
+            let patch = &leg.outcomes.patch;
+            leg.patched = patch.committed() + patch.aborted();
+            tracing::info!(tables = %self.keys(), backup = %leg.backup.label, from = %gap.from, to = %gap.to, segments = gap.segments, bytes = gap.bytes, records = leg.outcomes.records, committed = patch.committed(), aborted = patch.aborted(), patch_bytes = patch.bytes(), "initial load (object_store): the archive's WAL from the backup's start to the opt-ins is here");
+            if let Some((at, wal_level)) = leg.outcomes.parameter_change {
+                return Err(AttemptError::Failed(format!(
+                    "the source restarted with other settings at {at} (wal_level {}), between \
+                     backup {}'s start {} and the opt-in: WAL written before that may lack the \
+                     rows and old keys the load replays (they are logged only at wal_level = \
+                     logical); remedy: take a new backup of the source, or use initial_load = \
+                     'copy'",
+                    wal_level.map_or("unknown".into(), |l| match l {
+                        0 => "minimal".to_owned(),
+                        1 => "replica".to_owned(),
+                        2 => "logical".to_owned(),
+                        n => n.to_string(),
+                    }),
+                    leg.backup.label,
+                    gap.from
+                )));
+            }
             leg.gap = Some(gap);
         }
         Ok(leg)
     }
 
-    /// Seed 000's catalog skew: a loaded relation whose catalog rows
-    /// (`pg_class`, `pg_attribute`) a transaction of the gap wrote has
-    /// another shape, file or content than the backup's pages (ALTER
-    /// TABLE, TRUNCATE, a rewrite, made after the backup). The shadow has
-    /// the catalog as of the opt-ins; each row's `xmin` is the transaction
-    /// that wrote it.
-    async fn check_skew(
+    /// Waits (a minute at most) for the shadow to have replayed every
+    /// opt-in of the pass: the plan reads the tables as of their `S`.
+    async fn wait_shadow_replayed(
+        &self,
+        sql: &mut ReplicationClient,
+        tables: &[PassTable],
+    ) -> Result<(), AttemptError> {
+        let s_max = tables.iter().map(|t| t.s).max().unwrap_or(Lsn(0));
+        let since = Instant::now();
+        loop {
+            let r = sql
+                .simple_query(&format!(
+                    "SELECT coalesce(pg_last_wal_replay_lsn() >= '{s_max}'::pg_lsn, true)"
+                ))
+                .await
+                .map_err(source_failed("asking the shadow how far it replayed"))?;
+            if r.text(0, 0) == Some("t") {
+                return Ok(());
+            }
+            if since.elapsed() > Duration::from_secs(60) {
+                return Err(AttemptError::Waiting(format!(
+                    "the shadow has not replayed the opt-in at {s_max} yet"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Who wrote the loaded relations' catalog rows (`pg_class`,
+    /// `pg_attribute`) as the shadow has them: each row's `xmin`, with the
+    /// pass's table it belongs to.
+    async fn catalog_writers(
         &self,
         sql: &mut ReplicationClient,
         plan: &Plan,
-        leg: &StoreLeg,
-    ) -> Result<(), AttemptError> {
-        let Some(gap) = &leg.gap else {
-            return Ok(());
-        };
-        let oids: Vec<String> = plan.files.iter().map(|f| f.oid.to_string()).collect();
-        if oids.is_empty() || leg.outcomes.committed.is_empty() {
-            return Ok(());
+    ) -> Result<Vec<CatalogWriter>, AttemptError> {
+        let mut target_of = HashMap::new();
+        for f in &plan.files {
+            let target = match plan.roles.get(&(f.locator.spc_oid, f.locator.rel_number)) {
+                Some(Role::Heap(l)) => plan.leaves.get(*l).map(|l| l.target),
+                Some(Role::Toast(relid)) => plan
+                    .toasts
+                    .iter()
+                    .find(|(_, r, _)| r == relid)
+                    .map(|(t, _, _)| *t),
+                None => None,
+            };
+            if let Some(t) = target {
+                target_of.insert(f.oid, t);
+            }
         }
-        let list = oids.join(",");
+        if target_of.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list = target_of
+            .keys()
+            .map(Oid::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
         let r = sql
             .simple_query(&format!(
-                "SELECT c.oid::regclass::text, 'pg_class', c.xmin::text FROM pg_class c WHERE c.oid IN ({list})
+                "SELECT c.oid::text, c.oid::regclass::text, 'pg_class', c.xmin::text FROM pg_class c WHERE c.oid IN ({list})
                  UNION ALL
-                 SELECT a.attrelid::regclass::text, format('pg_attribute %I', a.attname), a.xmin::text
+                 SELECT a.attrelid::text, a.attrelid::regclass::text, format('pg_attribute %I', a.attname), a.xmin::text
                    FROM pg_attribute a WHERE a.attrelid IN ({list})"
             ))
             .await
             .map_err(source_failed("reading the tables' catalog rows on the shadow"))?;
+        Ok((0..r.rows.len())
+            .filter_map(|i| {
+                let oid: Oid = r.text(i, 0)?.parse().ok()?;
+                Some(CatalogWriter {
+                    relation: r.text(i, 1)?.to_owned(),
+                    row: r.text(i, 2)?.to_owned(),
+                    xmin: r.text(i, 3)?.parse().ok()?,
+                    target: *target_of.get(&oid)?,
+                })
+            })
+            .collect())
+    }
+
+    /// Seed 000's catalog skew: a loaded relation whose catalog rows a
+    /// transaction committed after the backup's start and up to its
+    /// table's opt-in wrote has another shape, file or content than the
+    /// backup's pages (ALTER TABLE, TRUNCATE, a rewrite, made after the
+    /// backup). A change after its own table's opt-in is the stream's.
+    fn check_skew(
+        &self,
+        writers: &[CatalogWriter],
+        leg: &StoreLeg,
+        tables: &[PassTable],
+    ) -> Result<(), AttemptError> {
         let mut skew = Vec::new();
-        for i in 0..r.rows.len() {
-            let xmin = r.text(i, 2).and_then(|x| x.parse::<u32>().ok());
-            if let Some(xmin) = xmin
-                && leg.outcomes.committed.contains(&xmin)
-            {
+        for w in writers {
+            let Some(at) = leg.outcomes.watched.get(&w.xmin) else {
+                continue;
+            };
+            let Some(t) = tables.get(w.target) else {
+                continue;
+            };
+            if *at > leg.backup.start_lsn && *at <= t.s {
                 skew.push(format!(
-                    "{} ({}, transaction {xmin})",
-                    r.text(i, 0).unwrap_or("?"),
-                    r.text(i, 1).unwrap_or("?")
+                    "{} ({}, transaction {} committed at {at}, before {}'s opt-in at {})",
+                    w.relation, w.row, w.xmin, t.key, t.s
                 ));
             }
         }
         if skew.is_empty() {
             return Ok(());
         }
+        let n = skew.len();
         skew.truncate(5);
         Err(AttemptError::Failed(format!(
-            "catalog skew: backup {} started at {} and the catalog of the loaded tables changed \
-             before the opt-in at {}: {} (ALTER TABLE, TRUNCATE, a rewrite, GRANT, or the table \
-             made after the backup); its pages may not hold the table's rows as they are now; \
-             remedy: take a new backup of the source and opt the table in again (or restart \
-             walshadow), or use initial_load = 'copy'",
+            "catalog skew: backup {} started at {} and the catalog of loaded tables changed \
+             after that: {}{} (ALTER TABLE, TRUNCATE, a rewrite, GRANT, CREATE INDEX, or the \
+             table made after the backup); its pages may not hold the table's rows as they are \
+             now; remedy: take a new backup of the source and restart walshadow (or opt the \
+             table in again), or use initial_load = 'copy'",
             leg.backup.label,
-            gap.from,
-            gap.to,
-            skew.join(", ")
+            leg.backup.start_lsn,
+            skew.join(", "),
+            if n > 5 {
+                format!(" and {} more", n - 5)
+            } else {
+                String::new()
+            }
         )))
     }
 
@@ -878,7 +975,7 @@ impl BackupPass {
         };
         summary.to = gap.to;
         summary.segments = gap.segments;
-        summary.patched = leg.outcomes.committed.len() + leg.outcomes.aborted.len();
+        summary.patched = leg.patched;
         let Some(db) = files.first().map(|f| f.locator.db_oid) else {
             return Ok(summary);
         };
@@ -894,7 +991,9 @@ impl BackupPass {
                 },
             )
             .map_err(gap_failed)?;
-        while let Some((c, txn)) = replay.next_commit().map_err(gap_failed)? {
+        // Reading and assembling is CPU work: off the runtime's workers'
+        // queue (the stream shares them) while it runs.
+        while let Some((c, txn)) = blocking(|| replay.next_commit()).map_err(gap_failed)? {
             summary.transactions += 1;
             let mut spec = None;
             for item in txn {
@@ -1352,6 +1451,18 @@ struct StoreLeg {
     /// `None` when the backup started at or after every opt-in.
     gap: Option<GapWal>,
     outcomes: Outcomes,
+    /// Outcomes in the patch (it moves into the gate).
+    patched: u64,
+}
+
+/// A catalog row of a loaded relation and who wrote it.
+struct CatalogWriter {
+    relation: String,
+    /// `pg_class`, or `pg_attribute <column>`.
+    row: String,
+    xmin: Xid,
+    /// The pass's table it belongs to.
+    target: usize,
 }
 
 fn store_failed(what: &str) -> impl Fn(StoreError) -> AttemptError + '_ {
@@ -1361,6 +1472,16 @@ fn store_failed(what: &str) -> impl Fn(StoreError) -> AttemptError + '_ {
         } else {
             AttemptError::Failed(format!("{what}: {e}"))
         }
+    }
+}
+
+/// Runs CPU-bound `f` in place, letting the multi-threaded runtime move
+/// its other tasks off this worker meanwhile (as is, on a current-thread
+/// runtime).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 

@@ -22,7 +22,8 @@ use walshadow_backup_store::continuity::Branch;
 use walshadow_backup_store::{Backup, BackupStore, SourceFacts, StoreError};
 use walshadow_changes::assemble::{Assembled, assemble};
 use walshadow_changes::change::Change;
-use walshadow_changes::decode::{CommitEvent, Event, record_events};
+use walshadow_changes::decode::{CommitEvent, Event, aligned_end, record_events};
+use walshadow_heap::visibility::XactPatch;
 use walshadow_pg_format::wal_files::segment_file_name;
 use walshadow_txn::{Assembler, AssemblerConfig, CommittedTxn};
 use walshadow_types::{Lsn, Oid, PgMajor, TimeLineId, Xid};
@@ -85,10 +86,12 @@ pub async fn ask_source(cfg: &ConnConfig) -> Result<SourceAsked, AskError> {
     .await;
     c.close().await;
     let (ident, seg, history, version) = asked?;
-    let seg_size =
-        walshadow_shadow::bootstrap::source::parse_size(&seg).ok_or_else(|| AskError {
+    // initdb allows powers of two from 1 MB to 1 GB.
+    let seg_size = walshadow_shadow::bootstrap::source::parse_size(&seg)
+        .filter(|n| n.is_power_of_two() && (1 << 20..=1 << 30).contains(n))
+        .ok_or_else(|| AskError {
             what: "SHOW wal_segment_size",
-            message: format!("{seg:?} is not a size"),
+            message: format!("{seg:?} is not a WAL segment size (a power of two, 1MB to 1GB)"),
             transient: false,
         })?;
     Ok(SourceAsked {
@@ -104,6 +107,9 @@ pub async fn ask_source(cfg: &ConnConfig) -> Result<SourceAsked, AskError> {
         at: ident.xlogpos,
     })
 }
+
+/// `XLOG_PARAMETER_CHANGE` (pg_control.h).
+const XLOG_PARAMETER_CHANGE: u8 = 0x60;
 
 /// Why the WAL leg cannot go on.
 #[derive(Debug, thiserror::Error)]
@@ -135,9 +141,15 @@ pub enum GapError {
     },
     #[error("reading the archived WAL: {0}")]
     Read(#[from] walshadow_wal_reader::segments::SegmentError),
-    #[error("the archived WAL at {lsn}: {detail}")]
+    #[error(
+        "the archived WAL at {lsn}: {detail}; remedy: check the archive's copy of that segment \
+         (the backup tool's verify), take a new backup, or use initial_load = 'copy'"
+    )]
     Decode { lsn: Lsn, detail: String },
-    #[error("the archived WAL ended at {at} before {to}: {reason}")]
+    #[error(
+        "the archived WAL ended at {at} before {to}: {reason}; remedy: check the archive's \
+         copy of that segment, take a new backup, or use initial_load = 'copy'"
+    )]
     EndedEarly { at: Lsn, to: Lsn, reason: String },
     #[error("assembling the archived WAL's transactions: {0}")]
     Assemble(#[from] walshadow_txn::TxnError),
@@ -191,10 +203,11 @@ pub async fn fetch(
     let last = Lsn(to.0.saturating_sub(1).max(from.0)).segment_number(seg_size);
     let tli_of = |segno| branch.timeline_of_segment(segno, seg_size);
     let read_tli = tli_of(last);
-    let mut bytes = 0u64;
+    // Every segment's name against the listing before a byte is fetched:
+    // a wait for the last one costs a listing, not the gap again.
     for segno in first..=last {
         let name = segment_file_name(tli_of(segno), segno, seg_size);
-        let Some(file) = archived.get(&name) else {
+        if !archived.contains_key(&name) {
             let later = (segno + 1..=last + 64)
                 .any(|s| archived.contains_key(&segment_file_name(tli_of(s), s, seg_size)));
             if later {
@@ -216,6 +229,17 @@ pub async fn fetch(
             return Err(GapError::NotYetArchived {
                 segment: name,
                 newest,
+                to,
+            });
+        }
+    }
+    let mut bytes = 0u64;
+    for segno in first..=last {
+        let name = segment_file_name(tli_of(segno), segno, seg_size);
+        let Some(file) = archived.get(&name) else {
+            return Err(GapError::Hole {
+                segment: name,
+                from,
                 to,
             });
         };
@@ -240,14 +264,28 @@ impl GapWal {
         Ok(self.set.records(self.tli, Some(self.from), Some(self.to))?)
     }
 
-    /// Every transaction outcome in the range (pass 1).
-    pub fn outcomes(&self, major: PgMajor) -> Result<Outcomes, GapError> {
+    /// Every transaction outcome in the range (pass 1), with the commit
+    /// positions of the `watched` transactions (the writers of the loaded
+    /// tables' catalog rows).
+    pub fn outcomes(&self, major: PgMajor, watched: &HashSet<Xid>) -> Result<Outcomes, GapError> {
         let mut out = Outcomes::default();
         let mut records = self.records()?;
         let mut last = self.from;
         while let Some(rec) = records.next_ref()? {
             out.records += 1;
             last = rec.end;
+            if rec.rmgr() == RmgrId::XLOG
+                && rec.header.rmgr_info() == XLOG_PARAMETER_CHANGE
+                && out.parameter_change.is_none()
+            {
+                // xl_parameter_change: five ints, then wal_level.
+                let wal_level = rec
+                    .main_data()
+                    .get(20..24)
+                    .and_then(|b| b.try_into().ok())
+                    .map(i32::from_le_bytes);
+                out.parameter_change = Some((rec.lsn, wal_level));
+            }
             if rec.rmgr() != RmgrId::XACT {
                 continue;
             }
@@ -255,18 +293,17 @@ impl GapWal {
                 lsn: rec.lsn,
                 detail: e.to_string(),
             })?;
-            match decoded {
-                Some(XactRecord::Commit(c)) => {
-                    let top = c.twophase_xid.unwrap_or(c.xid);
-                    out.committed.insert(top);
-                    out.committed.extend(c.subxacts);
+            let (top, subxacts, committed) = match decoded {
+                Some(XactRecord::Commit(c)) => (c.twophase_xid.unwrap_or(c.xid), c.subxacts, true),
+                Some(XactRecord::Abort(a)) => (a.twophase_xid.unwrap_or(a.xid), a.subxacts, false),
+                _ => continue,
+            };
+            let at = aligned_end(rec.end);
+            for xid in std::iter::once(top).chain(subxacts) {
+                out.patch.set(xid, committed);
+                if committed && watched.contains(&xid) {
+                    out.watched.insert(xid, at);
                 }
-                Some(XactRecord::Abort(a)) => {
-                    let top = a.twophase_xid.unwrap_or(a.xid);
-                    out.aborted.insert(top);
-                    out.aborted.extend(a.subxacts);
-                }
-                _ => {}
             }
         }
         self.reached(&records, last)?;
@@ -310,11 +347,17 @@ impl GapWal {
     }
 }
 
-/// Transaction outcomes the archive's WAL told.
+/// What pass 1 read in the archive's WAL.
 #[derive(Debug, Default)]
 pub struct Outcomes {
-    pub committed: HashSet<Xid>,
-    pub aborted: HashSet<Xid>,
+    /// Every commit and abort, for the gate.
+    pub patch: XactPatch,
+    /// Watched transactions that committed, with their commit's end.
+    pub watched: HashMap<Xid, Lsn>,
+    /// The first `XLOG_PARAMETER_CHANGE` (a restart with other settings)
+    /// and the `wal_level` it set: WAL before it may have been written
+    /// below `logical`.
+    pub parameter_change: Option<(Lsn, Option<i32>)>,
     pub records: u64,
 }
 

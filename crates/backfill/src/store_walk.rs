@@ -9,9 +9,11 @@
 //!                                                    references, size and SHA-1
 //!                                                    checked) ─▶ file_data ─▶ end_file
 //!                                          └ Skip ─▶ never read
-//!  barman-cloud base/<id>/data.tar[.gz|.bz2], <oid>.tar ─▶ downloaded into the
-//!      pass's scratch, read front to back: each file offered to the walk,
-//!      the kept ones' bytes handed on
+//!  barman-cloud base/<id>/data.tar[.gz|.bz2], <oid>.tar,
+//!  wal-g basebackups_005/<name>/tar_partitions/*.tar[.lz4|.zst] ─▶ downloaded
+//!      into the pass's scratch, read front to back: each file offered to the
+//!      walk (a leading `/` of wal-g's member names dropped), the kept ones'
+//!      bytes handed on
 //! ```
 
 use std::collections::BTreeMap;
@@ -19,8 +21,8 @@ use std::path::Path;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use walshadow_backup_store::barman_cloud::BarmanCloud;
-use walshadow_backup_store::{Backup, BackupStore, Compression, StoreError};
+use walshadow_backup_store::barman_cloud::BackupTar;
+use walshadow_backup_store::{Backup, BackupStore, Compression, Repository, StoreError};
 use walshadow_types::Oid;
 use walshadow_wal_reader::replication::{
     ArchiveInfo, BackupSink, EntryKind, FileAction, SinkError, TarEntry,
@@ -70,7 +72,14 @@ pub async fn walk<C: PageConsumer + Send>(
 ) -> Result<u64, StoreWalkError> {
     let s = match store {
         BackupStore::PgBackRest(s) => s,
-        BackupStore::BarmanCloud(b) => return walk_tars(b, backup, sink, scratch).await,
+        BackupStore::BarmanCloud(b) => {
+            let tars = b.backup_tars(&backup.label).await?;
+            return walk_tars(b.repository(), tars, sink, scratch).await;
+        }
+        BackupStore::WalG(w) => {
+            let tars = w.backup_tars(&backup.label).await?;
+            return walk_tars(w.repository(), tars, sink, scratch).await;
+        }
     };
     let manifest = s.manifest(&backup.label).await?;
     // Archive (None: the data directory) → (path in it, manifest path, size).
@@ -181,20 +190,24 @@ enum TarMsg {
 /// Bytes handed to the walk at a time.
 const TAR_CHUNK: usize = 1 << 20;
 
-/// barman-cloud: each tar of the backup downloaded into `scratch` (a
+/// barman-cloud and wal-g: each tar of the backup downloaded into `scratch` (a
 /// tar is only readable front to back, and the store is not a stream to
 /// hold open through the walk's inserts), read by a blocking thread,
 /// its kept files handed to the walk in 1 MiB chunks.
 async fn walk_tars<C: PageConsumer + Send>(
-    store: &BarmanCloud,
-    backup: &Backup,
+    repo: &Repository,
+    tars: Vec<BackupTar>,
     sink: &mut PageWalkSink<C>,
     scratch: &Path,
 ) -> Result<u64, StoreWalkError> {
     let mut read = 0u64;
-    for tar in store.backup_tars(&backup.label).await? {
+    // The data directory's archive ends once, after its last tar (wal-g
+    // spreads it over several partitions).
+    let base_tars = tars.iter().filter(|t| t.tablespace.is_none()).count();
+    let mut base_seen = 0;
+    for tar in tars {
         let local = scratch.join("backup.tar");
-        read += store.repository().download(&tar.key, &local).await?;
+        read += repo.download(&tar.key, &local).await?;
         let info = ArchiveInfo {
             name: tar
                 .tablespace
@@ -243,14 +256,19 @@ async fn walk_tars<C: PageConsumer + Send>(
         }
         r.map_err(|reason| {
             StoreWalkError::Store(walshadow_backup_store::StoreError::Malformed {
-                store: store.repository().name().to_owned(),
+                store: repo.name().to_owned(),
                 path: key.clone(),
                 reason,
             })
         })?;
-        sink.end_archive(&info)
-            .await
-            .map_err(StoreWalkError::Sink)?;
+        if tar.tablespace.is_none() {
+            base_seen += 1;
+        }
+        if tar.tablespace.is_some() || base_seen == base_tars {
+            sink.end_archive(&info)
+                .await
+                .map_err(StoreWalkError::Sink)?;
+        }
     }
     Ok(read)
 }
@@ -277,7 +295,10 @@ fn read_tar(
         }
         let name = entry.path().map_err(|e| e.to_string())?;
         let name = name.to_string_lossy();
-        let name = name.strip_prefix("./").unwrap_or(&name).to_owned();
+        let name = name
+            .trim_start_matches("./")
+            .trim_start_matches('/')
+            .to_owned();
         let size = entry.size();
         let (keep, answer) = tokio::sync::oneshot::channel();
         let offered = TarMsg::File {

@@ -62,6 +62,18 @@ pub struct ArchivedFile {
 }
 
 impl ArchivedFile {
+    /// The archive's file `name` at `key`, if `name` is a WAL segment's
+    /// (24 hex digits: partial segments, backup labels and histories are
+    /// not).
+    pub fn segment(name: &str, key: &str, compression: Compression) -> Option<ArchivedFile> {
+        (name.len() == 24 && name.bytes().all(|b| b.is_ascii_hexdigit())).then(|| ArchivedFile {
+            name: name.to_owned(),
+            key: key.to_owned(),
+            compression,
+            sha1: None,
+        })
+    }
+
     /// The segment's content from `repo`: one segment long, and matching the
     /// SHA-1 its name carries where it carries one.
     pub async fn read(&self, repo: &Repository, seg_size: u32) -> Result<Bytes, StoreError> {

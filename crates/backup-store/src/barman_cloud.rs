@@ -144,15 +144,7 @@ impl BarmanCloud {
                 });
             }
             let (compression, name) = Compression::from_name(file);
-            if name.len() != 24 || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
-                continue;
-            }
-            out.push(ArchivedFile {
-                name: name.to_owned(),
-                key: entry.key.clone(),
-                compression,
-                sha1: None,
-            });
+            out.extend(ArchivedFile::segment(name, &entry.key, compression));
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)

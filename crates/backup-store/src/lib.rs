@@ -5,6 +5,8 @@
 //! ```text
 //!  [backup] config ─▶ Repository (object_store: a local path, or S3 with a prefix)
 //!                        ├─▶ BarmanCloud: base/<id>/backup.info ─▶ Backup; wals/<tli+log>/…
+//!                        ├─▶ WalG: basebackups_005/<name>_backup_stop_sentinel.json ─▶
+//!                        │         Backup; tar_partitions/; wal_005/<segment>[.ext]
 //!                        └─▶ PgBackRest: backup.info ─▶ Backup (label, LSNs, timeline)
 //!                                        backup.manifest ─▶ files, each in the backup
 //!                                                           that holds it (diff/incr)
@@ -25,6 +27,7 @@ pub mod pgbackrest;
 pub mod repository;
 pub mod store;
 pub mod suitability;
+pub mod walg;
 
 pub use backup::{ArchivedFile, Backup, BackupKind};
 pub use compression::Compression;

@@ -27,6 +27,9 @@ pub struct Entry {
     /// The key below the repository's root.
     pub key: String,
     pub size: u64,
+    /// When it was written, ms since the Unix epoch (wal-g orders its
+    /// backups by their sentinel's).
+    pub modified_ms: i64,
 }
 
 /// How to reach an S3 store; unset fields come from the environment
@@ -219,6 +222,7 @@ impl Repository {
             .map(|m| Entry {
                 key: m.location.to_string(),
                 size: m.size,
+                modified_ms: m.last_modified.timestamp_millis(),
             })
             .collect();
         entries.sort_by(|a, b| a.key.cmp(&b.key));
@@ -234,6 +238,7 @@ impl Repository {
             .map_ok(|m| Entry {
                 key: m.location.to_string(),
                 size: m.size,
+                modified_ms: m.last_modified.timestamp_millis(),
             })
             .try_collect()
             .await

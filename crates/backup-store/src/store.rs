@@ -7,12 +7,14 @@ use crate::StoreError;
 use crate::backup::{ArchivedFile, Backup};
 use crate::barman_cloud::BarmanCloud;
 use crate::pgbackrest::PgBackRest;
+use crate::walg::WalG;
 
 /// A backup store of one of the tools walshadow reads.
 #[derive(Debug)]
 pub enum BackupStore {
     PgBackRest(PgBackRest),
     BarmanCloud(BarmanCloud),
+    WalG(WalG),
 }
 
 impl BackupStore {
@@ -21,6 +23,7 @@ impl BackupStore {
         match self {
             BackupStore::PgBackRest(s) => s.repository().name(),
             BackupStore::BarmanCloud(s) => s.repository().name(),
+            BackupStore::WalG(s) => s.repository().name(),
         }
     }
 
@@ -29,6 +32,7 @@ impl BackupStore {
         match self {
             BackupStore::PgBackRest(s) => s.backups().await,
             BackupStore::BarmanCloud(s) => s.backups().await,
+            BackupStore::WalG(s) => s.backups().await,
         }
     }
 
@@ -40,6 +44,7 @@ impl BackupStore {
         match self {
             BackupStore::PgBackRest(s) => s.archived_segments(&backup.archive).await,
             BackupStore::BarmanCloud(s) => s.archived_segments().await,
+            BackupStore::WalG(s) => s.archived_segments().await,
         }
     }
 
@@ -53,6 +58,7 @@ impl BackupStore {
         let repo = match self {
             BackupStore::PgBackRest(s) => s.repository(),
             BackupStore::BarmanCloud(s) => s.repository(),
+            BackupStore::WalG(s) => s.repository(),
         };
         file.read(repo, seg_size).await
     }
@@ -67,6 +73,7 @@ impl BackupStore {
         match self {
             BackupStore::PgBackRest(s) => Ok(s.history(&backup.archive, tli).await?.is_some()),
             BackupStore::BarmanCloud(s) => s.has_history(tli).await,
+            BackupStore::WalG(s) => s.has_history(tli).await,
         }
     }
 
@@ -75,7 +82,7 @@ impl BackupStore {
     pub async fn check_readable(&self, backup: &Backup) -> Result<(), StoreError> {
         match self {
             BackupStore::PgBackRest(s) => s.manifest(&backup.label).await.map(|_| ()),
-            BackupStore::BarmanCloud(_) => Ok(()),
+            BackupStore::BarmanCloud(_) | BackupStore::WalG(_) => Ok(()),
         }
     }
 }

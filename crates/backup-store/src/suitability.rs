@@ -18,11 +18,18 @@ pub struct SourceFacts {
     pub branch: Branch,
 }
 
-/// The backup called `wanted` (`latest`: the newest) among the store's.
+/// The backup called `wanted` (`latest`: the newest without a flaw the
+/// tool recorded) among the store's.
 pub async fn choose(store: &BackupStore, wanted: &str) -> Result<Backup, StoreError> {
     let backups = store.backups().await?;
+    // `latest`: the newest the tool recorded as whole (a failed or
+    // damaged newer one does not hide a good one).
     let chosen = if wanted == "latest" {
-        backups.last()
+        backups
+            .iter()
+            .rev()
+            .find(|b| b.flaw.is_none())
+            .or(backups.last())
     } else {
         backups.iter().find(|b| b.label == wanted)
     };

@@ -53,8 +53,9 @@ enum Command {
     /// `walshadow run` is stopped.
     #[command(subcommand)]
     Toast(ToastCommand),
-    /// The backup store of [backup] (a pgBackRest repository, or a
-    /// barman-cloud store on S3): its backups and WAL archive. Reads only.
+    /// The backup store of [backup] (a pgBackRest repository, a
+    /// barman-cloud store on S3, or a wal-g store): its backups and WAL
+    /// archive. Reads only.
     #[command(subcommand)]
     Backup(BackupCommand),
 }

@@ -19,14 +19,20 @@
 //!   skew with the remedy, its entry stays pending, and the stream goes on.
 //!
 //! On 15 and 18 from a barman-cloud store on a local S3 server (full
-//! backups, gzip), the same. And on 15: the store going away mid-walk
-//! leaves the destination untouched; the retry publishes exactly once.
+//! backups, gzip), and from a wal-g store (lz4) that a test-only writer
+//! lays out as wal-g's source says (wal-g cannot be installed here), the
+//! same. And on 15: the store going away mid-walk
+//! leaves the destination untouched; the retry publishes exactly once; a
+//! backup taken at `wal_level = replica` before a restart at `logical` is
+//! refused (its WAL lacks what the replay needs).
 
 mod common;
 
 use anyhow::{Context, Result, ensure};
 use common::loads::*;
-use common::stores::{Repo, STANZA, barman_cloud_backup, switch_and_archive, with_aws_env};
+use common::stores::{
+    Repo, STANZA, WalGStore, barman_cloud_backup, switch_and_archive, with_aws_env,
+};
 use common::{BIN, StreamHarness, same, source_options};
 use walshadow_testkit::{Lsn, PgMajor, S3Server, WorkDir, per_major, wait_until};
 
@@ -40,6 +46,8 @@ fn count(h: &StreamHarness, sql: &str) -> Result<u64> {
 /// The backup tool a drill's store is written by.
 enum Tool {
     PgBackRest(Repo),
+    /// A store written as wal-g lays one out (the test kit's writer).
+    WalG(WalGStore),
     BarmanCloud {
         s3: S3Server,
         work: WorkDir,
@@ -51,6 +59,14 @@ const BUCKET: &str = "backups";
 const SERVER: &str = "source";
 
 impl Tool {
+    fn name(&self) -> &'static str {
+        match self {
+            Tool::PgBackRest(_) => "pgbackrest",
+            Tool::BarmanCloud { .. } => "barman-cloud",
+            Tool::WalG(_) => "walg",
+        }
+    }
+
     fn barman_url() -> String {
         format!("s3://{BUCKET}/pg")
     }
@@ -58,6 +74,7 @@ impl Tool {
     fn archive_command(&self) -> Result<String> {
         Ok(match self {
             Tool::PgBackRest(repo) => repo.archive_command(),
+            Tool::WalG(store) => store.archive_command(),
             Tool::BarmanCloud { s3, .. } => format!(
                 "{} --gzip {} {SERVER} %p",
                 with_aws_env(s3, "barman-cloud-wal-archive")?,
@@ -74,6 +91,15 @@ impl Tool {
                 repo.run(&["stanza-create"])?;
             }
             Tool::BarmanCloud { s3, .. } => s3.create_bucket(BUCKET)?,
+            Tool::WalG(_) => {}
+        }
+        Ok(())
+    }
+
+    /// What the archiver sent is in the store (wal-g's writer pushes it).
+    fn archived(&self) -> Result<()> {
+        if let Tool::WalG(store) = self {
+            store.push_wal()?;
         }
         Ok(())
     }
@@ -88,12 +114,19 @@ impl Tool {
             Tool::BarmanCloud { s3, work, .. } => {
                 barman_cloud_backup(s3, &h.source, work.path(), &Self::barman_url(), SERVER)?
             }
+            Tool::WalG(store) => {
+                store.backup(&h.source)?;
+            }
         }
         Ok(())
     }
 
     fn backup_section(&self) -> String {
         match self {
+            Tool::WalG(store) => format!(
+                "[backup]\ntool = \"wal-g\"\nrepo = \"{}\"\n",
+                store.root().display()
+            ),
             Tool::PgBackRest(repo) => format!(
                 "[backup]\ntool = \"pgbackrest\"\nrepo = \"{}\"\nstanza = \"{STANZA}\"\n",
                 repo.repo_dir().display()
@@ -113,7 +146,7 @@ impl Tool {
     fn read_the_newest(&self, label: &str) -> bool {
         match self {
             Tool::PgBackRest(_) => label.ends_with('I'),
-            Tool::BarmanCloud { .. } => !label.is_empty(),
+            Tool::BarmanCloud { .. } | Tool::WalG(_) => !label.is_empty(),
         }
     }
 }
@@ -122,9 +155,11 @@ fn pgbackrest() -> Result<Tool> {
     Ok(Tool::PgBackRest(Repo::new("os-pgbackrest")?))
 }
 
-fn barman_cloud() -> Result<Tool> {
+/// Work directories are named per major: the drill's majors run at once
+/// in one process.
+fn barman_cloud(major: PgMajor) -> Result<Tool> {
     let s3 = S3Server::start()?;
-    let work = WorkDir::new("os-barman")?;
+    let work = WorkDir::new(&format!("os-barman-pg{}", major.number()))?;
     let creds = work.path().join("s3.env");
     std::fs::write(
         &creds,
@@ -138,12 +173,17 @@ fn barman_cloud() -> Result<Tool> {
     Ok(Tool::BarmanCloud { s3, work, creds })
 }
 
+fn walg_load(major: PgMajor) -> Result<()> {
+    let store = WalGStore::new(&format!("os-walg-pg{}", major.number()))?;
+    object_store_load(major, Tool::WalG(store))
+}
+
 fn pgbackrest_load(major: PgMajor) -> Result<()> {
     object_store_load(major, pgbackrest()?)
 }
 
 fn barman_cloud_load(major: PgMajor) -> Result<()> {
-    object_store_load(major, barman_cloud()?)
+    object_store_load(major, barman_cloud(major)?)
 }
 
 fn object_store_load(major: PgMajor, tool: Tool) -> Result<()> {
@@ -155,7 +195,10 @@ fn object_store_load(major: PgMajor, tool: Tool) -> Result<()> {
         .conf("log_replication_commands", "on")
         .conf("log_line_prefix", "%m [%p] app=%a ");
     let extra = format!("[backfill]\nmax_attempts = 2\n\n{}", tool.backup_section());
-    let mut h = StreamHarness::with_options(BIN, major, "object-store", &[], &extra, opts)?;
+    // The tools' drills of one major run at once in one process: a work
+    // directory each.
+    let tag = format!("object-store-{}", tool.name());
+    let mut h = StreamHarness::with_options(BIN, major, &tag, &[], &extra, opts)?;
     tool.prepare(&h)?;
     h.source.psql(
         "create table orders (id bigint primary key, customer int, amount numeric(12,2), note text);
@@ -219,6 +262,7 @@ fn object_store_load(major: PgMajor, tool: Tool) -> Result<()> {
     // here to its end only walshadow runs.
     let scans_before = scans(&h)?;
     switch_and_archive(&h.source)?;
+    tool.archived()?;
     let s = wait_loaded(&mut h, "public.orders")?;
     wait_loaded(&mut h, "public.items")?;
     let scans_after = scans(&h)?;
@@ -284,6 +328,7 @@ fn object_store_load(major: PgMajor, tool: Tool) -> Result<()> {
     h.source
         .psql("insert into walshadow.tables values ('public', 'skewed', true, 'object_store');")?;
     switch_and_archive(&h.source)?;
+    tool.archived()?;
     let mut error = String::new();
     let waited = wait_until(CATCH_UP, "the skewed load's error in the ledger", || {
         h.check_running()?;
@@ -399,6 +444,53 @@ fn store_lost_mid_walk(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
+/// A backup taken at `wal_level = replica`, the source then restarted at
+/// `logical` (as when walshadow is adopted): the gap's WAL before the
+/// restart lacks the rows and old keys the replay needs, and the load is
+/// refused with the remedy instead of losing or resurrecting rows.
+fn backup_below_logical(major: PgMajor) -> Result<()> {
+    let repo = Repo::new("os-replica")?;
+    let opts = source_options()
+        .conf("wal_level", "replica")
+        .conf("archive_mode", "on")
+        .conf("archive_command", repo.archive_command());
+    let tool = Tool::PgBackRest(repo);
+    let extra = format!("[backfill]\nmax_attempts = 1\n\n{}", tool.backup_section());
+    let mut h = StreamHarness::with_options(BIN, major, "object-store-replica", &[], &extra, opts)?;
+    tool.prepare(&h)?;
+    h.source.psql(
+        "create table t (id int primary key, v text);
+         insert into t select g, 'v' || g from generate_series(1, 100) g;",
+    )?;
+    tool.backup(&h, true)?;
+    h.source
+        .psql("update t set id = id + 1000 where id <= 10; delete from t where id > 90;")?;
+    h.source.psql("alter system set wal_level = logical")?;
+    std::sync::Arc::get_mut(&mut h.source)
+        .context("the source is shared")?
+        .restart()?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into walshadow.tables values ('public', 't', true, 'object_store');")?;
+    switch_and_archive(&h.source)?;
+    let mut error = String::new();
+    wait_until(CATCH_UP, "the load's error in the ledger", || {
+        h.check_running()?;
+        error = entry(&h, "public.t", "error")?
+            .and_then(|e| e.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        Ok(!error.is_empty())
+    })
+    .with_context(|| tail_of(&h.run_log()))?;
+    ensure!(
+        error.contains("restarted with other settings") && error.contains("'copy'"),
+        "{error}"
+    );
+    ensure!(count(&h, "SELECT count() FROM app.t FINAL")? == 0);
+    Ok(())
+}
+
 fn tail_of(log: &str) -> String {
     common::tail(log, 40)
 }
@@ -417,4 +509,6 @@ fn logged_text(log: &str, message: &str, field: &str) -> Option<String> {
 
 per_major!(pgbackrest_load => a_pgbackrest_load_replays_the_gap_and_costs_the_source_nothing: pg15);
 per_major!(store_lost_mid_walk => a_pass_that_loses_its_store_resumes_and_publishes_once: pg15);
+per_major!(backup_below_logical => a_gap_that_began_below_wal_level_logical_is_refused: pg15);
+per_major!(walg_load => a_walg_load_replays_the_gap_and_costs_the_source_nothing: pg15, pg18);
 per_major!(barman_cloud_load => a_barman_cloud_load_replays_the_gap_and_costs_the_source_nothing: pg15, pg18);

@@ -478,6 +478,9 @@ impl std::fmt::Debug for S3Credentials {
 pub enum BackupTool {
     Pgbackrest,
     BarmanCloud,
+    /// `wal-g`: the store's prefix is `repo`.
+    #[serde(rename = "wal-g")]
+    WalG,
 }
 
 fn default_backup_name() -> String {

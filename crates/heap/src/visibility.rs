@@ -92,7 +92,7 @@ pub use spool::{
     DeferredSpool, DeferredTuple, ResolveError, ResolveSummary, SpoolConfig, SpoolError,
 };
 pub use tuple::*;
-pub use xact::{XactLog, XactStatus};
+pub use xact::{XactLog, XactPatch, XactStatus};
 
 #[cfg(test)]
 #[allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]

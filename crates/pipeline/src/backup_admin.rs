@@ -57,6 +57,7 @@ pub fn open(settings: &BackupConfig) -> Result<BackupStore, StoreError> {
             repo,
             settings.stanza.as_deref().unwrap_or_default(),
         )),
+        BackupTool::WalG => BackupStore::WalG(walshadow_backup_store::walg::WalG::new(repo)),
         BackupTool::BarmanCloud => BackupStore::BarmanCloud(BarmanCloud::new(
             repo,
             settings.server_name.as_deref().unwrap_or_default(),

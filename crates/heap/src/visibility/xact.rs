@@ -47,12 +47,75 @@ impl XactStatus {
     }
 }
 
+/// Transaction outcomes read from WAL: two bits per xid as `pg_xact` lays
+/// them out (0: none known), in pages allocated as outcomes arrive, so its
+/// memory follows the span of xids the WAL covers (8 KiB per 32,768), not
+/// the number of transactions times a hash entry.
+#[derive(Debug, Clone, Default)]
+pub struct XactPatch {
+    pages: HashMap<u32, Box<[u8]>>,
+    committed: u64,
+    aborted: u64,
+}
+
+impl XactPatch {
+    /// Records `xid` as committed or aborted (the last word wins).
+    pub fn set(&mut self, xid: Xid, committed: bool) {
+        let page = self
+            .pages
+            .entry(xid / CLOG_XACTS_PER_PAGE)
+            .or_insert_with(|| vec![0u8; BLCKSZ].into_boxed_slice());
+        let index = xid % CLOG_XACTS_PER_PAGE;
+        let shift = (index % CLOG_XACTS_PER_BYTE) * CLOG_BITS_PER_XACT;
+        let Some(byte) = page.get_mut((index / CLOG_XACTS_PER_BYTE) as usize) else {
+            return;
+        };
+        match (*byte >> shift) & 0b11 {
+            1 => self.committed -= 1,
+            2 => self.aborted -= 1,
+            _ => {}
+        }
+        let bits: u8 = if committed { 1 } else { 2 };
+        *byte = (*byte & !(0b11 << shift)) | (bits << shift);
+        if committed {
+            self.committed += 1;
+        } else {
+            self.aborted += 1;
+        }
+    }
+
+    /// `xid`'s outcome, if the WAL told one.
+    pub fn get(&self, xid: Xid) -> Option<XactStatus> {
+        let page = self.pages.get(&(xid / CLOG_XACTS_PER_PAGE))?;
+        let index = xid % CLOG_XACTS_PER_PAGE;
+        let byte = page.get((index / CLOG_XACTS_PER_BYTE) as usize)?;
+        match (byte >> ((index % CLOG_XACTS_PER_BYTE) * CLOG_BITS_PER_XACT)) & 0b11 {
+            1 => Some(XactStatus::Committed),
+            2 => Some(XactStatus::Aborted),
+            _ => None,
+        }
+    }
+
+    pub fn committed(&self) -> u64 {
+        self.committed
+    }
+
+    pub fn aborted(&self) -> u64 {
+        self.aborted
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        (self.pages.len() * BLCKSZ) as u64
+    }
+}
+
 /// The backup's `pg_xact`, fed segment by segment as the walk copies it.
 #[derive(Debug, Clone)]
 pub struct XactLog {
     store: SlruStore,
     /// Outcomes read from WAL past the copy ([`XactLog::patch`]).
-    patch: HashMap<Xid, XactStatus>,
+    patch: XactPatch,
 }
 
 impl Default for XactLog {
@@ -65,7 +128,7 @@ impl XactLog {
     pub fn new() -> XactLog {
         XactLog {
             store: SlruStore::new(Slru::Xact),
-            patch: HashMap::new(),
+            patch: XactPatch::default(),
         }
     }
 
@@ -105,20 +168,20 @@ impl XactLog {
         self.store.set_bound(next_xid);
     }
 
-    /// Records `xid`'s outcome as WAL after the copy's start told it (a
-    /// commit or abort record, its subtransactions included): it wins over
-    /// the copied pages. The `object_store` load reads the archive from the
-    /// backup's start to the opt-in, so a transaction in flight across the
-    /// backup's start that committed before the opt-in counts as committed:
-    /// its rows written before the backup's start are only on the backup's
-    /// pages (seed 000, "PgXact patch").
-    pub fn patch(&mut self, xid: Xid, status: XactStatus) {
-        self.patch.insert(xid, status);
+    /// Lays `patch` over the copied pages: outcomes WAL after the copy's
+    /// start told (commit and abort records, subtransactions included) win.
+    /// The `object_store` load reads the archive from the backup's start to
+    /// the opt-in, so a transaction in flight across the backup's start that
+    /// committed before the opt-in counts as committed: its rows written
+    /// before the backup's start are only on the backup's pages (seed 000,
+    /// "PgXact patch").
+    pub fn patch(&mut self, patch: XactPatch) {
+        self.patch = patch;
     }
 
     /// Outcomes patched in.
-    pub fn patched(&self) -> usize {
-        self.patch.len()
+    pub fn patched(&self) -> u64 {
+        self.patch.committed() + self.patch.aborted()
     }
 
     /// `xid`'s status as copied, or `None` when the copy holds no page for
@@ -132,8 +195,8 @@ impl XactLog {
             0 => return Some(XactStatus::Aborted),
             _ => {}
         }
-        if let Some(s) = self.patch.get(&xid) {
-            return Some(*s);
+        if let Some(s) = self.patch.get(xid) {
+            return Some(s);
         }
         let page = self.store.page(xid / CLOG_XACTS_PER_PAGE)?;
         let index = xid % CLOG_XACTS_PER_PAGE;
@@ -196,10 +259,17 @@ mod tests {
     fn a_patch_wins_over_the_copy() {
         let base = 32 * CLOG_XACTS_PER_PAGE;
         let mut log = XactLog::from_files([("0001", vec![0u8; BLCKSZ])]).unwrap();
+        let mut patch = XactPatch::default();
         // In progress on the copied page, committed in the WAL after it.
-        log.patch(base + 3, XactStatus::Committed);
-        // Newer than the copy, aborted in the WAL.
-        log.patch(base + 10 * CLOG_XACTS_PER_PAGE, XactStatus::Aborted);
+        patch.set(base + 3, true);
+        // Newer than the copy, aborted in the WAL (first read as committed:
+        // the last word wins).
+        patch.set(base + 10 * CLOG_XACTS_PER_PAGE, true);
+        patch.set(base + 10 * CLOG_XACTS_PER_PAGE, false);
+        assert_eq!((patch.committed(), patch.aborted()), (1, 1));
+        assert_eq!(patch.get(base + 4), None);
+        assert_eq!(patch.bytes(), 2 * BLCKSZ as u64);
+        log.patch(patch);
         assert_eq!(log.status(base + 3), Some(XactStatus::Committed));
         assert_eq!(log.status(base + 4), Some(XactStatus::InProgress));
         assert_eq!(
