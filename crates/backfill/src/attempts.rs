@@ -22,6 +22,18 @@ pub(crate) enum AttemptError {
     Waiting(String),
 }
 
+impl AttemptError {
+    /// `Waiting` when what failed may pass by itself (`waits`), else
+    /// `Failed`.
+    pub(crate) fn of(waits: bool, why: impl std::fmt::Display) -> AttemptError {
+        if waits {
+            AttemptError::Waiting(why.to_string())
+        } else {
+            AttemptError::Failed(why.to_string())
+        }
+    }
+}
+
 /// What the load does after a failed attempt.
 #[derive(Debug)]
 pub(crate) struct Setback {

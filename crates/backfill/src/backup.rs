@@ -481,16 +481,15 @@ impl BackupPass {
         if tables.is_empty() {
             return Ok(PassSummary::default());
         }
-        let sql = ReplicationClient::connect(&self.catalog)
+        let mut sql = ReplicationClient::connect(&self.catalog)
             .await
             .map_err(source_failed(match self.origin {
                 Origin::Stream { .. } => "connecting to the source",
                 Origin::Store(_) => "connecting to the shadow",
             }))?;
-        // object_store: the backup and its WAL to the opt-ins first, so
-        // that a catalog change in between stops the pass before a row is
-        // written.
-        let mut sql = sql;
+        // object_store: the backup, its WAL to the opt-ins and the skew
+        // check before a staging table is made, so that a catalog change in
+        // between stops the pass before a row is written.
         let store = match &self.origin {
             Origin::Store(o) => Some(o),
             Origin::Stream { .. } => None,
@@ -512,13 +511,10 @@ impl BackupPass {
         let mut targets = Vec::with_capacity(tables.len());
         for (t, dest) in tables.iter().zip(&plan.dests) {
             let staging = self.staging_of(t).with_settings(dest.query_settings());
-            staging.prepare().await.map_err(|e| {
-                if e.is_transient() {
-                    AttemptError::Waiting(e.to_string())
-                } else {
-                    AttemptError::Failed(e.to_string())
-                }
-            })?;
+            staging
+                .prepare()
+                .await
+                .map_err(|e| AttemptError::of(e.is_transient(), e))?;
             let batch = TableBatch::new(
                 staging.name().to_owned(),
                 RowBinaryEncoder::new(dest),
@@ -645,7 +641,9 @@ impl BackupPass {
                 "{e} (rewritten or dropped after its files were read)"
             )),
             Some(l) => AttemptError::Failed(format!(
-                "{e}: backup {} does not hold the file the table is on now (rewritten,                  truncated or created since the backup); remedy: take a new backup, or use                  initial_load = 'copy'",
+                "{e}: backup {} does not hold the file the table is on now (rewritten, \
+                 truncated or created since the backup); remedy: take a new backup, or use \
+                 initial_load = 'copy'",
                 l.backup.label
             )),
         })?;
@@ -731,13 +729,9 @@ impl BackupPass {
         scratch: &Path,
         watched: &HashSet<Xid>,
     ) -> Result<StoreLeg, AttemptError> {
-        let source = gap::ask_source(&o.replication).await.map_err(|e| {
-            if e.transient {
-                AttemptError::Waiting(e.to_string())
-            } else {
-                AttemptError::Failed(e.to_string())
-            }
-        })?;
+        let source = gap::ask_source(&o.replication)
+            .await
+            .map_err(|e| AttemptError::of(e.transient, &e))?;
         let (facts, seg_size) = (source.facts, source.seg_size);
         let store = &o.store;
         let backup = suitability::choose(store, &o.backup)
@@ -1005,13 +999,10 @@ impl BackupPass {
                     .gap_change(&c, seq, change, &mut spec, &mut summary)
                     .map_err(|e| AttemptError::Failed(format!("replaying the gap: {e}")))?;
             }
-            walker.flush_full().await.map_err(|e| {
-                if sink_waits(e.as_ref()) {
-                    AttemptError::Waiting(e.to_string())
-                } else {
-                    AttemptError::Failed(e.to_string())
-                }
-            })?;
+            walker
+                .flush_full()
+                .await
+                .map_err(|e| AttemptError::of(sink_waits(e.as_ref()), e))?;
         }
         summary.records = replay.records_read;
         Ok(summary)
@@ -1466,13 +1457,7 @@ struct CatalogWriter {
 }
 
 fn store_failed(what: &str) -> impl Fn(StoreError) -> AttemptError + '_ {
-    move |e| {
-        if e.is_transient() {
-            AttemptError::Waiting(format!("{what}: {e}"))
-        } else {
-            AttemptError::Failed(format!("{what}: {e}"))
-        }
-    }
+    move |e| AttemptError::of(e.is_transient(), format!("{what}: {e}"))
 }
 
 /// Runs CPU-bound `f` in place, letting the multi-threaded runtime move
@@ -1486,11 +1471,7 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 }
 
 fn gap_failed(e: GapError) -> AttemptError {
-    if e.waits() {
-        AttemptError::Waiting(e.to_string())
-    } else {
-        AttemptError::Failed(e.to_string())
-    }
+    AttemptError::of(e.waits(), e)
 }
 
 /// Marker in a sink error that makes the attempt a quick retry.
@@ -1769,13 +1750,9 @@ impl Walker {
     async fn flush_all(&mut self) -> Result<(), AttemptError> {
         let ch = self.ch.clone();
         for t in &mut self.targets {
-            t.insert(&ch).await.map_err(|e| {
-                if sink_waits(e.as_ref()) {
-                    AttemptError::Waiting(e.to_string())
-                } else {
-                    AttemptError::Failed(e.to_string())
-                }
-            })?;
+            t.insert(&ch)
+                .await
+                .map_err(|e| AttemptError::of(sink_waits(e.as_ref()), e))?;
         }
         Ok(())
     }

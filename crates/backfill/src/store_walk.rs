@@ -52,11 +52,7 @@ impl StoreWalkError {
             StoreWalkError::Sink(e) => crate::backup::sink_waits(e.as_ref()),
             StoreWalkError::Unsupported { .. } => false,
         };
-        if waits {
-            AttemptError::Waiting(self.to_string())
-        } else {
-            AttemptError::Failed(self.to_string())
-        }
+        AttemptError::of(waits, self)
     }
 }
 

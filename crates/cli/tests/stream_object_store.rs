@@ -34,7 +34,7 @@ use common::stores::{
     Repo, STANZA, WalGStore, barman_cloud_backup, switch_and_archive, with_aws_env,
 };
 use common::{BIN, StreamHarness, same, source_options};
-use walshadow_testkit::{Lsn, PgMajor, S3Server, WorkDir, per_major, wait_until};
+use walshadow_testkit::{ClusterOptions, Lsn, PgMajor, S3Server, WorkDir, per_major, wait_until};
 
 fn count(h: &StreamHarness, sql: &str) -> Result<u64> {
     let n = h.ch.query(sql)?;
@@ -186,20 +186,34 @@ fn barman_cloud_load(major: PgMajor) -> Result<()> {
     object_store_load(major, barman_cloud(major)?)
 }
 
+/// A source archiving into `tool`'s store (its options `opts` more), an
+/// engine, and walshadow configured with `backfill` and the store; the
+/// store prepared. Work directories are named `tag`: the tools' drills of
+/// one major run at once in one process.
+fn harness(
+    major: PgMajor,
+    tool: &Tool,
+    tag: &str,
+    backfill: &str,
+    opts: ClusterOptions,
+) -> Result<StreamHarness> {
+    let opts = opts
+        .conf("archive_mode", "on")
+        .conf("archive_command", tool.archive_command()?);
+    let extra = format!("[backfill]\n{backfill}\n{}", tool.backup_section());
+    let h = StreamHarness::with_options(BIN, major, tag, &[], &extra, opts)?;
+    tool.prepare(&h)?;
+    Ok(h)
+}
+
 fn object_store_load(major: PgMajor, tool: Tool) -> Result<()> {
     let opts = source_options()
-        .conf("archive_mode", "on")
-        .conf("archive_command", tool.archive_command()?)
         // Who ran what: the drill reads walshadow's statements off the log.
         .conf("log_statement", "all")
         .conf("log_replication_commands", "on")
         .conf("log_line_prefix", "%m [%p] app=%a ");
-    let extra = format!("[backfill]\nmax_attempts = 2\n\n{}", tool.backup_section());
-    // The tools' drills of one major run at once in one process: a work
-    // directory each.
     let tag = format!("object-store-{}", tool.name());
-    let mut h = StreamHarness::with_options(BIN, major, &tag, &[], &extra, opts)?;
-    tool.prepare(&h)?;
+    let mut h = harness(major, &tool, &tag, "max_attempts = 2", opts)?;
     h.source.psql(
         "create table orders (id bigint primary key, customer int, amount numeric(12,2), note text);
          alter table orders alter column note set storage external;
@@ -364,17 +378,15 @@ fn object_store_load(major: PgMajor, tool: Tool) -> Result<()> {
 /// fails with the destination untouched, and once the store is back the
 /// retry rebuilds staging and publishes exactly once.
 fn store_lost_mid_walk(major: PgMajor) -> Result<()> {
-    let repo = Repo::new("os-lost")?;
-    let opts = source_options()
-        .conf("archive_mode", "on")
-        .conf("archive_command", repo.archive_command());
-    let tool = Tool::PgBackRest(repo);
-    let extra = format!(
-        "[backfill]\nbatch_rows = 200\nmax_attempts = 5\n\n{}",
-        tool.backup_section()
-    );
-    let mut h = StreamHarness::with_options(BIN, major, "object-store-lost", &[], &extra, opts)?;
-    tool.prepare(&h)?;
+    let tool = Tool::PgBackRest(Repo::new("os-lost")?);
+    let backfill = "batch_rows = 200\nmax_attempts = 5";
+    let mut h = harness(
+        major,
+        &tool,
+        "object-store-lost",
+        backfill,
+        source_options(),
+    )?;
     h.source.psql(
         "create table big (id int primary key, v text);
          insert into big select g, 'v' || g from generate_series(1, 3000) g;
@@ -449,15 +461,15 @@ fn store_lost_mid_walk(major: PgMajor) -> Result<()> {
 /// restart lacks the rows and old keys the replay needs, and the load is
 /// refused with the remedy instead of losing or resurrecting rows.
 fn backup_below_logical(major: PgMajor) -> Result<()> {
-    let repo = Repo::new("os-replica")?;
-    let opts = source_options()
-        .conf("wal_level", "replica")
-        .conf("archive_mode", "on")
-        .conf("archive_command", repo.archive_command());
-    let tool = Tool::PgBackRest(repo);
-    let extra = format!("[backfill]\nmax_attempts = 1\n\n{}", tool.backup_section());
-    let mut h = StreamHarness::with_options(BIN, major, "object-store-replica", &[], &extra, opts)?;
-    tool.prepare(&h)?;
+    let tool = Tool::PgBackRest(Repo::new("os-replica")?);
+    let opts = source_options().conf("wal_level", "replica");
+    let mut h = harness(
+        major,
+        &tool,
+        "object-store-replica",
+        "max_attempts = 1",
+        opts,
+    )?;
     h.source.psql(
         "create table t (id int primary key, v text);
          insert into t select g, 'v' || g from generate_series(1, 100) g;",
