@@ -41,8 +41,35 @@ impl BackupStore {
         &self,
         backup: &Backup,
     ) -> Result<Vec<ArchivedFile>, StoreError> {
+        self.archive_segments(&backup.archive).await
+    }
+
+    /// Where the store keeps the WAL of the cluster `system_id` at major
+    /// `version` (`15`): pgBackRest's archive id from `archive.info`; the
+    /// other tools keep one archive per store (an empty name).
+    pub async fn archive_of(&self, system_id: u64, version: &str) -> Result<String, StoreError> {
         match self {
-            BackupStore::PgBackRest(s) => s.archived_segments(&backup.archive).await,
+            BackupStore::PgBackRest(s) => s
+                .archive_info()
+                .await?
+                .archive_id(version, system_id)
+                .ok_or_else(|| StoreError::Malformed {
+                    store: self.name().to_owned(),
+                    path: format!("archive/{}/archive.info", s.stanza()),
+                    reason: format!(
+                        "it names no archive of PostgreSQL {version} with system identifier \
+                             {system_id}: is this the source's stanza?"
+                    ),
+                }),
+            BackupStore::BarmanCloud(_) | BackupStore::WalG(_) => Ok(String::new()),
+        }
+    }
+
+    /// The WAL segments of archive `archive` ([`BackupStore::archive_of`]),
+    /// by name.
+    pub async fn archive_segments(&self, archive: &str) -> Result<Vec<ArchivedFile>, StoreError> {
+        match self {
+            BackupStore::PgBackRest(s) => s.archived_segments(archive).await,
             BackupStore::BarmanCloud(s) => s.archived_segments().await,
             BackupStore::WalG(s) => s.archived_segments().await,
         }

@@ -5,9 +5,10 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use walshadow_types::{Lsn, TimeLineId};
+use walshadow_intake::{SourceSettings, WalSource};
+use walshadow_types::{Lsn, PgMajor, TimeLineId};
 use walshadow_wal_decode::{RecordSummary, RecordView, WalStreamDecoder, XLOG_BLCKSZ};
-use walshadow_wal_reader::replication::{ConnConfig, FollowEvent, ReplicationClient, WalFollower};
+use walshadow_wal_reader::replication::{ConnConfig, FollowEvent, ReplicationClient};
 use walshadow_wal_reader::segments::SegmentSet;
 
 #[derive(Debug, clap::Args)]
@@ -30,6 +31,11 @@ pub struct DumpArgs {
     /// Physical replication slot to stream from (live mode; optional).
     #[arg(long, value_name = "NAME", requires = "source")]
     slot: Option<String>,
+    /// A walshadow config whose [backup] store's WAL archive serves what the
+    /// source no longer has (live mode): the dump reads it from the
+    /// archive, then from the source again, as `walshadow run` does.
+    #[arg(long, value_name = "FILE", requires = "source")]
+    config: Option<PathBuf>,
     /// Segment files or folders of them.
     #[arg(value_name = "PATH", required_unless_present = "source")]
     paths: Vec<PathBuf>,
@@ -120,8 +126,44 @@ async fn dump_live(url: &str, args: &DumpArgs, out: &mut impl Write) -> anyhow::
     let feed_start = Lsn(start.0 - start.0 % u64::from(XLOG_BLCKSZ));
     let mut decoder = WalStreamDecoder::new(feed_start, start, seg_size)?;
     decoder.expect_system_id(ident.systemid);
-    let mut follower =
-        WalFollower::start(client, args.slot.as_deref(), feed_start, timeline).await?;
+    let archive = match &args.config {
+        Some(path) => {
+            let config = walshadow_config::Config::load(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let settings = config.backup.as_ref().with_context(|| {
+                format!(
+                    "{} has no [backup] section: add the store the source archives its WAL to",
+                    path.display()
+                )
+            })?;
+            Some(std::sync::Arc::new(walshadow_pipeline::backup_admin::open(
+                settings,
+            )?))
+        }
+        None => None,
+    };
+    let version = client
+        .server_param("server_version")
+        .unwrap_or_default()
+        .to_owned();
+    let major = version
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .map(PgMajor::from_number)
+        .with_context(|| format!("the source's server_version {version:?}"))??;
+    client.close().await;
+    let source = SourceSettings {
+        conn: config,
+        slot: args.slot.clone(),
+        manage_slot: false,
+        system_id: ident.systemid,
+        major,
+        seg_size,
+        archive,
+        turns: None,
+    };
+    let mut follower = WalSource::start(source, feed_start, timeline).await?;
     let mut flushed = feed_start;
     'stream: loop {
         match follower.next().await? {
@@ -149,7 +191,6 @@ async fn dump_live(url: &str, args: &DumpArgs, out: &mut impl Write) -> anyhow::
             FollowEvent::ServerWalEnd(_) => {}
         }
     }
-    follower.send_status(false).await.ok();
-    follower.stop().await.ok();
+    follower.send_status().await.ok();
     Ok(())
 }

@@ -155,11 +155,11 @@ fn pgbackrest() -> Result<Tool> {
     Ok(Tool::PgBackRest(Repo::new("os-pgbackrest")?))
 }
 
-/// Work directories are named per major: the drill's majors run at once
-/// in one process.
-fn barman_cloud(major: PgMajor) -> Result<Tool> {
+/// Work directories are named per drill (`tag`) and major: the drills'
+/// majors run at once in one process.
+fn barman_cloud(major: PgMajor, tag: &str) -> Result<Tool> {
     let s3 = S3Server::start()?;
-    let work = WorkDir::new(&format!("os-barman-pg{}", major.number()))?;
+    let work = WorkDir::new(&format!("{tag}-barman-pg{}", major.number()))?;
     let creds = work.path().join("s3.env");
     std::fs::write(
         &creds,
@@ -183,7 +183,7 @@ fn pgbackrest_load(major: PgMajor) -> Result<()> {
 }
 
 fn barman_cloud_load(major: PgMajor) -> Result<()> {
-    object_store_load(major, barman_cloud(major)?)
+    object_store_load(major, barman_cloud(major, "os")?)
 }
 
 /// A source archiving into `tool`'s store (its options `opts` more), an
@@ -503,6 +503,198 @@ fn backup_below_logical(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
+/// The stream catches up from the archive: walshadow stopped, its slot
+/// dropped, the source writes on and recycles the WAL walshadow needs;
+/// at the next start the archive serves it, then the source again (the
+/// slot created anew), and the table equals the source before and after
+/// the return. Fails without the archive: "replication slot … does not
+/// exist", then "requested WAL segment … has already been removed".
+/// With `invalidate`, the slot is kept but loses its WAL to
+/// `max_slot_wal_keep_size` (invalidated) instead of being dropped.
+fn archive_catch_up(major: PgMajor, tool: Tool, invalidate: bool) -> Result<()> {
+    let tag = format!(
+        "archive-catch-up-{}{}",
+        tool.name(),
+        if invalidate { "-lost" } else { "" }
+    );
+    let mut opts = source_options()
+        .conf("archive_mode", "on")
+        .conf("archive_command", tool.archive_command()?);
+    if invalidate {
+        opts = opts.conf("max_slot_wal_keep_size", "16MB");
+    }
+    let extra = tool.backup_section();
+    let mut h = StreamHarness::with_options(BIN, major, &tag, &["public.t"], &extra, opts)?;
+    tool.prepare(&h)?;
+    h.source.psql(
+        "create table t (id int primary key, v text, n bigint);
+         alter table t alter column v set storage external;",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into t select g, 'v' || g, g from generate_series(1, 1000) g;")?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal("public.t", "t", &[same("id"), same("v"), same("n")])?;
+    h.stop_run()?;
+    let applied = h
+        .progress_applied()?
+        .context("no progress after the first run")?;
+    let slot = h
+        .source
+        .query_one("select slot_name from pg_replication_slots")?;
+    if !invalidate {
+        h.source
+            .psql(&format!("select pg_drop_replication_slot('{slot}')"))?;
+    }
+    // The source writes on (TOASTed values, updates, deletes, a key
+    // change) and recycles its WAL until walshadow's position is gone.
+    let seg_of = |lsn: Lsn| -> Result<String> {
+        h.source
+            .query_one(&format!("select pg_walfile_name('{lsn}')"))
+    };
+    let needed = seg_of(applied)?;
+    let mut round = 0;
+    loop {
+        round += 1;
+        h.source.psql(&format!(
+            "insert into t select g, repeat(md5(g::text), 200), g from generate_series({}, {}) g;
+             update t set n = n + 1 where id % 10 = {};
+             delete from t where id % 97 = {};
+             checkpoint;",
+            round * 10_000,
+            round * 10_000 + 2_000,
+            round % 10,
+            round % 97,
+        ))?;
+        switch_and_archive(&h.source)?;
+        tool.archived()?;
+        h.source.psql("checkpoint")?;
+        let oldest = h
+            .source
+            .query_one("select min(name) from pg_ls_waldir() where name ~ '^[0-9A-F]{24}$'")?;
+        // Three rounds at least: several segments come from the archive.
+        if oldest > needed && round >= 3 {
+            break;
+        }
+        ensure!(
+            round < 12,
+            "the source still holds {oldest} (walshadow needs {needed})"
+        );
+    }
+    if invalidate {
+        let status = h.source.query_one(&format!(
+            "select wal_status from pg_replication_slots where slot_name = '{slot}'"
+        ))?;
+        ensure!(status == "lost", "the slot is {status}, not lost");
+    }
+    h.source.psql(
+        "update t set id = id + 100000 where id <= 5; update t set v = 'short' where id = 500;",
+    )?;
+    eprintln!("the source recycled WAL past {needed} after {round} rounds");
+    // `wal dump` reads the lost WAL from the archive as the intake does,
+    // and fails without it.
+    let end = h.source.flush_lsn()?;
+    let dump = |with_archive: bool| -> Result<std::process::Output> {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(["wal", "dump", "--source", &h.source.url("postgres")])
+            .args(["--start", &applied.to_string(), "--end", &end.to_string()]);
+        if with_archive {
+            cmd.args(["--config", h.config()]);
+        }
+        Ok(cmd.output()?)
+    };
+    let without = dump(false)?;
+    ensure!(
+        !without.status.success()
+            && String::from_utf8_lossy(&without.stderr).contains("[backup] store"),
+        "wal dump without the archive: {}",
+        String::from_utf8_lossy(&without.stderr)
+    );
+    let with = dump(true)?;
+    ensure!(
+        with.status.success(),
+        "wal dump over the archive: {}",
+        String::from_utf8_lossy(&with.stderr)
+    );
+    let records = String::from_utf8_lossy(&with.stdout).lines().count();
+    let inserts = String::from_utf8_lossy(&with.stdout)
+        .lines()
+        // XLOG_HEAP_INSERT, with or without XLOG_HEAP_INIT_PAGE.
+        .filter(|l| {
+            l.contains(r#""rmgr":"Heap","info":0,"#) || l.contains(r#""rmgr":"Heap","info":128,"#)
+        })
+        .count();
+    ensure!(
+        records > 1000 && inserts >= 6000,
+        "wal dump over the archive printed {records} records, {inserts} inserts"
+    );
+    h.start_run()?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("public.t", "t", &[same("id"), same("v"), same("n")])?;
+    let log = h.run_log();
+    ensure!(
+        log.contains("reading it from the archive")
+            && log.contains("streaming from the source again"),
+        "the archive's turn is not in the log:\n{}",
+        tail_of(&log)
+    );
+    let recreated = if invalidate {
+        "dropped and created it again"
+    } else {
+        "did not exist: created it"
+    };
+    ensure!(
+        log.contains(recreated),
+        "no {recreated:?} in the log:\n{}",
+        tail_of(&log)
+    );
+    let wal_status = h.source.query_one(&format!(
+        "select coalesce(wal_status, 'none') from pg_replication_slots where slot_name = '{slot}'"
+    ))?;
+    ensure!(
+        wal_status == "reserved",
+        "the slot was not created again: {wal_status:?}"
+    );
+    let status = h.status_json()?;
+    let read = status["archive_segments_read"].as_u64().unwrap_or(0);
+    ensure!(
+        read >= 3,
+        "status says {read} segments read from the archive"
+    );
+    ensure!(
+        status["wal_from_archive"] == serde_json::json!(false),
+        "status says the archive still serves the WAL"
+    );
+    // Back on the source: live changes stream.
+    h.source
+        .psql("insert into t values (999999, 'live', 1); delete from t where id = 600;")?;
+    h.wait_caught_up(CATCH_UP)?;
+    let m = h.assert_equal("public.t", "t", &[same("id"), same("v"), same("n")])?;
+    eprintln!("{n} rows equal after the archive's turn ({read} segments), {m} after live changes");
+    Ok(())
+}
+
+fn pgbackrest_catch_up(major: PgMajor) -> Result<()> {
+    archive_catch_up(
+        major,
+        Tool::PgBackRest(Repo::new("catch-up-pgbackrest")?),
+        false,
+    )
+}
+
+fn barman_cloud_catch_up(major: PgMajor) -> Result<()> {
+    archive_catch_up(major, barman_cloud(major, "catch-up")?, false)
+}
+
+fn pgbackrest_catch_up_lost_slot(major: PgMajor) -> Result<()> {
+    archive_catch_up(major, Tool::PgBackRest(Repo::new("catch-up-lost")?), true)
+}
+
+fn barman_cloud_catch_up_lost_slot(major: PgMajor) -> Result<()> {
+    archive_catch_up(major, barman_cloud(major, "catch-up-lost")?, true)
+}
+
 fn tail_of(log: &str) -> String {
     common::tail(log, 40)
 }
@@ -524,3 +716,7 @@ per_major!(store_lost_mid_walk => a_pass_that_loses_its_store_resumes_and_publis
 per_major!(backup_below_logical => a_gap_that_began_below_wal_level_logical_is_refused: pg15);
 per_major!(walg_load => a_walg_load_replays_the_gap_and_costs_the_source_nothing: pg15, pg18);
 per_major!(barman_cloud_load => a_barman_cloud_load_replays_the_gap_and_costs_the_source_nothing: pg15, pg18);
+per_major!(pgbackrest_catch_up => the_stream_catches_up_from_a_pgbackrest_archive: pg15);
+per_major!(barman_cloud_catch_up => the_stream_catches_up_from_a_barman_cloud_archive: pg15, pg18);
+per_major!(pgbackrest_catch_up_lost_slot => an_invalidated_slot_is_created_again_and_the_archive_bridges: pg15);
+per_major!(barman_cloud_catch_up_lost_slot => an_invalidated_slot_is_created_again_from_barman_cloud: pg18);

@@ -5,13 +5,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use walshadow_types::Lsn;
-use walshadow_wal_reader::replication::WalFollower;
 
 use walshadow_shadow::filter::checkpoint;
 use walshadow_shadow::filter::pipeline::FilterPipeline;
 use walshadow_shadow::run::RunError;
 use walshadow_shadow::segment_store::SegmentStore;
 
+use crate::source::WalSource;
 use crate::timeline_at;
 
 /// Takes filter checkpoints and advances the slot behind them.
@@ -46,7 +46,7 @@ impl Checkpointer {
         &mut self,
         pipeline: &FilterPipeline,
         store: &SegmentStore,
-        follower: &mut WalFollower,
+        follower: &mut WalSource,
     ) -> Result<bool, RunError> {
         self.last_try = tokio::time::Instant::now();
         let Some(l) = pipeline.checkpoint_lsn().filter(|&l| l > self.last) else {
@@ -70,7 +70,7 @@ impl Checkpointer {
 
     /// Reports `checkpoint`, held back to the tap's restart position, as
     /// the slot's flush position when that moved.
-    pub(super) async fn report(&mut self, checkpoint: Lsn, follower: &mut WalFollower) {
+    pub(super) async fn report(&mut self, checkpoint: Lsn, follower: &mut WalSource) {
         let flush = match &self.hold {
             Some(h) => checkpoint.min(*h.borrow()),
             None => checkpoint,
@@ -83,7 +83,7 @@ impl Checkpointer {
         follower.set_positions(received, flush, flush);
         // At once, not at the next periodic status update: the source may
         // recycle its WAL before `flush` from now on.
-        if let Err(e) = follower.send_status(false).await {
+        if let Err(e) = follower.send_status().await {
             tracing::warn!("could not report {flush} to the source: {e}");
         }
     }

@@ -16,17 +16,21 @@
 //! keep running, stop) is [`walshadow_shadow::run::Shadow`].
 
 mod checkpointer;
+pub mod source;
 mod tap;
 
+use std::sync::Arc;
 use std::time::Duration;
+use walshadow_backup_store::BackupStore;
 use walshadow_pg_format::wal_files::segment_start;
 use walshadow_state_file::StateFile;
 
 use walshadow_types::{Lsn, PgMajor};
-use walshadow_wal_reader::replication::{ConnConfig, FollowEvent, ReplicationClient, WalFollower};
+use walshadow_wal_reader::replication::{ConnConfig, FollowEvent};
 
 use checkpointer::Checkpointer;
-pub use tap::{TAP_STALL, TapEvent, WalTap};
+pub use source::{SourceSettings, WalSource};
+pub use tap::{ArchiveTurns, TAP_STALL, TapEvent, WalTap};
 use walshadow_shadow::bootstrap::InitState;
 use walshadow_shadow::filter::checkpoint;
 use walshadow_shadow::filter::pipeline::FilterPipeline;
@@ -41,14 +45,17 @@ pub async fn feed_until_stopped(
     shadow: &Shadow,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), RunError> {
-    feed_tapped_until_stopped(settings, shadow, None, stop).await
+    feed_tapped_until_stopped(settings, shadow, None, None, stop).await
 }
 
-/// [`feed_until_stopped`], with the raw WAL also handed to `tap`.
+/// [`feed_until_stopped`], with the raw WAL also handed to `tap`, and
+/// WAL the source no longer has read from `archive` (the `[backup]`
+/// store's WAL archive).
 pub async fn feed_tapped_until_stopped(
     settings: &ShadowSettings,
     shadow: &Shadow,
     tap: Option<WalTap>,
+    archive: Option<Arc<BackupStore>>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), RunError> {
     let mut backoff =
@@ -64,6 +71,7 @@ pub async fn feed_tapped_until_stopped(
             settings,
             shadow,
             tap.clone(),
+            archive.clone(),
             std::mem::take(&mut continue_at),
             async move {
                 let _ = attempt_stop.wait_for(|s| *s).await;
@@ -155,7 +163,7 @@ pub async fn feed_tapped(
     tap: Option<WalTap>,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
-    feed_tapped_from(settings, shadow, tap, None, stop).await
+    feed_tapped_from(settings, shadow, tap, None, None, stop).await
 }
 
 /// [`feed_tapped`]; with `continue_at`, the tap's stream goes on from that
@@ -164,6 +172,7 @@ async fn feed_tapped_from(
     settings: &ShadowSettings,
     shadow: &Shadow,
     tap: Option<WalTap>,
+    archive: Option<Arc<BackupStore>>,
     continue_at: Option<Lsn>,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
@@ -245,25 +254,17 @@ async fn feed_tapped_from(
     let mut conn = ConnConfig::from_url(&settings.source_url)?;
     conn.application_name
         .get_or_insert_with(|| "walshadow".into());
-    let mut client = ReplicationClient::connect(&conn).await?;
-    // The slot's name may exist on another cluster too (a URL pointed at
-    // a replica's primary after a rebuild, a restored copy): its WAL is not
-    // this shadow's.
-    let ident = client.identify_system().await?;
-    if ident.systemid != state.system_id {
-        return Err(RunError::OtherCluster {
-            url_host: format!("{}:{}", conn.host, conn.port),
-            found: ident.systemid,
-            expected: state.system_id,
-        });
-    }
-    let mut follower = WalFollower::start(
-        client,
-        Some(&settings.slot),
-        resume.stream_from,
-        resume.timeline,
-    )
-    .await?;
+    let source = SourceSettings {
+        conn,
+        slot: Some(settings.slot.clone()),
+        manage_slot: true,
+        system_id: state.system_id,
+        major,
+        seg_size: state.segment_size,
+        archive,
+        turns: tap.as_ref().map(|t| Arc::clone(&t.archive)),
+    };
+    let mut follower = WalSource::start(source, resume.stream_from, resume.timeline).await?;
     follower.set_positions(resume.stream_from, resume.durable, resume.durable);
     let mut ckpt = Checkpointer {
         dir: settings.state_dir.clone(),

@@ -18,6 +18,18 @@ pub struct WalTap {
     /// and WAL messages), whatever the tap's consumer is doing: lag is
     /// measured against it.
     pub source_end: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Whether the archive serves the WAL now, and how much it served.
+    pub archive: std::sync::Arc<ArchiveTurns>,
+}
+
+/// The intake's turns on the `[backup]` store's WAL archive, for status
+/// and metrics.
+#[derive(Debug, Default)]
+pub struct ArchiveTurns {
+    /// The source no longer has the WAL: the archive serves it now.
+    pub reading: std::sync::atomic::AtomicBool,
+    /// Segments read from the archive since the start.
+    pub segments: std::sync::atomic::AtomicU64,
 }
 
 /// How long the tap may stay full before the feed lets go of the source.

@@ -59,9 +59,12 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
     let _lock = walshadow_shadow::state_lock::StateLock::acquire(&config.state.dir, "run")?;
     // Without a destination only the shadow runs; with one, tables come
     // from the config file and from the config table.
+    let archive = wal_archive(config);
     if config.clickhouse.is_none() {
         let shadow = Shadow::start(&settings).await?;
-        let fed = walshadow_intake::feed_until_stopped(&settings, &shadow, stop).await;
+        let fed =
+            walshadow_intake::feed_tapped_until_stopped(&settings, &shadow, None, archive, stop)
+                .await;
         let stopped = shadow.stop().await;
         fed?;
         stopped?;
@@ -116,6 +119,7 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
     let (hold_tx, hold_rx) = watch::channel(progress.restart);
     let (tx, rx) = mpsc::channel(TAP_QUEUE);
     let source_end = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let archive_turns = Arc::new(walshadow_intake::ArchiveTurns::default());
     let metrics = crate::metrics::Metrics::new();
     if let Some(m) = &config.metrics {
         metrics.set_ready_max_lag(m.ready_max_lag_secs);
@@ -147,6 +151,7 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
         StreamControl {
             stop: stop.clone(),
             source_end: Arc::clone(&source_end),
+            archive: Arc::clone(&archive_turns),
         },
     )
     .await
@@ -166,10 +171,16 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
         tx,
         hold: hold_rx,
         source_end,
+        archive: archive_turns,
     };
-    let fed =
-        walshadow_intake::feed_tapped_until_stopped(&settings, &shadow, Some(tap), stop.clone())
-            .await;
+    let fed = walshadow_intake::feed_tapped_until_stopped(
+        &settings,
+        &shadow,
+        Some(tap),
+        archive,
+        stop.clone(),
+    )
+    .await;
     // The tap is closed: the pipeline flushes and records its progress —
     // within STOP_GRACE of a stop request. Past it, the pipeline is
     // dropped where it waits (a ClickHouse request that does not answer):
@@ -204,6 +215,23 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
     streamed?;
     fed?;
     Ok(())
+}
+
+/// The `[backup]` store's WAL archive, which serves the intake what the
+/// source no longer has. A store that does not open is said once and left
+/// out: the source may still have everything.
+fn wal_archive(config: &Config) -> Option<Arc<walshadow_backup_store::BackupStore>> {
+    let settings = config.backup.as_ref()?;
+    match crate::backup_admin::open(settings) {
+        Ok(store) => Some(Arc::new(store)),
+        Err(e) => {
+            tracing::warn!(
+                "the [backup] store does not open ({e}): WAL the source no longer has cannot \
+                 come from its archive"
+            );
+            None
+        }
+    }
 }
 
 async fn stop_shadow(shadow: Arc<Shadow>) {

@@ -23,6 +23,8 @@
 //! | `walshadow_table_stop_reason{table,reason}` | gauge | 1 while the table is stopped, `reason` its stop code (the operator guide's stop table) |
 //! | `walshadow_table_reloads_total{table,reason}` | counter | tables walshadow loaded again by itself after a change ClickHouse cannot follow in place (`reason`: `full_identity_columns`, `partial_truncate`, `partitions_changed`) |
 //! | `walshadow_config_table_ignored` | gauge | 1 while the config table's rows are ignored (it belongs to another role) |
+//! | `walshadow_wal_from_archive` | gauge | 1 while the source no longer has the WAL the intake needs and the `[backup]` store's archive serves it |
+//! | `walshadow_archive_segments_read` | gauge | WAL segments read from the archive since the start |
 //! | `walshadow_destination_errors_total{code,class}` | counter | failed ClickHouse requests of the stream, by exception code (`http_NNN` without one, `connection`, `timeout`, `bad_response`) and class (transient, environment, definite) |
 //! | `walshadow_destination_retries_total` | counter | ClickHouse requests of the stream tried again after a transient or environment error |
 //! | `walshadow_destination_up` | gauge | 0 while the stream waits on a ClickHouse request it retries, else 1 |
@@ -172,6 +174,8 @@ struct Inner {
     /// table resumes or stops for another reason.
     stop_reasons: std::sync::Mutex<std::collections::HashMap<String, String>>,
     config_table_ignored: U64Gauge,
+    wal_from_archive: U64Gauge,
+    archive_segments_read: U64Gauge,
     table_reloads: Family<StopLabels, Counter>,
     destination_retries: Counter,
     assembler_memory: U64Gauge,
@@ -270,6 +274,18 @@ impl Metrics {
             "walshadow_config_table_ignored",
             "1 while the config table's rows are ignored because another role owns it (walshadow status says which), else 0",
             config_table_ignored.clone(),
+        );
+        let wal_from_archive = U64Gauge::default();
+        r.register(
+            "walshadow_wal_from_archive",
+            "1 while the source no longer has the WAL the intake needs and the [backup] store's archive serves it, else 0",
+            wal_from_archive.clone(),
+        );
+        let archive_segments_read = U64Gauge::default();
+        r.register(
+            "walshadow_archive_segments_read",
+            "WAL segments read from the [backup] store's archive since the start",
+            archive_segments_read.clone(),
         );
         let destination_retries = Counter::default();
         r.register(
@@ -438,6 +454,8 @@ impl Metrics {
                 table_stop_reason,
                 stop_reasons: Default::default(),
                 config_table_ignored,
+                wal_from_archive,
+                archive_segments_read,
                 table_reloads,
                 destination_retries,
                 assembler_memory,
@@ -586,6 +604,13 @@ impl Metrics {
     /// Whether the config table's rows are ignored (another role owns it).
     pub fn set_config_table_ignored(&self, ignored: bool) {
         self.inner.config_table_ignored.set(u64::from(ignored));
+    }
+
+    /// Whether the archive serves the intake now, and how many segments
+    /// it served.
+    pub fn set_archive(&self, reading: bool, segments: u64) {
+        self.inner.wal_from_archive.set(u64::from(reading));
+        self.inner.archive_segments_read.set(segments);
     }
 
     /// `table` is loaded again by walshadow itself, for `reason`.

@@ -45,6 +45,11 @@ pub struct StatusReport {
     /// Why the running stream ignores the config table's rows, while it does.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_table_ignored: Option<String>,
+    /// The source no longer had the WAL: the `[backup]` store's archive
+    /// serves it now (running only).
+    pub wal_from_archive: bool,
+    /// Segments the archive served since the daemon started.
+    pub archive_segments_read: u64,
 }
 
 /// Why the status could not be put together.
@@ -153,6 +158,8 @@ pub async fn status(config: &Config) -> Result<StatusReport, ReportError> {
             .as_ref()
             .filter(|_| running)
             .and_then(|f| f.config_table_ignored.clone()),
+        wal_from_archive: file.as_ref().is_some_and(|f| running && f.wal_from_archive),
+        archive_segments_read: file.as_ref().map_or(0, |f| f.archive_segments_read),
     })
 }
 
@@ -186,6 +193,21 @@ impl fmt::Display for StatusReport {
         }
         if let Some(why) = &self.config_table_ignored {
             writeln!(f, "config table:    IGNORED: {}", printable(why))?;
+        }
+        if self.wal_from_archive {
+            writeln!(
+                f,
+                "WAL intake:      FROM THE ARCHIVE: the source no longer has the WAL walshadow \
+                 needs; the [backup] store's archive serves it ({} segments so far), then the \
+                 source again",
+                self.archive_segments_read
+            )?;
+        } else if self.archive_segments_read > 0 {
+            writeln!(
+                f,
+                "WAL intake:      from the source ({} segments came from the archive since the start)",
+                self.archive_segments_read
+            )?;
         }
         writeln!(f, "source WAL:      {}", lsn(self.source_current))?;
         writeln!(f, "received:        {}", lsn(self.received))?;

@@ -95,6 +95,13 @@ pub struct StatusFile {
     /// ClickHouse as the stream sees it (absent in older files).
     #[serde(default)]
     pub destination: DestinationStatus,
+    /// The source no longer had the WAL: the `[backup]` store's archive
+    /// serves it now.
+    #[serde(default)]
+    pub wal_from_archive: bool,
+    /// Segments read from the archive since the start.
+    #[serde(default)]
+    pub archive_segments_read: u64,
     /// Why the config table's rows are ignored, while they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_table_ignored: Option<String>,

@@ -55,6 +55,22 @@ pub enum RunError {
         "the source switched timelines at {switch}, before {tap_end}, where the streaming pipeline's WAL continued"
     )]
     TapDiverged { switch: Lsn, tap_end: Lsn },
+    /// The source no longer has WAL the intake needs, and no archive
+    /// serves it.
+    #[error("the source no longer has the WAL at {at} ({error}); {remedy}")]
+    WalRemoved {
+        at: Lsn,
+        error: String,
+        remedy: String,
+    },
+    /// The `[backup]` store's WAL archive could not serve the intake.
+    #[error("the WAL archive in {store}: {message}")]
+    Archive {
+        store: String,
+        message: String,
+        /// The store did not answer: it may later.
+        transient: bool,
+    },
     #[error(transparent)]
     Pipeline(#[from] crate::filter::pipeline::PipelineError),
     #[error("shadow PostgreSQL: {0}")]
@@ -99,6 +115,13 @@ impl RunError {
     pub fn is_transient(&self) -> bool {
         matches!(self, RunError::Replication(e) if e.is_transient())
             || matches!(self, RunError::TapDiverged { .. })
+            || matches!(
+                self,
+                RunError::Archive {
+                    transient: true,
+                    ..
+                }
+            )
     }
 }
 

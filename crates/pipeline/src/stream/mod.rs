@@ -185,6 +185,8 @@ pub struct StreamControl {
     pub stop: watch::Receiver<bool>,
     /// The source's WAL end (LSN as a number; 0 while unknown).
     pub source_end: Arc<std::sync::atomic::AtomicU64>,
+    /// The intake's turns on the `[backup]` store's WAL archive.
+    pub archive: Arc<walshadow_intake::ArchiveTurns>,
 }
 
 /// The streaming state machine; see the module doc.
@@ -224,6 +226,8 @@ pub struct Streamer {
     stop: watch::Receiver<bool>,
     /// The source's WAL end (from the feed).
     source_end: Arc<std::sync::atomic::AtomicU64>,
+    /// The intake's turns on the archive (from the feed).
+    archive: Arc<walshadow_intake::ArchiveTurns>,
     /// Tables whose row waits for a TOAST read the source cannot serve
     /// now, with what status shows.
     source_waits: BTreeMap<String, String>,
@@ -274,7 +278,11 @@ impl Streamer {
         first_run: bool,
         control: StreamControl,
     ) -> Result<Streamer, StreamError> {
-        let StreamControl { stop, source_end } = control;
+        let StreamControl {
+            stop,
+            source_end,
+            archive,
+        } = control;
         let ch = clickhouse_client(&settings.clickhouse)?;
         let assembler = Assembler::open(settings.assembler.clone())?;
         let source = settings.source.clone();
@@ -389,6 +397,7 @@ impl Streamer {
             events: Vec::new(),
             stop,
             source_end,
+            archive,
             source_waits: BTreeMap::new(),
         };
         let progress_applied = s.progress.applied;
@@ -1103,6 +1112,14 @@ impl Streamer {
             tables: self.table_status(),
             source_end: Lsn(self.source_end.load(std::sync::atomic::Ordering::Relaxed)),
             destination: self.destinations.health.clone(),
+            wal_from_archive: self
+                .archive
+                .reading
+                .load(std::sync::atomic::Ordering::Relaxed),
+            archive_segments_read: self
+                .archive
+                .segments
+                .load(std::sync::atomic::Ordering::Relaxed),
             config_table_ignored: self
                 .catalog
                 .relations
@@ -1190,6 +1207,7 @@ impl Streamer {
             m.set_table_stopped(key, t.stopped.as_ref().map(|s| s.code.as_str()));
         }
         m.set_config_table_ignored(status.config_table_ignored.is_some());
+        m.set_archive(status.wal_from_archive, status.archive_segments_read);
         let pending = self.backfills.pending_by_mode();
         for mode in ["copy", "base_backup", "object_store"] {
             m.set_backfills_pending(mode, pending.get(mode).copied().unwrap_or(0));

@@ -141,6 +141,27 @@ impl ReplicationError {
         }
     }
 
+    /// The source no longer has the WAL asked for: its walsender's
+    /// "requested WAL segment … has already been removed" (`58P01`, from
+    /// `WalSndSegmentOpen` when the segment file is gone).
+    pub fn is_wal_removed(&self) -> bool {
+        self.db_error()
+            .is_some_and(|e| e.code == "58P01" && e.message.contains("has already been removed"))
+    }
+
+    /// The slot lost its WAL reservation (`max_slot_wal_keep_size`): the
+    /// server refuses it (`55000`, "can no longer …" with the invalidation
+    /// in the detail) and it must be created again.
+    pub fn is_slot_invalidated(&self) -> bool {
+        self.db_error().is_some_and(|e| {
+            e.code == "55000"
+                && (e.message.contains("invalidated")
+                    || e.detail
+                        .as_deref()
+                        .is_some_and(|d| d.contains("invalidated")))
+        })
+    }
+
     pub(crate) fn protocol(what: impl Into<String>) -> Self {
         ReplicationError::Protocol(what.into())
     }
