@@ -43,7 +43,7 @@
 //! be told from a consistent one (documented in the operator guide).
 
 use crate::attempts::{AttemptError, Attempts};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -148,6 +148,10 @@ pub struct BackupPass {
     /// Shared with the stream: held from a table's schema gate to its
     /// exchange.
     pub dest_locks: DestLocks,
+    /// Tables the pass set aside (their catalog changed after the backup's
+    /// start): their entries stay pending with the reason while the others
+    /// load. Empty at the start.
+    pub set_aside: Arc<Mutex<BTreeSet<String>>>,
 }
 
 /// What a pass did, for its summary and the caller.
@@ -359,6 +363,9 @@ impl BackupPass {
                 .join(format!("backup-pass-{}-{attempts}", std::process::id()));
             let outcome = self.attempt(attempts, &scratch).await;
             let _ = std::fs::remove_dir_all(&scratch);
+            if outcome.is_ok() {
+                let _ = std::fs::remove_dir_all(self.wal_cache());
+            }
             match outcome {
                 Ok(mut summary) => {
                     summary.attempts = attempts;
@@ -387,6 +394,7 @@ impl BackupPass {
             attempts: tries.used(),
             last: tries.last().to_owned(),
         };
+        let _ = std::fs::remove_dir_all(self.wal_cache());
         let text = format!(
             "{err}; remedy: see the error; the load runs again when the table is opted in again or walshadow restarts"
         );
@@ -395,6 +403,14 @@ impl BackupPass {
             p.error = Some(text.clone());
         })?;
         Err(err)
+    }
+
+    /// Where an `object_store` pass keeps the archive's segments it
+    /// fetched, across its attempts: an attempt that waited for the last
+    /// segment fetches only what is new.
+    fn wal_cache(&self) -> PathBuf {
+        self.spill_dir
+            .join(format!("backup-pass-{}-wal", std::process::id()))
     }
 
     /// Changes the open entries of this pass's tables (those still at
@@ -411,6 +427,9 @@ impl BackupPass {
             .map_err(|_| err("poisoned lock".into()))?;
         let mut n = 0;
         for t in &self.tables {
+            if self.is_set_aside(t) {
+                continue;
+            }
             if let Some(p) = ledger.tables.get_mut(&t.key)
                 && p.s == t.s
                 && p.swap.is_none()
@@ -453,6 +472,22 @@ impl BackupPass {
         .with_insert_timeout(Duration::ZERO)
     }
 
+    fn is_set_aside(&self, t: &PassTable) -> bool {
+        self.set_aside.lock().is_ok_and(|s| s.contains(&t.key))
+    }
+
+    /// Sets `t` aside for `why`: its entry stays pending with it.
+    fn put_aside(&self, t: &PassTable, why: String) -> Result<(), AttemptError> {
+        if let Ok(mut s) = self.set_aside.lock() {
+            s.insert(t.key.clone());
+        }
+        self.update_one(t, |p| {
+            p.phase = Phase::Pending;
+            p.error = Some(why);
+        })
+        .map_err(|e| AttemptError::Failed(format!("the ledger: {e}")))
+    }
+
     /// Whether `t`'s entry is still this pass's (not opted out since).
     fn is_current(&self, t: &PassTable) -> bool {
         self.ledger.lock().is_ok_and(|l| {
@@ -467,7 +502,11 @@ impl BackupPass {
             .tables
             .iter()
             .cloned()
-            .partition(|t| self.is_current(t));
+            .partition(|t| self.is_current(t) || self.is_set_aside(t));
+        let tables: Vec<PassTable> = tables
+            .into_iter()
+            .filter(|t| !self.is_set_aside(t))
+            .collect();
         // Opted out since an earlier attempt: its staging table goes.
         for t in &gone {
             if let Err(e) = self
@@ -502,8 +541,23 @@ impl BackupPass {
             Some(o) => {
                 let writers = self.catalog_writers(&mut sql, &plan).await?;
                 let watched = writers.iter().map(|w| w.xmin).collect();
-                let leg = self.store_leg(o, &tables, scratch, &watched).await?;
-                self.check_skew(&writers, &leg, &tables)?;
+                let leg = self.store_leg(o, &tables, &watched).await?;
+                let skewed = self.skewed(&writers, &leg, &tables);
+                if !skewed.is_empty() {
+                    if skewed.len() == tables.len() {
+                        let all = skewed.into_values().flatten().collect();
+                        return Err(AttemptError::Failed(skew_message(&leg, all)));
+                    }
+                    // The others load without them: planned again.
+                    for (i, reasons) in skewed {
+                        if let Some(t) = tables.get(i) {
+                            let why = skew_message(&leg, reasons);
+                            tracing::warn!(table = %t.key, "initial load (object_store): set aside, the others go on: {why}");
+                            self.put_aside(t, why)?;
+                        }
+                    }
+                    return Box::pin(self.attempt(attempt, scratch)).await;
+                }
                 Some(leg)
             }
             None => None,
@@ -726,7 +780,6 @@ impl BackupPass {
         &self,
         o: &StoreOrigin,
         tables: &[PassTable],
-        scratch: &Path,
         watched: &HashSet<Xid>,
     ) -> Result<StoreLeg, AttemptError> {
         let source = gap::ask_source(&o.replication)
@@ -782,7 +835,7 @@ impl BackupPass {
                 seg_size,
                 leg.backup.start_lsn,
                 s_max,
-                &scratch.join("wal"),
+                &self.wal_cache(),
             )
             .await
             .map_err(gap_failed)?;
@@ -796,7 +849,7 @@ impl BackupPass {
             leg.outcomes = outcomes.map_err(gap_failed)?;
             let patch = &leg.outcomes.patch;
             leg.patched = patch.committed() + patch.aborted();
-            tracing::info!(tables = %self.keys(), backup = %leg.backup.label, from = %gap.from, to = %gap.to, segments = gap.segments, bytes = gap.bytes, records = leg.outcomes.records, committed = patch.committed(), aborted = patch.aborted(), patch_bytes = patch.bytes(), "initial load (object_store): the archive's WAL from the backup's start to the opt-ins is here");
+            tracing::info!(tables = %self.keys(), backup = %leg.backup.label, from = %gap.from, to = %gap.to, segments = gap.segments, fetched = gap.fetched, bytes = gap.bytes, records = leg.outcomes.records, committed = patch.committed(), aborted = patch.aborted(), patch_bytes = patch.bytes(), "initial load (object_store): the archive's WAL from the backup's start to the opt-ins is here");
             if let Some((at, wal_level)) = leg.outcomes.parameter_change {
                 return Err(AttemptError::Failed(format!(
                     "the source restarted with other settings at {at} (wal_level {}), between \
@@ -905,13 +958,13 @@ impl BackupPass {
     /// table's opt-in wrote has another shape, file or content than the
     /// backup's pages (ALTER TABLE, TRUNCATE, a rewrite, made after the
     /// backup). A change after its own table's opt-in is the stream's.
-    fn check_skew(
+    fn skewed(
         &self,
         writers: &[CatalogWriter],
         leg: &StoreLeg,
         tables: &[PassTable],
-    ) -> Result<(), AttemptError> {
-        let mut skew = Vec::new();
+    ) -> BTreeMap<usize, Vec<String>> {
+        let mut skewed: BTreeMap<usize, Vec<String>> = BTreeMap::new();
         for w in writers {
             let Some(at) = leg.outcomes.watched.get(&w.xmin) else {
                 continue;
@@ -920,32 +973,13 @@ impl BackupPass {
                 continue;
             };
             if *at > leg.backup.start_lsn && *at <= t.s {
-                skew.push(format!(
+                skewed.entry(w.target).or_default().push(format!(
                     "{} ({}, transaction {} committed at {at}, before {}'s opt-in at {})",
                     w.relation, w.row, w.xmin, t.key, t.s
                 ));
             }
         }
-        if skew.is_empty() {
-            return Ok(());
-        }
-        let n = skew.len();
-        skew.truncate(5);
-        Err(AttemptError::Failed(format!(
-            "catalog skew: backup {} started at {} and the catalog of loaded tables changed \
-             after that: {}{} (ALTER TABLE, TRUNCATE, a rewrite, GRANT, CREATE INDEX, or the \
-             table made after the backup); its pages may not hold the table's rows as they are \
-             now; remedy: take a new backup of the source and restart walshadow (or opt the \
-             table in again), or use initial_load = 'copy'",
-            leg.backup.label,
-            leg.backup.start_lsn,
-            skew.join(", "),
-            if n > 5 {
-                format!(" and {} more", n - 5)
-            } else {
-                String::new()
-            }
-        )))
+        skewed
     }
 
     /// Seed 000 step 4: the loaded relations' committed changes from the
@@ -1433,6 +1467,27 @@ impl BackupPass {
             self.mode()
         );
     }
+}
+
+/// The refusal of tables whose catalog changed after the backup's start.
+fn skew_message(leg: &StoreLeg, mut skew: Vec<String>) -> String {
+    let n = skew.len();
+    skew.truncate(5);
+    format!(
+        "catalog skew: backup {} started at {} and the catalog of loaded tables changed \
+         after that: {}{} (ALTER TABLE, TRUNCATE, a rewrite, GRANT, CREATE INDEX, or the \
+         table made after the backup); its pages may not hold the table's rows as they are \
+         now; remedy: take a new backup of the source and restart walshadow (or opt the \
+         table in again), or use initial_load = 'copy'",
+        leg.backup.label,
+        leg.backup.start_lsn,
+        skew.join(", "),
+        if n > 5 {
+            format!(" and {} more", n - 5)
+        } else {
+            String::new()
+        }
+    )
 }
 
 /// The store and what the pass learned of it before the walk.

@@ -175,6 +175,9 @@ pub struct GapWal {
     pub to: Lsn,
     pub segments: usize,
     pub bytes: u64,
+    /// Segments fetched from the store by this call (the rest were here
+    /// from an earlier attempt).
+    pub fetched: usize,
 }
 
 /// Fetches the segments holding `[from, to)` along `branch` into `dir`.
@@ -234,6 +237,7 @@ pub async fn fetch(
         }
     }
     let mut bytes = 0u64;
+    let mut fetched = 0;
     for segno in first..=last {
         let name = segment_file_name(tli_of(segno), segno, seg_size);
         let Some(file) = archived.get(&name) else {
@@ -243,10 +247,19 @@ pub async fn fetch(
                 to,
             });
         };
+        let path = dir.join(segment_file_name(read_tli, segno, seg_size));
+        // Fetched by an earlier attempt of the pass (written whole, then
+        // renamed: a file of the full size is complete).
+        if std::fs::metadata(&path).is_ok_and(|m| m.len() == u64::from(seg_size)) {
+            bytes += u64::from(seg_size);
+            continue;
+        }
         let content = store.read_segment(file, seg_size).await?;
         bytes += content.len() as u64;
-        let path = dir.join(segment_file_name(read_tli, segno, seg_size));
-        std::fs::write(&path, &content).map_err(io(&path))?;
+        fetched += 1;
+        let part = path.with_extension("part");
+        std::fs::write(&part, &content).map_err(io(&part))?;
+        std::fs::rename(&part, &path).map_err(io(&path))?;
     }
     let set = SegmentSet::scan(&[dir.to_owned()])?;
     Ok(GapWal {
@@ -256,6 +269,7 @@ pub async fn fetch(
         to,
         segments: (last - first + 1) as usize,
         bytes,
+        fetched,
     })
 }
 

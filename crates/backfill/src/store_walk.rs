@@ -5,9 +5,11 @@
 //! ```text
 //!  pgBackRest manifest ─▶ pg_data/<path>            ─▶ the data directory's archive
 //!                         pg_tblspc/<oid>/<path>    ─▶ tablespace <oid>'s archive
-//!      each file: PageWalkSink::begin_file ─ Keep ─▶ read (through diff/incr
-//!                                                    references, size and SHA-1
-//!                                                    checked) ─▶ file_data ─▶ end_file
+//!      each file: PageWalkSink::begin_file ─ Keep ─▶ read ahead into scratch
+//!                                                    (through diff/incr references,
+//!                                                    decompressed as it arrives, size
+//!                                                    and SHA-1 checked) ─▶ file_data
+//!                                                    in 1 MiB chunks ─▶ end_file
 //!                                          └ Skip ─▶ never read
 //!  barman-cloud base/<id>/data.tar[.gz|.bz2], <oid>.tar,
 //!  wal-g basebackups_005/<name>/tar_partitions/*.tar[.lz4|.zst] ─▶ downloaded
@@ -41,6 +43,14 @@ pub enum StoreWalkError {
     Sink(SinkError),
     #[error("{what}: {remedy}")]
     Unsupported { what: String, remedy: String },
+    /// The pass's scratch files (the spill directory's disk).
+    #[error(
+        "the pass's scratch file {path}: {source}; check the spill directory's disk (space, permissions)"
+    )]
+    Scratch {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 impl StoreWalkError {
@@ -51,6 +61,8 @@ impl StoreWalkError {
             StoreWalkError::Store(e) => e.is_transient(),
             StoreWalkError::Sink(e) => crate::backup::sink_waits(e.as_ref()),
             StoreWalkError::Unsupported { .. } => false,
+            // The environment's: waited out until the operator frees space.
+            StoreWalkError::Scratch { .. } => true,
         };
         AttemptError::of(waits, self)
     }
@@ -97,6 +109,9 @@ pub async fn walk<C: PageConsumer + Send>(
                 .push((rel.to_owned(), path, file.size));
         }
     }
+    // The kept files land here as they are read ahead, decompressed.
+    let dir = scratch.join("files");
+    std::fs::create_dir_all(&dir).map_err(|e| local_error(&dir, e))?;
     let mut read = 0u64;
     // Tablespaces first, the data directory last: as BASE_BACKUP sends
     // them, the walk ends with the data directory's archive.
@@ -119,9 +134,14 @@ pub async fn walk<C: PageConsumer + Send>(
         // Collected before any await: iterator closures held across one
         // make the future not `Send`.
         let mut ahead = Vec::new();
-        for ((_, manifest_path, _), w) in files.iter().zip(&wanted) {
+        for (i, ((_, manifest_path, _), w)) in files.iter().zip(&wanted).enumerate() {
             if *w {
-                ahead.push(s.read_file(manifest, manifest_path));
+                let dest = dir.join(format!("{}-{i}", spcoid.unwrap_or(0)));
+                ahead.push(async move {
+                    s.fetch_file(manifest, manifest_path, &dest)
+                        .await
+                        .map(|size| (dest, size))
+                });
             }
         }
         let mut reads = futures::stream::iter(ahead).buffered(parallelism.max(1));
@@ -152,16 +172,13 @@ pub async fn walk<C: PageConsumer + Send>(
                     });
                 }
             };
-            let content = content.ok_or_else(|| StoreWalkError::Unsupported {
+            let (local, size) = content.ok_or_else(|| StoreWalkError::Unsupported {
                 what: format!("{manifest_path}: the read ahead ended early"),
                 remedy: "report it (a walshadow bug)".into(),
             })??;
-            read += content.len() as u64;
-            if !content.is_empty() {
-                sink.file_data(Bytes::from(content))
-                    .await
-                    .map_err(StoreWalkError::Sink)?;
-            }
+            read += size;
+            hand_on(&local, sink).await?;
+            let _ = std::fs::remove_file(&local);
             sink.end_file().await.map_err(StoreWalkError::Sink)?;
         }
         sink.end_archive(&info)
@@ -169,6 +186,49 @@ pub async fn walk<C: PageConsumer + Send>(
             .map_err(StoreWalkError::Sink)?;
     }
     Ok(read)
+}
+
+/// A kept file's bytes, from its local copy, to the walk in
+/// [`TAR_CHUNK`]s.
+async fn hand_on<C: PageConsumer + Send>(
+    local: &Path,
+    sink: &mut PageWalkSink<C>,
+) -> Result<(), StoreWalkError> {
+    use tokio::io::AsyncReadExt;
+    let mut file = tokio::fs::File::open(local)
+        .await
+        .map_err(|e| local_error(local, e))?;
+    loop {
+        let mut chunk = vec![0u8; TAR_CHUNK];
+        let mut filled = 0;
+        while filled < chunk.len() {
+            let Some(rest) = chunk.get_mut(filled..) else {
+                break;
+            };
+            let n = file.read(rest).await.map_err(|e| local_error(local, e))?;
+            if n == 0 {
+                break;
+            }
+            filled += n;
+        }
+        if filled == 0 {
+            return Ok(());
+        }
+        chunk.truncate(filled);
+        sink.file_data(Bytes::from(chunk))
+            .await
+            .map_err(StoreWalkError::Sink)?;
+        if filled < TAR_CHUNK {
+            return Ok(());
+        }
+    }
+}
+
+fn local_error(path: &Path, source: std::io::Error) -> StoreWalkError {
+    StoreWalkError::Scratch {
+        path: path.to_owned(),
+        source,
+    }
 }
 
 /// What the tar reader (a blocking thread) tells the walk.

@@ -1,11 +1,11 @@
-//! Initial load: `initial_load = 'copy'` and `'base_backup'` side by side
-//! on the same table in one run — how fast walshadow loads a large
-//! existing table into ClickHouse each way, and what each costs the
-//! source.
+//! Initial load: `initial_load = 'copy'`, `'base_backup'` and
+//! `'object_store'` side by side on the same table in one run — how fast
+//! walshadow loads a large existing table into ClickHouse each way, and
+//! what each costs the source.
 //!
 //! ```text
 //! cargo build --release -p walshadow -p walshadow-bench
-//! target/release/load-bench --major 15 --gb 2 --modes copy,base_backup --workers 1,2
+//! target/release/load-bench --major 15 --gb 2 --modes copy,base_backup,object_store --workers 1,2
 //! ```
 //!
 //! On a throwaway source of `--major`:
@@ -26,6 +26,13 @@
 //!                   (a walsender): BASE_BACKUP (CHECKPOINT 'fast', no WAL) ─▶
 //!                   page walk ─▶ app.items__wsstg ─▶ EXCHANGE TABLES ─▶
 //!                   copy-back ─▶ drop staging
+//!      object_store: (15 only: pgBackRest 2.45) the source archives to a
+//!                   pgBackRest repository; a full backup is taken after
+//!                   the fill (timed apart: the operator's); after the
+//!                   opt-in the bench ends its WAL segment (pg_switch_wal)
+//!                   ─▶ walshadow fetches the gap from the archive, walks
+//!                   the backup's files ─▶ staging ─▶ swap, as base_backup;
+//!                   no session of walshadow's on the source
 //!    t1  <state>/backfills.toml: phase = "done"        (polled every 20 ms)
 //!    check: count, sums and non-NULL counts of app.items FINAL = the source's
 //! ```
@@ -74,12 +81,13 @@ use walshadow_bench::machine::MachineContext;
 use walshadow_bench::procfs::{CpuSplit, find_engine_pid, proc_cpu_ns, proc_status_kb};
 use walshadow_bench::source::{sql_session, start_source};
 use walshadow_bench::{engine_log, run_log};
+use walshadow_testkit::pgbackrest::{Repo, STANZA, switch_and_archive};
 use walshadow_testkit::{ClickHouseEngine, Cluster, Walshadow, WorkDir, wait_until};
 use walshadow_wal_reader::replication::ReplicationClient;
 
 #[derive(Debug, Parser)]
 #[command(
-    about = "Initial load of a large table, copy (1 and N workers) and base_backup side by side: time from opt-in to done, rows/s, MB/s, source CPU, walshadow RSS"
+    about = "Initial load of a large table, copy (1 and N workers), base_backup and object_store side by side: time from opt-in to done, rows/s, MB/s, source CPU, walshadow RSS"
 )]
 struct Args {
     /// PostgreSQL major of the throwaway source (15 to 18).
@@ -122,6 +130,10 @@ enum Mode {
     Copy,
     #[value(name = "base_backup")]
     BaseBackup,
+    /// From a pgBackRest backup taken after the fill (PostgreSQL 15: the
+    /// pgBackRest here is 2.45) and the WAL its archive holds.
+    #[value(name = "object_store")]
+    ObjectStore,
 }
 
 impl Mode {
@@ -130,7 +142,13 @@ impl Mode {
         match self {
             Mode::Copy => "copy",
             Mode::BaseBackup => "base_backup",
+            Mode::ObjectStore => "object_store",
         }
+    }
+
+    /// Loads through a page walk and a staging table.
+    fn walks(self) -> bool {
+        matches!(self, Mode::BaseBackup | Mode::ObjectStore)
     }
 }
 
@@ -205,20 +223,45 @@ fn main() -> Result<()> {
     for &mode in &args.modes {
         match mode {
             Mode::Copy => loads.extend(args.workers.iter().map(|&w| (mode, Some(w)))),
-            Mode::BaseBackup => loads.push((mode, None)),
+            Mode::BaseBackup | Mode::ObjectStore => loads.push((mode, None)),
         }
     }
+    let store = args.modes.contains(&Mode::ObjectStore);
+    ensure!(
+        !store || args.major == 15,
+        "--modes object_store needs --major 15: the pgBackRest here (2.45) predates 16"
+    );
     let mut machine = MachineContext::before_run();
+    // The repository the source archives to, for object_store.
+    let repo = if store {
+        Some(Repo::new(&format!("load-bench-pg{}-repo", args.major))?)
+    } else {
+        None
+    };
+    let archive_command = repo.as_ref().map(Repo::archive_command);
+    let mut conf = vec![("max_wal_size", "8GB"), ("checkpoint_timeout", "1h")];
+    if let Some(c) = &archive_command {
+        conf.extend([("archive_mode", "on"), ("archive_command", c.as_str())]);
+    }
     // No checkpoint during the fill; the one after it is explicit.
-    let cluster = start_source(
-        args.major,
-        &[("max_wal_size", "8GB"), ("checkpoint_timeout", "1h")],
-    )?;
-    let table = fill(&cluster, args.gb)?;
+    let cluster = start_source(args.major, &conf)?;
+    let mut table = fill(&cluster, args.gb)?;
+    if let Some(repo) = &repo {
+        table.backup = Some(take_backup(&cluster, repo)?);
+    }
     let mut runs = Vec::new();
     let mut ch_version = String::new();
     for (i, &(mode, workers)) in loads.iter().enumerate() {
-        let (run, version) = load_once(&args, &cluster, &walshadow, &table, i, mode, workers)?;
+        let (run, version) = load_once(
+            &args,
+            &cluster,
+            repo.as_ref(),
+            &walshadow,
+            &table,
+            i,
+            mode,
+            workers,
+        )?;
         ch_version = version;
         runs.push(run);
     }
@@ -253,6 +296,30 @@ struct Table {
     prepare_secs: f64,
     /// [`SOURCE_CHECK`]'s answer.
     check: String,
+    /// The pgBackRest backup object_store loads from (the operator's,
+    /// taken before any load: not counted in one).
+    backup: Option<StoreBackup>,
+}
+
+/// The backup in the store, as taken.
+#[derive(Debug, serde::Serialize)]
+struct StoreBackup {
+    secs: f64,
+    /// The repository's size on disk after it, 10^6 bytes.
+    repo_mb: f64,
+}
+
+/// A full pgBackRest backup into `repo` (the stanza created first).
+fn take_backup(cluster: &Cluster, repo: &Repo) -> Result<StoreBackup> {
+    repo.configure(cluster)?;
+    repo.run(&["stanza-create"])?;
+    eprintln!("pgbackrest: a full backup for the object_store load");
+    let t = Instant::now();
+    repo.run(&["backup", "--type=full"])?;
+    let secs = t.elapsed().as_secs_f64();
+    let repo_mb = walshadow_shadow::bootstrap::dir_size(&repo.repo_dir()) as f64 / 1e6;
+    eprintln!("pgbackrest: {secs:.1} s, repository {repo_mb:.0} MB");
+    Ok(StoreBackup { secs, repo_mb })
 }
 
 /// Fills `items` in transactions of [`FILL_BATCH`] rows until its heap
@@ -302,6 +369,7 @@ fn fill(cluster: &Cluster, gb: f64) -> Result<Table> {
         fill_secs,
         prepare_secs,
         check,
+        backup: None,
     })
 }
 
@@ -334,8 +402,10 @@ struct Run {
     rows_per_sec: f64,
     heap_mb_per_sec: f64,
     stream_mb_per_sec: f64,
-    /// base_backup: the rest of walshadow's `done` line.
+    /// base_backup, object_store: the rest of walshadow's `done` line.
     backup: Option<BackupFigures>,
+    /// object_store: the archive's segments fetched for the gap.
+    gap_segments: Option<u64>,
     /// walshadow's backends on the source, per `application_name`.
     backends: Vec<BackendFigures>,
     /// Their CPU added up, s.
@@ -422,9 +492,11 @@ impl BackendFigures {
 /// A fresh walshadow (own slot, shadow, state and engine) loading `items`
 /// in `mode` (copy with `workers`); returns the figures and the engine's
 /// version.
+#[allow(clippy::too_many_arguments)]
 fn load_once(
     args: &Args,
     cluster: &Cluster,
+    repo: Option<&Repo>,
     walshadow: &Path,
     table: &Table,
     index: usize,
@@ -476,6 +548,13 @@ fn load_once(
                 "\n[backfill]\nbackup_checkpoint = \"{BACKUP_CHECKPOINT}\"\n"
             ));
         }
+        Mode::ObjectStore => {
+            let repo = repo.context("object_store without a repository")?;
+            text.push_str(&format!(
+                "\n[backup]\ntool = \"pgbackrest\"\nrepo = \"{}\"\nstanza = \"{STANZA}\"\n\n[backfill]\n",
+                repo.repo_dir().display()
+            ));
+        }
     }
     if let Some(n) = args.batch_rows {
         text.push_str(&format!("batch_rows = {n}\n"));
@@ -494,6 +573,8 @@ fn load_once(
     let apps: &[&str] = match mode {
         Mode::Copy => &[LOAD_APP],
         Mode::BaseBackup => &[BACKUP_APP, LOAD_APP],
+        // Nothing of walshadow's should show: sampled to prove it.
+        Mode::ObjectStore => &[BACKUP_APP, LOAD_APP],
     };
     let stop = AtomicBool::new(false);
     let monitor = AtomicU32::new(0);
@@ -543,7 +624,7 @@ fn load_once(
         .as_ref()
         .and_then(|f| f.get("duration_ms"))
         .map(|&ms| ms as f64 / 1e3);
-    if mode == Mode::BaseBackup {
+    if mode.walks() {
         let f = done.unwrap_or_default();
         let get = |k: &str| f.get(k).copied().unwrap_or(0);
         let backup = BackupFigures {
@@ -556,17 +637,21 @@ fn load_once(
             gated: get("gated"),
             deferred: get("deferred"),
         };
-        run.stream_bytes = backup.bytes_streamed;
-        run.stream_mb_per_sec = backup.bytes_streamed as f64 / 1e6 / run.secs;
+        if mode == Mode::BaseBackup {
+            run.stream_bytes = backup.bytes_streamed;
+            run.stream_mb_per_sec = backup.bytes_streamed as f64 / 1e6 / run.secs;
+        } else {
+            // What walshadow read from the store: the walked files.
+            run.stream_bytes = backup.bytes_walked;
+            run.stream_mb_per_sec = backup.bytes_walked as f64 / 1e6 / run.secs;
+            run.gap_segments = Some(get("gap_segments"));
+        }
         run.backup = Some(backup);
     }
-    let into = match mode {
-        Mode::Copy => TABLE,
-        Mode::BaseBackup => STAGING,
-    };
+    let into = if mode.walks() { STAGING } else { TABLE };
     let engine_text = std::fs::read_to_string(ch.log_path()).unwrap_or_default();
     run.engine = EngineInserts::read(&engine_text, into);
-    if mode == Mode::BaseBackup {
+    if mode.walks() {
         run.publish_requests = publish_requests(&engine_text);
     }
     run.clickhouse_parts = clickhouse_parts(&ch);
@@ -675,6 +760,11 @@ fn measure(
         )))
         .context("opting the table in")?;
     let t0 = Instant::now();
+    if mode == Mode::ObjectStore {
+        // The load needs the opt-in's segment archived; a source does
+        // this within archive_timeout, the bench at once.
+        switch_and_archive(source.cluster)?;
+    }
     let mut next_sample = Duration::ZERO;
     let pass = loop {
         daemon.check_running()?;
@@ -835,6 +925,8 @@ struct Ratio {
 /// The side-by-side figures of a run that loaded both ways.
 #[derive(Debug, serde::Serialize)]
 struct Comparison {
+    /// The walking mode compared (its figures in the `base_backup_*` fields).
+    mode: Mode,
     base_backup_backends_cpu_secs: f64,
     base_backup_source_cpu_secs: f64,
     base_backup_source_less_monitor_secs: f64,
@@ -846,8 +938,8 @@ struct Comparison {
     target_met_whole_source_less_monitor: bool,
 }
 
-fn compare(runs: &[Run]) -> Option<Comparison> {
-    let backup = runs.iter().find(|r| r.mode == Mode::BaseBackup)?;
+fn compare(runs: &[Run], mode: Mode) -> Option<Comparison> {
+    let backup = runs.iter().find(|r| r.mode == mode)?;
     let against_copy: Vec<Ratio> = runs
         .iter()
         .filter(|r| r.mode == Mode::Copy)
@@ -865,6 +957,7 @@ fn compare(runs: &[Run]) -> Option<Comparison> {
         return None;
     }
     Some(Comparison {
+        mode,
         base_backup_backends_cpu_secs: backup.source_backends_cpu_secs,
         base_backup_source_cpu_secs: backup.cpu.source_postgres,
         base_backup_source_less_monitor_secs: backup.source_less_monitor_secs,
@@ -918,6 +1011,12 @@ fn report(args: &Args, v: &Versions, table: &Table, runs: &[Run]) -> Result<()> 
             "base_backup settings: backup_checkpoint = \"{BACKUP_CHECKPOINT}\", backup_max_rate_kb unthrottled"
         );
     }
+    if let Some(b) = &table.backup {
+        println!(
+            "object_store: from a full pgBackRest backup (gz) taken after the fill in {:.1} s, repository {:.0} MB (the operator's, not counted in the load); the bench ends the opt-in's WAL segment at once (pg_switch_wal) so the archive holds it",
+            b.secs, b.repo_mb
+        );
+    }
     println!(
         "{:<22} {:>7} {:>8} {:>9} {:>11} {:>12} {:>11} {:>10} {:>10} {:>9}",
         "load",
@@ -963,7 +1062,7 @@ fn report(args: &Args, v: &Versions, table: &Table, runs: &[Run]) -> Result<()> 
                     secs(r.walshadow_secs)
                 ),
             ),
-            Mode::BaseBackup => {
+            Mode::BaseBackup | Mode::ObjectStore => {
                 row(
                     "opt-in to loading / rows in / swap / done",
                     format!(
@@ -998,6 +1097,7 @@ fn report(args: &Args, v: &Versions, table: &Table, runs: &[Run]) -> Result<()> 
                 match r.mode {
                     Mode::Copy => "binary COPY",
                     Mode::BaseBackup => "BASE_BACKUP stream (walshadow's log)",
+                    Mode::ObjectStore => "backup files walked (walshadow's log)",
                 },
                 r.attempts,
                 r.resumes
@@ -1122,11 +1222,13 @@ fn report(args: &Args, v: &Versions, table: &Table, runs: &[Run]) -> Result<()> 
         );
     }
 
-    let comparison = compare(runs);
-    if let Some(c) = &comparison {
-        println!(
-            "base_backup vs copy, same table, this run (backup_checkpoint = \"{BACKUP_CHECKPOINT}\"), source CPU base_backup / copy:"
-        );
+    let comparisons: Vec<Comparison> = [Mode::BaseBackup, Mode::ObjectStore]
+        .into_iter()
+        .filter_map(|m| compare(runs, m))
+        .collect();
+    for c in &comparisons {
+        let name = c.mode.name();
+        println!("{name} vs copy, same table, this run, source CPU {name} / copy:");
         for r in &c.against_copy {
             let w = r.copy_workers.unwrap_or(0);
             row(
@@ -1147,7 +1249,7 @@ fn report(args: &Args, v: &Versions, table: &Table, runs: &[Run]) -> Result<()> 
         }
         let verdict = |met: bool| if met { "met" } else { "NOT met" };
         row(
-            "target: base_backup <= 1/4 of copy's",
+            &format!("target: {name} <= 1/4 of copy's"),
             format!(
                 "backends {}, whole source {}, whole source less the monitor {} (against every copy load of this run)",
                 verdict(c.target_met_backends),
@@ -1173,7 +1275,7 @@ fn report(args: &Args, v: &Versions, table: &Table, runs: &[Run]) -> Result<()> 
             },
             "table": table,
             "runs": runs,
-            "comparison": comparison,
+            "comparisons": comparisons,
         });
         v.machine.write_json(path, "load", doc)?;
     }

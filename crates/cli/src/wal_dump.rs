@@ -162,6 +162,8 @@ async fn dump_live(url: &str, args: &DumpArgs, out: &mut impl Write) -> anyhow::
         seg_size,
         archive,
         turns: None,
+        remedy_without_archive: "pass --config with a [backup] section naming the store the \
+                                 source archives its WAL to, or dump the archive's segment files",
     };
     let mut follower = WalSource::start(source, feed_start, timeline).await?;
     let mut flushed = feed_start;

@@ -263,6 +263,9 @@ async fn feed_tapped_from(
         seg_size: state.segment_size,
         archive,
         turns: tap.as_ref().map(|t| Arc::clone(&t.archive)),
+        remedy_without_archive: "configure the [backup] store the source archives its WAL to \
+                                 (walshadow then reads what the source lost from its archive), \
+                                 or rebuild with `walshadow init --force`",
     };
     let mut follower = WalSource::start(source, resume.stream_from, resume.timeline).await?;
     follower.set_positions(resume.stream_from, resume.durable, resume.durable);

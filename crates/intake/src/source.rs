@@ -51,6 +51,8 @@ pub struct SourceSettings {
     pub archive: Option<Arc<BackupStore>>,
     /// Where status and metrics see the archive's turns.
     pub turns: Option<Arc<crate::ArchiveTurns>>,
+    /// What to do when the source lost WAL and no archive is configured.
+    pub remedy_without_archive: &'static str,
 }
 
 /// The intake's WAL: live from the slot, or read from the archive.
@@ -65,6 +67,12 @@ pub struct WalSource {
     /// Positions reported to the slot (write, flush, apply), kept across
     /// the archive's turns.
     positions: (Lsn, Lsn, Lsn),
+    /// Never reported below this: where a slot walshadow created reserves
+    /// from, or where streaming resumed after the archive's turn. The
+    /// source moves a physical slot's restart position to whatever flush
+    /// it is told, backwards too; below this the WAL is gone from the
+    /// source (the archive has it), and a slot pointed there is lost again.
+    floor: Lsn,
 }
 
 #[derive(Debug)]
@@ -78,7 +86,7 @@ enum Feed {
     },
     /// The archive holds no more: streaming from the source at `at` again.
     Returning {
-        task: JoinHandle<Result<WalFollower, RunError>>,
+        task: JoinHandle<Result<(WalFollower, Option<Lsn>), RunError>>,
         at: Lsn,
     },
     /// A turn failed; the intake starts again from its checkpoint.
@@ -109,12 +117,15 @@ impl WalSource {
         start: Lsn,
         timeline: TimeLineId,
     ) -> Result<WalSource, RunError> {
-        let follower = start_live(&settings, start, timeline).await?;
-        Ok(WalSource {
+        let (follower, floor) = start_live(&settings, start, timeline).await?;
+        let mut source = WalSource {
             settings,
             feed: Feed::Live(Box::new(follower)),
             positions: (start, start, start),
-        })
+            floor: floor.unwrap_or(Lsn(0)),
+        };
+        source.set_positions(start, start, start);
+        Ok(source)
     }
 
     /// Tells status and metrics whether the archive serves the WAL now.
@@ -137,8 +148,9 @@ impl WalSource {
     /// The slot's positions; sent while live, kept for the next live turn.
     pub fn set_positions(&mut self, write: Lsn, flush: Lsn, apply: Lsn) {
         self.positions = (write, flush, apply);
+        let floor = self.floor;
         if let Feed::Live(f) = &mut self.feed {
-            f.set_positions(write, flush, apply);
+            f.set_positions(write.max(floor), flush.max(floor), apply.max(floor));
         }
     }
 
@@ -215,14 +227,15 @@ impl WalSource {
                     let at = *at;
                     let started = task.await;
                     self.feed = Feed::Failed;
-                    let mut follower = started.map_err(|e| {
+                    let (follower, created) = started.map_err(|e| {
                         RunError::Replication(ReplicationError::Poisoned(format!(
                             "starting to stream again: {e}"
                         )))
                     })??;
-                    let (w, f, a) = self.positions;
-                    follower.set_positions(w.max(at), f, a);
+                    self.floor = self.floor.max(at).max(created.unwrap_or(Lsn(0)));
                     self.feed = Feed::Live(Box::new(follower));
+                    let (w, f, a) = self.positions;
+                    self.set_positions(w.max(at), f, a);
                     self.reading_archive(false);
                 }
             }
@@ -247,10 +260,7 @@ impl WalSource {
             return Err(RunError::WalRemoved {
                 at,
                 error: removed.to_string(),
-                remedy: "configure the [backup] store the source archives its WAL to (walshadow \
-                         then reads what the source lost from the archive), or rebuild with \
-                         `walshadow init --force`"
-                    .into(),
+                remedy: self.settings.remedy_without_archive.into(),
             });
         };
         tracing::warn!(
@@ -302,14 +312,35 @@ impl Drop for WalSource {
     }
 }
 
-/// Neither the source nor the archive holds `at`.
+/// Neither the source nor the archive holds `at`. A segment newer than
+/// the archive's newest may still come (a standby source removes WAL its
+/// primary has not archived yet; a listing may lag): that is waited for.
 fn gone(at: Lsn, r: &ArchiveReader) -> RunError {
+    let segment = segment_file_name(r.timeline, at.segment_number(r.seg_size), r.seg_size);
+    let newest = r
+        .listing
+        .keys()
+        .filter(|n| {
+            walshadow_pg_format::wal_files::parse_segment_name(n, r.seg_size)
+                .is_some_and(|(t, _, _)| t == r.timeline)
+        })
+        .max();
+    if newest.is_none_or(|n| *n < segment) {
+        return RunError::Archive {
+            store: r.store.name().to_owned(),
+            message: format!(
+                "the source no longer has WAL segment {segment} and the archive does not hold \
+                 it yet (its newest: {}); waiting for it to be archived",
+                newest.map_or("none", String::as_str)
+            ),
+            transient: true,
+        };
+    }
     RunError::WalRemoved {
         at,
         error: format!(
-            "nor does the archive in {} (it holds no segment {})",
+            "nor does the archive in {}, which holds later segments but not {segment}",
             r.store.name(),
-            segment_file_name(r.timeline, at.segment_number(r.seg_size), r.seg_size)
         ),
         remedy: "the WAL from there on is lost to walshadow: rebuild with `walshadow init \
                      --force` (and check the archive's retention and archive_command)"
@@ -318,29 +349,32 @@ fn gone(at: Lsn, r: &ArchiveReader) -> RunError {
 }
 
 /// Connects, checks the cluster, and starts streaming; with an archive
-/// configured, a missing or invalidated slot is created first.
+/// configured, a missing or invalidated slot is created first. Returns
+/// where a slot created here reserves WAL from.
 async fn start_live(
     s: &SourceSettings,
     start: Lsn,
     timeline: TimeLineId,
-) -> Result<WalFollower, RunError> {
+) -> Result<(WalFollower, Option<Lsn>), RunError> {
     let mut client = connect(s).await?;
     let managed = s
         .slot
         .as_deref()
         .filter(|_| s.manage_slot && s.archive.is_some());
+    let mut created = None;
     if let Some(slot) = managed {
-        ensure_slot(&mut client, slot).await?;
+        created = ensure_slot(&mut client, slot).await?;
     }
     let started = WalFollower::start(client, s.slot.as_deref(), start, timeline).await;
     match (started, managed) {
         (Err(e), Some(slot)) if e.is_slot_invalidated() => {
             // PostgreSQL 18 refuses an invalidated slot at START_REPLICATION.
             let mut client = connect(s).await?;
-            recreate_slot(&mut client, slot, "was invalidated").await?;
-            Ok(WalFollower::start(client, s.slot.as_deref(), start, timeline).await?)
+            let created = recreate_slot(&mut client, slot, "was invalidated").await?;
+            let follower = WalFollower::start(client, s.slot.as_deref(), start, timeline).await?;
+            Ok((follower, created))
         }
-        (started, _) => Ok(started?),
+        (started, _) => Ok((started?, created)),
     }
 }
 
@@ -362,7 +396,8 @@ async fn connect(s: &SourceSettings) -> Result<ReplicationClient, RunError> {
 
 /// The slot exists and reserves WAL; a missing one is created, an
 /// invalidated one (no restart position) dropped and created again.
-async fn ensure_slot(client: &mut ReplicationClient, slot: &str) -> Result<(), RunError> {
+/// Returns where a slot created here reserves from.
+async fn ensure_slot(client: &mut ReplicationClient, slot: &str) -> Result<Option<Lsn>, RunError> {
     match client.read_replication_slot(slot).await? {
         None => {
             client.create_physical_slot(slot, true).await?;
@@ -371,20 +406,20 @@ async fn ensure_slot(client: &mut ReplicationClient, slot: &str) -> Result<(), R
                 "the replication slot did not exist: created it (RESERVE_WAL); WAL the source \
                  no longer has comes from the archive"
             );
+            reserved_from(client, slot).await
         }
         Some(info) if info.restart_lsn.is_none() => {
-            recreate_slot(client, slot, "reserves no WAL (invalidated)").await?;
+            recreate_slot(client, slot, "reserves no WAL (invalidated)").await
         }
-        Some(_) => {}
+        Some(_) => Ok(None),
     }
-    Ok(())
 }
 
 async fn recreate_slot(
     client: &mut ReplicationClient,
     slot: &str,
     why: &str,
-) -> Result<(), RunError> {
+) -> Result<Option<Lsn>, RunError> {
     client.drop_slot(slot, false).await?;
     client.create_physical_slot(slot, true).await?;
     tracing::warn!(
@@ -392,7 +427,18 @@ async fn recreate_slot(
         "the replication slot {why}: dropped and created it again (RESERVE_WAL); WAL the \
          source no longer has comes from the archive"
     );
-    Ok(())
+    reserved_from(client, slot).await
+}
+
+/// The restart position of a slot just created.
+async fn reserved_from(
+    client: &mut ReplicationClient,
+    slot: &str,
+) -> Result<Option<Lsn>, RunError> {
+    Ok(client
+        .read_replication_slot(slot)
+        .await?
+        .and_then(|i| i.restart_lsn))
 }
 
 /// Archived segments in order from a position, on one timeline.
@@ -404,6 +450,7 @@ struct ArchiveReader {
     listing: HashMap<String, ArchivedFile>,
     branch: Branch,
     system_id: u64,
+    major: PgMajor,
     seg_size: u32,
     timeline: TimeLineId,
     /// The next byte handed on.
@@ -446,6 +493,7 @@ impl ArchiveReader {
                 history,
             },
             system_id: s.system_id,
+            major: s.major,
             seg_size: s.seg_size,
             timeline,
             next: at,
@@ -475,7 +523,9 @@ impl ArchiveReader {
                 let offset = self.next.distance_from(*start) as usize;
                 if offset < bytes.len() {
                     let end = (offset + CHUNK).min(bytes.len());
-                    let data = bytes.slice(offset..end);
+                    // A copy: a slice would keep the whole segment alive
+                    // while the chunk waits in the queue.
+                    let data = Bytes::copy_from_slice(bytes.get(offset..end).unwrap_or_default());
                     let start = self.next;
                     self.next = Lsn(start.0 + data.len() as u64);
                     return Ok(Some(FollowEvent::Wal {
@@ -531,15 +581,17 @@ impl ArchiveReader {
         use walshadow_pg_format::cursor::Cursor;
         // XLogLongPageHeaderData: magic, info, tli, pageaddr, rem_len,
         // (padding), sysid, seg_size, xlog_blcksz.
-        let header = || -> Option<(u64, u64, u32)> {
+        let header = || -> Option<(u16, u64, u64, u32)> {
             let mut c = Cursor::new(bytes);
-            c.take(8).ok()?;
+            let magic = c.u16().ok()?;
+            c.take(6).ok()?;
             let pageaddr = c.u64().ok()?;
             c.take(8).ok()?;
             let sysid = c.u64().ok()?;
             let seg_size = c.u32().ok()?;
-            Some((pageaddr, sysid, seg_size))
+            Some((magic, pageaddr, sysid, seg_size))
         };
+        let magic = self.major.xlog_page_magic();
         let problem = match header() {
             _ if bytes.len() != self.seg_size as usize => Some(format!(
                 "it holds {} bytes, not {}",
@@ -547,11 +599,15 @@ impl ArchiveReader {
                 self.seg_size
             )),
             None => Some("it has no page header".to_owned()),
-            Some((_, sysid, _)) if sysid != self.system_id => Some(format!(
+            Some((m, ..)) if m != magic => Some(format!(
+                "its page magic {m:#06x} is not PostgreSQL {}'s {magic:#06x}",
+                self.major.number()
+            )),
+            Some((_, _, sysid, _)) if sysid != self.system_id => Some(format!(
                 "it is WAL of the cluster with system identifier {sysid}, not the source's {}",
                 self.system_id
             )),
-            Some((addr, _, size)) if addr != start.0 || size != self.seg_size => Some(format!(
+            Some((_, addr, _, size)) if addr != start.0 || size != self.seg_size => Some(format!(
                 "its first page says {} (segment size {size}), not {start}",
                 Lsn(addr)
             )),

@@ -442,6 +442,7 @@ impl Backfills {
             state_dir: self.state_dir.clone(),
             ledger: Arc::clone(&self.ledger),
             dest_locks: self.dest_locks.clone(),
+            set_aside: Default::default(),
         };
         tracing::info!(tables = %keys.join(", "), "initial load ({mode}) starting: one backup for these tables");
         self.pass = Some((keys, tokio::spawn(pass.run())));

@@ -24,7 +24,7 @@
 //! | `walshadow_table_reloads_total{table,reason}` | counter | tables walshadow loaded again by itself after a change ClickHouse cannot follow in place (`reason`: `full_identity_columns`, `partial_truncate`, `partitions_changed`) |
 //! | `walshadow_config_table_ignored` | gauge | 1 while the config table's rows are ignored (it belongs to another role) |
 //! | `walshadow_wal_from_archive` | gauge | 1 while the source no longer has the WAL the intake needs and the `[backup]` store's archive serves it |
-//! | `walshadow_archive_segments_read` | gauge | WAL segments read from the archive since the start |
+//! | `walshadow_archive_segments_read_total` | counter | WAL segments read from the archive |
 //! | `walshadow_destination_errors_total{code,class}` | counter | failed ClickHouse requests of the stream, by exception code (`http_NNN` without one, `connection`, `timeout`, `bad_response`) and class (transient, environment, definite) |
 //! | `walshadow_destination_retries_total` | counter | ClickHouse requests of the stream tried again after a transient or environment error |
 //! | `walshadow_destination_up` | gauge | 0 while the stream waits on a ClickHouse request it retries, else 1 |
@@ -175,7 +175,7 @@ struct Inner {
     stop_reasons: std::sync::Mutex<std::collections::HashMap<String, String>>,
     config_table_ignored: U64Gauge,
     wal_from_archive: U64Gauge,
-    archive_segments_read: U64Gauge,
+    archive_segments_read: Counter,
     table_reloads: Family<StopLabels, Counter>,
     destination_retries: Counter,
     assembler_memory: U64Gauge,
@@ -281,7 +281,7 @@ impl Metrics {
             "1 while the source no longer has the WAL the intake needs and the [backup] store's archive serves it, else 0",
             wal_from_archive.clone(),
         );
-        let archive_segments_read = U64Gauge::default();
+        let archive_segments_read = Counter::default();
         r.register(
             "walshadow_archive_segments_read",
             "WAL segments read from the [backup] store's archive since the start",
@@ -610,7 +610,11 @@ impl Metrics {
     /// it served.
     pub fn set_archive(&self, reading: bool, segments: u64) {
         self.inner.wal_from_archive.set(u64::from(reading));
-        self.inner.archive_segments_read.set(segments);
+        // The intake counts; the counter follows.
+        let counted = self.inner.archive_segments_read.get();
+        if segments > counted {
+            self.inner.archive_segments_read.inc_by(segments - counted);
+        }
     }
 
     /// `table` is loaded again by walshadow itself, for `reason`.

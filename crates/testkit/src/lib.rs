@@ -49,6 +49,7 @@ mod install;
 pub mod oracle;
 mod parity;
 mod per_major;
+pub mod pgbackrest;
 mod rng;
 pub mod s3_server;
 mod server_text;

@@ -153,13 +153,7 @@ impl PgBackRest {
     /// `manifest` holds it, read from the backup that stored it and checked
     /// against the manifest's size and SHA-1.
     pub async fn read_file(&self, manifest: &Manifest, path: &str) -> Result<Vec<u8>, StoreError> {
-        let file = manifest
-            .files
-            .get(path)
-            .ok_or_else(|| StoreError::NotFound {
-                store: self.repo.name().to_owned(),
-                path: format!("{path} in the manifest of backup {}", manifest.label),
-            })?;
+        let file = self.file_of(manifest, path)?;
         if file.size == 0 {
             return Ok(Vec::new());
         }
@@ -219,6 +213,125 @@ impl PgBackRest {
             }
         }
         Ok(content)
+    }
+
+    /// `path`'s entry in `manifest`.
+    fn file_of<'m>(
+        &self,
+        manifest: &'m Manifest,
+        path: &str,
+    ) -> Result<&'m ManifestFile, StoreError> {
+        manifest
+            .files
+            .get(path)
+            .ok_or_else(|| StoreError::NotFound {
+                store: self.repo.name().to_owned(),
+                path: format!("{path} in the manifest of backup {}", manifest.label),
+            })
+    }
+
+    /// [`PgBackRest::read_file`] written to the local file `dest` as it is
+    /// decompressed, checked the same: a relation's segment is up to 1 GB,
+    /// and the walk reads several ahead, so none is held in memory. The
+    /// stored bytes land beside `dest` first (`.stored`, removed after).
+    /// Returns the file's size.
+    pub async fn fetch_file(
+        &self,
+        manifest: &Manifest,
+        path: &str,
+        dest: &std::path::Path,
+    ) -> Result<u64, StoreError> {
+        let file = self.file_of(manifest, path)?;
+        let holder = file.reference.as_deref().unwrap_or(&manifest.label);
+        let local = |what: &std::path::Path, e: std::io::Error| StoreError::Unreachable {
+            store: self.repo.name().to_owned(),
+            path: format!("{path} (writing {})", what.display()),
+            source: Box::new(e),
+        };
+        if file.size == 0 {
+            std::fs::write(dest, b"").map_err(|e| local(dest, e))?;
+            return Ok(0);
+        }
+        let compression = self.compression_of(holder).await?;
+        let stored = dest.with_extension("stored");
+        let key = match file.bundle {
+            Some((id, offset)) => {
+                // Bundles hold small files (pgBackRest's bundle-limit).
+                let key = format!("backup/{}/{holder}/bundle/{id}", self.stanza);
+                let len = file.repo_size.unwrap_or(file.size);
+                let bytes = self.repo.get_range(&key, offset, len).await?;
+                std::fs::write(&stored, &bytes).map_err(|e| local(&stored, e))?;
+                key
+            }
+            None => {
+                let key = format!(
+                    "backup/{}/{holder}/{path}{}",
+                    self.stanza,
+                    compression.extension()
+                );
+                self.repo.download(&key, &stored).await?;
+                key
+            }
+        };
+        let (size, limit, out) = (file.size, file.size.saturating_add(1), dest.to_owned());
+        let inflated = tokio::task::spawn_blocking(move || {
+            let inflate = || -> std::io::Result<(u64, String)> {
+                use std::io::{Read, Write};
+                let input = std::io::BufReader::new(std::fs::File::open(&stored)?);
+                let mut reader = compression.reader(input)?.take(limit);
+                let mut writer = std::io::BufWriter::new(std::fs::File::create(&out)?);
+                let mut sha = Sha1::new();
+                let mut buf = vec![0u8; 1 << 20];
+                let mut total = 0u64;
+                loop {
+                    let n = reader.read(&mut buf)?;
+                    let Some(chunk) = buf.get(..n).filter(|c| !c.is_empty()) else {
+                        break;
+                    };
+                    sha.update(chunk);
+                    writer.write_all(chunk)?;
+                    total += n as u64;
+                }
+                writer.flush()?;
+                Ok((total, hex(&sha.finalize())))
+            };
+            let r = inflate();
+            let _ = std::fs::remove_file(&stored);
+            r
+        })
+        .await
+        .map_err(|e| self.repo.malformed(&key, format!("decompressing: {e}")))?
+        .map_err(|e| {
+            self.repo
+                .malformed(&key, format!("decompressing ({compression:?}): {e}"))
+        })?;
+        let (got_size, got_sha) = inflated;
+        if got_size != size {
+            return Err(self.repo.malformed(
+                &key,
+                format!(
+                    "holds {got_size} bytes or more, the manifest of backup {} says {size}",
+                    manifest.label
+                ),
+            ));
+        }
+        match &file.checksum {
+            Some(want) if *want == got_sha => Ok(size),
+            Some(want) => Err(self.repo.malformed(
+                &key,
+                format!(
+                    "SHA-1 {got_sha}, the manifest of backup {} says {want}",
+                    manifest.label
+                ),
+            )),
+            None => Err(self.repo.malformed(
+                &key,
+                format!(
+                    "the manifest of backup {} gives no checksum for {path} (a partial manifest)",
+                    manifest.label
+                ),
+            )),
+        }
     }
 
     /// The archive's directory for the cluster a backup belongs to: pgBackRest

@@ -142,11 +142,13 @@ impl ReplicationError {
     }
 
     /// The source no longer has the WAL asked for: its walsender's
-    /// "requested WAL segment … has already been removed" (`58P01`, from
-    /// `WalSndSegmentOpen` when the segment file is gone).
+    /// "requested WAL segment … has already been removed", `58P01` from
+    /// `WalSndSegmentOpen` when the segment file is gone, or under the
+    /// `errno` `CheckXLogRemoved` happened to save (often none: `XX000`)
+    /// when it was removed while being read.
     pub fn is_wal_removed(&self) -> bool {
         self.db_error()
-            .is_some_and(|e| e.code == "58P01" && e.message.contains("has already been removed"))
+            .is_some_and(|e| e.code == "58P01" || e.message.contains("has already been removed"))
     }
 
     /// The slot lost its WAL reservation (`max_slot_wal_keep_size`): the

@@ -40,12 +40,35 @@ pub enum FollowEvent {
     ServerWalEnd(Lsn),
 }
 
-#[derive(Debug)]
+/// A switch to the next timeline under way: stopping the old stream,
+/// reading the new timeline's history, starting the new stream. Kept in
+/// the follower, so a caller's `select!` dropping [`WalFollower::next`]
+/// mid-switch does not lose it.
+type Switching = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(WalStream, TimelineHistory)>> + Send>,
+>;
+
 pub struct WalFollower {
     stream: Option<WalStream>,
+    switching: Option<(Switching, TimeLineId, Lsn)>,
     slot: Option<String>,
     timeline: TimeLineId,
     positions: StandbyPositions,
+}
+
+impl std::fmt::Debug for WalFollower {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WalFollower")
+            .field("stream", &self.stream)
+            .field(
+                "switching_to",
+                &self.switching.as_ref().map(|(_, t, l)| (t, l)),
+            )
+            .field("slot", &self.slot)
+            .field("timeline", &self.timeline)
+            .field("positions", &self.positions)
+            .finish()
+    }
 }
 
 impl WalFollower {
@@ -65,6 +88,7 @@ impl WalFollower {
         let stream = client.start_replication(slot, start, timeline).await?;
         Ok(WalFollower {
             stream: Some(stream),
+            switching: None,
             slot: slot.map(str::to_owned),
             timeline,
             positions: StandbyPositions::default(),
@@ -78,7 +102,10 @@ impl WalFollower {
 
     /// End of everything received.
     pub fn received_upto(&self) -> Option<Lsn> {
-        self.stream.as_ref().map(WalStream::received_upto)
+        match &self.switching {
+            Some((_, _, switch_lsn)) => Some(*switch_lsn),
+            None => self.stream.as_ref().map(WalStream::received_upto),
+        }
     }
 
     /// See [`WalStream::set_positions`]; kept across timeline switches.
@@ -96,41 +123,68 @@ impl WalFollower {
     pub async fn send_status(&mut self, reply_requested: bool) -> Result<()> {
         match &mut self.stream {
             Some(s) => s.send_status(reply_requested).await,
+            // The new stream gets the positions when the switch ends.
+            None if self.switching.is_some() => Ok(()),
             None => Err(ReplicationError::Poisoned(
                 "the follower failed earlier".into(),
             )),
         }
     }
 
+    /// The next event. Cancel-safe: a timeline switch under way is kept
+    /// and goes on at the next call.
     pub async fn next(&mut self) -> Result<FollowEvent> {
-        let stream = self
-            .stream
-            .as_mut()
-            .ok_or_else(|| ReplicationError::Poisoned("the follower failed earlier".into()))?;
-        match stream.next().await? {
-            Some(WalEvent::XLogData {
-                start,
-                data,
-                wal_end,
-                ..
-            }) => Ok(FollowEvent::Wal {
-                timeline: self.timeline,
-                start,
-                data,
-                wal_end,
-            }),
-            Some(WalEvent::Keepalive { wal_end, .. }) => Ok(FollowEvent::ServerWalEnd(wal_end)),
-            Some(WalEvent::EndOfTimeline {
-                next_tli,
-                switch_lsn,
-            }) => self.switch(next_tli, switch_lsn).await,
-            None => Err(ReplicationError::protocol(
-                "stream ended without an end-of-timeline message",
-            )),
+        loop {
+            if let Some((switching, next_tli, switch_lsn)) = &mut self.switching {
+                let (next_tli, switch_lsn) = (*next_tli, *switch_lsn);
+                let switched = switching.await;
+                self.switching = None;
+                let (mut stream, history) = switched?;
+                stream.set_all_positions(self.positions);
+                let from = self.timeline;
+                self.stream = Some(stream);
+                self.timeline = next_tli;
+                return Ok(FollowEvent::TimelineSwitch {
+                    from,
+                    to: next_tli,
+                    switch_lsn,
+                    history,
+                });
+            }
+            let stream = self
+                .stream
+                .as_mut()
+                .ok_or_else(|| ReplicationError::Poisoned("the follower failed earlier".into()))?;
+            return match stream.next().await? {
+                Some(WalEvent::XLogData {
+                    start,
+                    data,
+                    wal_end,
+                    ..
+                }) => Ok(FollowEvent::Wal {
+                    timeline: self.timeline,
+                    start,
+                    data,
+                    wal_end,
+                }),
+                Some(WalEvent::Keepalive { wal_end, .. }) => Ok(FollowEvent::ServerWalEnd(wal_end)),
+                Some(WalEvent::EndOfTimeline {
+                    next_tli,
+                    switch_lsn,
+                }) => {
+                    self.begin_switch(next_tli, switch_lsn)?;
+                    continue;
+                }
+                None => Err(ReplicationError::protocol(
+                    "stream ended without an end-of-timeline message",
+                )),
+            };
         }
     }
 
-    async fn switch(&mut self, next_tli: TimeLineId, switch_lsn: Lsn) -> Result<FollowEvent> {
+    /// Checks the end of the old timeline and starts the switch (see
+    /// [`Switching`]).
+    fn begin_switch(&mut self, next_tli: TimeLineId, switch_lsn: Lsn) -> Result<()> {
         let Some(stream) = self.stream.take() else {
             return Err(ReplicationError::Poisoned(
                 "the follower failed earlier".into(),
@@ -150,28 +204,25 @@ impl WalFollower {
                 "timeline {from} is followed by timeline {next_tli}, which is not newer"
             )));
         }
-        let mut client = stream.stop().await?;
-        let history = client.timeline_history(next_tli).await?;
-        match history.switch_point(from) {
-            Some(lsn) if lsn == switch_lsn => {}
-            other => {
-                return Err(ReplicationError::protocol(format!(
-                    "history of timeline {next_tli} has timeline {from} ending at {other:?}, but the server reported {switch_lsn}"
-                )));
+        let slot = self.slot.clone();
+        let switching = async move {
+            let mut client = stream.stop().await?;
+            let history = client.timeline_history(next_tli).await?;
+            match history.switch_point(from) {
+                Some(lsn) if lsn == switch_lsn => {}
+                other => {
+                    return Err(ReplicationError::protocol(format!(
+                        "history of timeline {next_tli} has timeline {from} ending at {other:?}, but the server reported {switch_lsn}"
+                    )));
+                }
             }
-        }
-        let mut stream = client
-            .start_replication(self.slot.as_deref(), switch_lsn, next_tli)
-            .await?;
-        stream.set_all_positions(self.positions);
-        self.stream = Some(stream);
-        self.timeline = next_tli;
-        Ok(FollowEvent::TimelineSwitch {
-            from,
-            to: next_tli,
-            switch_lsn,
-            history,
-        })
+            let stream = client
+                .start_replication(slot.as_deref(), switch_lsn, next_tli)
+                .await?;
+            Ok((stream, history))
+        };
+        self.switching = Some((Box::pin(switching), next_tli, switch_lsn));
+        Ok(())
     }
 
     /// Stops streaming and returns the client in command mode.
