@@ -358,9 +358,11 @@ impl BackupPass {
                 tracing::info!(tables = %self.keys(), "initial load ({}): every table was opted out; the pass ends", self.mode());
                 return Ok(PassSummary::default());
             }
-            let scratch = self
-                .spill_dir
-                .join(format!("backup-pass-{}-{attempts}", std::process::id()));
+            let scratch = self.spill_dir.join(format!(
+                "backup-pass-{}-{}-{attempts}",
+                std::process::id(),
+                self.mode()
+            ));
             let outcome = self.attempt(attempts, &scratch).await;
             let _ = std::fs::remove_dir_all(&scratch);
             if outcome.is_ok() {

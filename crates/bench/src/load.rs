@@ -245,9 +245,14 @@ fn main() -> Result<()> {
     }
     // No checkpoint during the fill; the one after it is explicit.
     let cluster = start_source(args.major, &conf)?;
+    if let Some(repo) = &repo {
+        // Before the fill: its WAL is archived as it is written.
+        repo.configure(&cluster)?;
+        repo.run(&["stanza-create"])?;
+    }
     let mut table = fill(&cluster, args.gb)?;
     if let Some(repo) = &repo {
-        table.backup = Some(take_backup(&cluster, repo)?);
+        table.backup = Some(take_backup(repo)?);
     }
     let mut runs = Vec::new();
     let mut ch_version = String::new();
@@ -309,13 +314,12 @@ struct StoreBackup {
     repo_mb: f64,
 }
 
-/// A full pgBackRest backup into `repo` (the stanza created first).
-fn take_backup(cluster: &Cluster, repo: &Repo) -> Result<StoreBackup> {
-    repo.configure(cluster)?;
-    repo.run(&["stanza-create"])?;
+/// A full pgBackRest backup into `repo` (its stanza made before the fill).
+fn take_backup(repo: &Repo) -> Result<StoreBackup> {
     eprintln!("pgbackrest: a full backup for the object_store load");
     let t = Instant::now();
-    repo.run(&["backup", "--type=full"])?;
+    // The fill's WAL may still be on its way into the archive.
+    repo.run(&["backup", "--type=full", "--archive-timeout=1800"])?;
     let secs = t.elapsed().as_secs_f64();
     let repo_mb = walshadow_shadow::bootstrap::dir_size(&repo.repo_dir()) as f64 / 1e6;
     eprintln!("pgbackrest: {secs:.1} s, repository {repo_mb:.0} MB");
@@ -505,6 +509,7 @@ fn load_once(
 ) -> Result<(Run, String)> {
     match workers {
         Some(w) => eprintln!("load {}: {} with {w} worker(s)", index + 1, mode.name()),
+        None if mode == Mode::ObjectStore => eprintln!("load {}: object_store", index + 1),
         None => eprintln!(
             "load {}: {} (backup_checkpoint = \"{BACKUP_CHECKPOINT}\")",
             index + 1,

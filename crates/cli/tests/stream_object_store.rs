@@ -742,6 +742,56 @@ fn barman_cloud_catch_up_lost_slot(major: PgMajor) -> Result<()> {
     archive_catch_up(major, barman_cloud(major, "catch-up-lost")?, true)
 }
 
+/// An `object_store` pass waiting for the archive (the opt-in's segment
+/// is not archived yet, and nothing ends it) holds up no `base_backup`
+/// load: each mode has its own pass. Before, the `base_backup` table
+/// waited behind it for as long as the source wrote no segment's worth.
+fn waiting_pass_holds_up_nothing(major: PgMajor) -> Result<()> {
+    let tool = Tool::PgBackRest(Repo::new(&format!("os-waits-pg{}", major.number()))?);
+    let mut h = harness(
+        major,
+        &tool,
+        "object-store-waits",
+        "backup_checkpoint = \"fast\"",
+        source_options(),
+    )?;
+    h.source.psql(
+        "create table a (id int primary key, v text);
+         create table b (id int primary key, v text);
+         insert into a select g, 'a' || g from generate_series(1, 200) g;
+         insert into b select g, 'b' || g from generate_series(1, 300) g;",
+    )?;
+    tool.backup(&h, true)?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into walshadow.tables values ('public', 'a', true, 'object_store');")?;
+    let mut error = String::new();
+    wait_until(
+        CATCH_UP,
+        "the object_store pass to wait for the archive",
+        || {
+            h.check_running()?;
+            error = entry(&h, "public.a", "error")?
+                .and_then(|e| e.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            Ok(error.contains("does not hold WAL segment"))
+        },
+    )
+    .with_context(|| tail_of(&h.run_log()))?;
+    h.source
+        .psql("insert into walshadow.tables values ('public', 'b', true, 'base_backup');")?;
+    wait_loaded(&mut h, "public.b").with_context(|| tail_of(&h.run_log()))?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure!(h.assert_equal("public.b", "b", &[same("id"), same("v")])? == 300);
+    // The archive catches up: the waiting pass goes on.
+    switch_and_archive(&h.source)?;
+    wait_loaded(&mut h, "public.a")?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure!(h.assert_equal("public.a", "a", &[same("id"), same("v")])? == 200);
+    Ok(())
+}
+
 fn tail_of(log: &str) -> String {
     common::tail(log, 40)
 }
@@ -767,3 +817,4 @@ per_major!(pgbackrest_catch_up => the_stream_catches_up_from_a_pgbackrest_archiv
 per_major!(barman_cloud_catch_up => the_stream_catches_up_from_a_barman_cloud_archive: pg15, pg18);
 per_major!(pgbackrest_catch_up_lost_slot => an_invalidated_slot_is_created_again_and_the_archive_bridges: pg15);
 per_major!(barman_cloud_catch_up_lost_slot => an_invalidated_slot_is_created_again_from_barman_cloud: pg18);
+per_major!(waiting_pass_holds_up_nothing => a_waiting_object_store_pass_holds_up_no_base_backup: pg15);

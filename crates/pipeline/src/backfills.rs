@@ -4,15 +4,17 @@
 //! ClickHouse insert path (the stream never waits for a load), cancelled on
 //! opt-out, resumed from the ledger after a restart.
 //!
-//! `copy` loads run one task per table. `base_backup` requests that are
-//! due wait [`COALESCE_WINDOW`] for siblings, then one pass (one backup)
-//! loads them all; one pass runs at a time. An opt-out does not stop a
+//! `copy` loads run one task per table. `base_backup` and `object_store`
+//! requests that are due wait [`COALESCE_WINDOW`] for siblings, then one
+//! pass (one backup) loads them all; one pass of each mode runs at a time
+//! (an `object_store` pass waiting for the archive holds up no
+//! `base_backup`). An opt-out does not stop a
 //! pass (it loads other tables too): the pass drops that table's staging
 //! instead of publishing it. An entry recorded as swapped (its staging
 //! table may already be exchanged) is never loaded again nor dropped: its
 //! swap is recovered, at start or once its pass gave up on it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -64,10 +66,12 @@ pub struct Backfills {
     spill_dir: PathBuf,
     spool_memory_bytes: usize,
     toast_cache_mb: usize,
-    /// The running `base_backup` pass and its tables.
-    pass: Option<(Vec<String>, PassTask)>,
-    /// When the first `base_backup` request became due.
-    due_since: Option<Instant>,
+    /// The running backup passes by mode (`base_backup`, `object_store`:
+    /// one of each, so that a pass waiting for the archive holds up no
+    /// `base_backup`), with their tables.
+    passes: BTreeMap<String, (Vec<String>, PassTask)>,
+    /// When the first request of each mode became due.
+    due_since: BTreeMap<String, Instant>,
     /// Swapped entries whose swap is being recovered.
     recovering: HashMap<String, JoinHandle<()>>,
     /// Tables whose entry carries a load to request once its swap is done
@@ -156,8 +160,8 @@ impl Backfills {
             spill_dir: resources.spill_dir,
             spool_memory_bytes: resources.spool_memory_bytes,
             toast_cache_mb: resources.toast_cache_mb,
-            pass: None,
-            due_since: None,
+            passes: BTreeMap::new(),
+            due_since: BTreeMap::new(),
             recovering: HashMap::new(),
             following,
             toast_handoffs: Vec::new(),
@@ -260,12 +264,13 @@ impl Backfills {
             t.abort();
             tracing::info!(table = %key, "initial load cancelled: the table was opted out");
         }
-        if self
-            .pass
-            .as_ref()
-            .is_some_and(|(keys, _)| keys.iter().any(|k| k == key))
+        if let Some(mode) = self
+            .passes
+            .iter()
+            .find(|(_, (keys, _))| keys.iter().any(|k| k == key))
+            .map(|(m, _)| m)
         {
-            tracing::info!(table = %key, "opted out during a base_backup pass: its staging table is dropped when the pass ends");
+            tracing::info!(table = %key, "opted out during a {mode} pass: its staging table is dropped when the pass ends");
         }
         self.queued.remove(key);
         ledger = self.lock();
@@ -305,7 +310,7 @@ impl Backfills {
         self.lock()
             .tables
             .get(key)
-            .is_some_and(|p| p.is_open() && p.mode == BASE_BACKUP)
+            .is_some_and(|p| p.is_open() && (p.mode == BASE_BACKUP || p.mode == OBJECT_STORE))
     }
 
     /// Requests the loads that waited behind a swap now done.
@@ -370,25 +375,32 @@ impl Backfills {
                 }
             }
         }
-        if backups.is_empty() {
-            self.due_since = None;
-            return;
+        let modes: BTreeSet<String> = backups.iter().map(|(m, _)| m.clone()).collect();
+        self.due_since.retain(|m, _| modes.contains(m));
+        // One pass per mode at a time, with every due table of that mode.
+        for mode in modes {
+            if self.passes.contains_key(&mode) {
+                continue;
+            }
+            let since = *self
+                .due_since
+                .entry(mode.clone())
+                .or_insert_with(Instant::now);
+            if since.elapsed() < COALESCE_WINDOW {
+                continue;
+            }
+            self.due_since.remove(&mode);
+            let tables: Vec<PassTable> = backups
+                .iter()
+                .filter(|(m, _)| *m == mode)
+                .map(|(_, t)| t.clone())
+                .collect();
+            self.start_pass(mode, tables);
         }
-        if self.pass.is_some() {
-            return;
-        }
-        let since = *self.due_since.get_or_insert_with(Instant::now);
-        if since.elapsed() < COALESCE_WINDOW {
-            return;
-        }
-        self.due_since = None;
-        // One pass at a time: the first due table's mode, with its siblings.
-        let mode = backups.first().map(|(m, _)| m.clone()).unwrap_or_default();
-        let tables: Vec<PassTable> = backups
-            .into_iter()
-            .filter(|(m, _)| *m == mode)
-            .map(|(_, t)| t)
-            .collect();
+    }
+
+    /// Starts a backup pass of `mode` over `tables`.
+    fn start_pass(&mut self, mode: String, tables: Vec<PassTable>) {
         let (catalog, origin) = if mode == OBJECT_STORE {
             let Some((store, r)) = &self.store else {
                 self.refuse_without_store(&tables);
@@ -445,7 +457,7 @@ impl Backfills {
             set_aside: Default::default(),
         };
         tracing::info!(tables = %keys.join(", "), "initial load ({mode}) starting: one backup for these tables");
-        self.pass = Some((keys, tokio::spawn(pass.run())));
+        self.passes.insert(mode, (keys, tokio::spawn(pass.run())));
     }
 
     /// `object_store` loads without a `[backup]` store: each entry stays
@@ -559,9 +571,16 @@ impl Backfills {
     /// Forgets finished loads (their outcome is in the ledger and the log).
     pub fn reap(&mut self) {
         self.recovering.retain(|_, t| !t.is_finished());
-        if self.pass.as_ref().is_some_and(|(_, t)| t.is_finished())
-            && let Some((keys, t)) = self.pass.take()
-        {
+        let finished: Vec<String> = self
+            .passes
+            .iter()
+            .filter(|(_, (_, t))| t.is_finished())
+            .map(|(m, _)| m.clone())
+            .collect();
+        for mode in finished {
+            let Some((keys, t)) = self.passes.remove(&mode) else {
+                continue;
+            };
             match futures_now(t) {
                 Some(Ok(Err(e))) => tracing::error!(tables = %keys.join(", "), "{e}"),
                 Some(Ok(Ok(summary))) => {
@@ -577,7 +596,7 @@ impl Backfills {
                     }
                 }
                 Some(Err(e)) => {
-                    tracing::error!(tables = %keys.join(", "), "initial load (base_backup) task ended abnormally ({e}); the entries stay pending and run again at the next start");
+                    tracing::error!(tables = %keys.join(", "), "initial load ({mode}) task ended abnormally ({e}); the entries stay pending and run again at the next start");
                 }
                 None => {}
             }
@@ -617,7 +636,11 @@ impl Backfills {
 
     pub fn running(&self) -> usize {
         self.running.len()
-            + self.pass.as_ref().map_or(0, |(keys, _)| keys.len())
+            + self
+                .passes
+                .values()
+                .map(|(keys, _)| keys.len())
+                .sum::<usize>()
             + self.recovering.len()
     }
 
@@ -633,7 +656,7 @@ impl Backfills {
         for (_, t) in self.running.drain() {
             t.abort();
         }
-        if let Some((_, t)) = self.pass.take() {
+        for (_, (_, t)) in std::mem::take(&mut self.passes) {
             t.abort();
         }
         for (_, t) in self.recovering.drain() {
