@@ -605,15 +605,22 @@ impl BackupPass {
         })
         .map_err(failed("opening the deferred-tuple spool"))?;
         let mut xact = XactLog::new();
-        if let Some(x) = plan.next_xid {
+        let mut multi = MultiXacts::new();
+        // The gate's bounds: read from the source before its BASE_BACKUP,
+        // or from the stored backup's start checkpoint in the archive.
+        let start = leg.as_ref().and_then(|l| l.outcomes.start_checkpoint);
+        let next_xid = plan.next_xid.or(start.map(|c| c.next_xid));
+        let next_multi = plan
+            .next_multi
+            .or(start.map(|c| (c.next_multi, c.next_multi_offset)));
+        if let Some(x) = next_xid {
             xact.set_next_xid(x);
+        }
+        if let Some((m, o)) = next_multi {
+            multi.set_next(m, o);
         }
         if let Some(leg) = leg.as_mut() {
             xact.patch(std::mem::take(&mut leg.outcomes.patch));
-        }
-        let mut multi = MultiXacts::new();
-        if let Some((m, o)) = plan.next_multi {
-            multi.set_next(m, o);
         }
         // A page torn by the copy shows past this position.
         let s_min = match &leg {
@@ -851,7 +858,7 @@ impl BackupPass {
             leg.outcomes = outcomes.map_err(gap_failed)?;
             let patch = &leg.outcomes.patch;
             leg.patched = patch.committed() + patch.aborted();
-            tracing::info!(tables = %self.keys(), backup = %leg.backup.label, from = %gap.from, to = %gap.to, segments = gap.segments, fetched = gap.fetched, bytes = gap.bytes, records = leg.outcomes.records, committed = patch.committed(), aborted = patch.aborted(), patch_bytes = patch.bytes(), "initial load (object_store): the archive's WAL from the backup's start to the opt-ins is here");
+            tracing::info!(tables = %self.keys(), backup = %leg.backup.label, from = %gap.from, to = %gap.to, segments = gap.segments, fetched = gap.fetched, bytes = gap.bytes, next_xid = ?leg.outcomes.start_checkpoint.map(|c| c.next_xid), records = leg.outcomes.records, committed = patch.committed(), aborted = patch.aborted(), patch_bytes = patch.bytes(), "initial load (object_store): the archive's WAL from the backup's start to the opt-ins is here");
             if let Some((at, wal_level)) = leg.outcomes.parameter_change {
                 return Err(AttemptError::Failed(format!(
                     "the source restarted with other settings at {at} (wal_level {}), between \

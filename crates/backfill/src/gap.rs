@@ -110,6 +110,39 @@ pub async fn ask_source(cfg: &ConnConfig) -> Result<SourceAsked, AskError> {
 
 /// `XLOG_PARAMETER_CHANGE` (pg_control.h).
 const XLOG_PARAMETER_CHANGE: u8 = 0x60;
+/// `XLOG_CHECKPOINT_ONLINE` (pg_control.h).
+const XLOG_CHECKPOINT_ONLINE: u8 = 0x10;
+
+/// What the backup's start checkpoint says was assigned before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartCheckpoint {
+    /// `nextXid` (its low 32 bits).
+    pub next_xid: Xid,
+    pub next_multi: u32,
+    pub next_multi_offset: u32,
+}
+
+impl StartCheckpoint {
+    /// The body of a checkpoint record (`CheckPoint`, pg_control.h) if it
+    /// is the one whose redo point is `redo`. On 15 to 18 `nextXid`
+    /// (a `FullTransactionId`, 8-aligned) is at 24 whether or not
+    /// `wal_level` (an int, 17 on) follows `fullPageWrites`; `nextOid`,
+    /// `nextMulti` and `nextMultiOffset` follow it.
+    fn parse(body: &[u8], redo: Lsn) -> Option<StartCheckpoint> {
+        let mut c = walshadow_pg_format::cursor::Cursor::new(body);
+        if c.u64().ok()? != redo.0 {
+            return None;
+        }
+        c.take(16).ok()?;
+        let next_xid = c.u64().ok()? as u32;
+        c.take(4).ok()?;
+        Some(StartCheckpoint {
+            next_xid,
+            next_multi: c.u32().ok()?,
+            next_multi_offset: c.u32().ok()?,
+        })
+    }
+}
 
 /// Why the WAL leg cannot go on.
 #[derive(Debug, thiserror::Error)]
@@ -289,6 +322,12 @@ impl GapWal {
             out.records += 1;
             last = rec.end;
             if rec.rmgr() == RmgrId::XLOG
+                && rec.header.rmgr_info() == XLOG_CHECKPOINT_ONLINE
+                && out.start_checkpoint.is_none()
+            {
+                out.start_checkpoint = StartCheckpoint::parse(rec.main_data(), self.from);
+            }
+            if rec.rmgr() == RmgrId::XLOG
                 && rec.header.rmgr_info() == XLOG_PARAMETER_CHANGE
                 && out.parameter_change.is_none()
             {
@@ -372,6 +411,10 @@ pub struct Outcomes {
     /// and the `wal_level` it set: WAL before it may have been written
     /// below `logical`.
     pub parameter_change: Option<(Lsn, Option<i32>)>,
+    /// The backup's start checkpoint (its record, redo = the gap's
+    /// start): the gate's bounds, as `pg_control_checkpoint()` gives
+    /// `base_backup` before its `BASE_BACKUP`.
+    pub start_checkpoint: Option<StartCheckpoint>,
     pub records: u64,
 }
 

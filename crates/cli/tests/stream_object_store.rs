@@ -240,6 +240,10 @@ fn object_store_load(major: PgMajor, tool: Tool) -> Result<()> {
          update items set v = 'prepared' where id <= 10;
          prepare transaction 'across';",
     )?;
+    let across: u64 = h
+        .source
+        .query_one("select transaction from pg_prepared_xacts where gid = 'across'")?
+        .parse()?;
     tool.backup(&h, false)?;
     // The gap: after the backup's start, before the opt-in.
     h.source.psql(
@@ -307,6 +311,18 @@ fn object_store_load(major: PgMajor, tool: Tool) -> Result<()> {
         .context("gap_from in the summary")?
         .parse()?;
     ensure!(redo < s, "backup start {redo} not before the opt-in {s}");
+    // The gate's bound, from the backup's start checkpoint in the archive:
+    // past the transaction begun before the backup, not past the source's.
+    let gap_line = "the archive's WAL from the backup's start to the opt-ins is here";
+    let next_xid: u64 = logged_text(&log, gap_line, "next_xid")
+        .and_then(|t| t.strip_prefix("Some(")?.strip_suffix(')').map(str::to_owned))
+        .context("next_xid in the gap's line")?
+        .parse()?;
+    let now: u64 = h.source.query_one("select txid_current() % 4294967296")?.parse()?;
+    ensure!(
+        across < next_xid && next_xid <= now,
+        "the start checkpoint's nextXid {next_xid}: not after {across} (begun before the backup) and up to {now}"
+    );
     // The transaction open across the backup's start: its rows the gap
     // left alone are only on the backup's pages, tagged with its start.
     let prepared = count(
