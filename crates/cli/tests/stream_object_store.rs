@@ -315,10 +315,17 @@ fn object_store_load(major: PgMajor, tool: Tool) -> Result<()> {
     // past the transaction begun before the backup, not past the source's.
     let gap_line = "the archive's WAL from the backup's start to the opt-ins is here";
     let next_xid: u64 = logged_text(&log, gap_line, "next_xid")
-        .and_then(|t| t.strip_prefix("Some(")?.strip_suffix(')').map(str::to_owned))
+        .and_then(|t| {
+            t.strip_prefix("Some(")?
+                .strip_suffix(')')
+                .map(str::to_owned)
+        })
         .context("next_xid in the gap's line")?
         .parse()?;
-    let now: u64 = h.source.query_one("select txid_current() % 4294967296")?.parse()?;
+    let now: u64 = h
+        .source
+        .query_one("select txid_current() % 4294967296")?
+        .parse()?;
     ensure!(
         across < next_xid && next_xid <= now,
         "the start checkpoint's nextXid {next_xid}: not after {across} (begun before the backup) and up to {now}"
