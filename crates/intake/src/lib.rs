@@ -114,7 +114,13 @@ pub async fn feed_tapped_until_stopped(
                     backoff.reset();
                 }
                 let delay = backoff.next_delay();
-                tracing::warn!("source connection lost ({e}); feeding again in {delay:?}");
+                // The source or the [backup] archive did not answer.
+                let what = if matches!(e, RunError::Archive { .. }) {
+                    "the WAL archive did not answer"
+                } else {
+                    "source connection lost"
+                };
+                tracing::warn!("{what} ({e}); feeding again in {delay:?}");
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
                     _ = stop.wait_for(|s| *s) => return Ok(()),
