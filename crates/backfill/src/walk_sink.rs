@@ -690,7 +690,6 @@ impl<C: PageConsumer + Send> BackupSink for PageWalkSink<C> {
 }
 
 #[cfg(test)]
-#[allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
     use walshadow_heap::heap_page::test_page::build_page;

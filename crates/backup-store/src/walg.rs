@@ -242,7 +242,6 @@ fn looks_like(compression: Compression, head: &[u8]) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

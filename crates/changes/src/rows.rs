@@ -114,7 +114,6 @@ pub fn change_rows(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
     use crate::change::OldRow;

@@ -481,7 +481,6 @@ pub mod test_page {
 }
 
 #[cfg(test)]
-#[allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
 pub(crate) mod tests {
     use super::test_page::build_page;
     use super::*;

@@ -95,5 +95,4 @@ pub use tuple::*;
 pub use xact::{XactLog, XactPatch, XactStatus};
 
 #[cfg(test)]
-#[allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
 mod tests;

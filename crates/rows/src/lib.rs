@@ -39,10 +39,6 @@
     clippy::expect_used,
     clippy::panic
 )]
-#![cfg_attr(
-    test,
-    allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)
-)]
 
 mod array;
 mod bytes;

@@ -34,10 +34,6 @@
     clippy::expect_used,
     clippy::panic
 )]
-#![cfg_attr(
-    test,
-    allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)
-)]
 
 mod block;
 use walshadow_pg_format::cursor;

@@ -339,7 +339,6 @@ impl MultiXacts {
 /// Builds `pg_multixact` segment bytes for tests: multixacts from `first`
 /// with the given members, laid out as `RecordNewMultiXact` writes them.
 #[cfg(test)]
-#[allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
 pub(crate) mod build {
     use std::collections::BTreeMap;
 
@@ -403,7 +402,6 @@ pub(crate) mod build {
 }
 
 #[cfg(test)]
-#[allow(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::build::Builder;
     use super::*;
