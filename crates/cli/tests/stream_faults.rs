@@ -19,6 +19,8 @@
 //! - a commit is visible once the stream idles, not at `batch_ms`, and a
 //!   flush's tables are inserted at once: one whose ClickHouse table is
 //!   renamed away waits without holding back the others;
+//! - ClickHouse holding an insert: the WAL after it is decoded meanwhile,
+//!   progress stays behind the held rows;
 //! - ClickHouse down long enough for the backoff to reach its 10 s, then
 //!   back: the rows written meanwhile arrive within seconds of its return,
 //!   not at the end of the wait.
@@ -437,6 +439,26 @@ fn one_run_per_state_dir(major: PgMajor) -> Result<()> {
 
 per_major!(one_run_per_state_dir => one_run_per_state_directory: pg15, pg18);
 
+/// `h` streaming through a proxy the drill switches (with `settings` for
+/// `batch_ms` in `[clickhouse]`), with 100 rows of `t` in ClickHouse.
+fn streaming_through_proxy(h: &mut StreamHarness, settings: &str) -> Result<FaultProxy> {
+    let proxy = FaultProxy::start(&h.ch.url())?;
+    let mut text = std::fs::read_to_string(&h.config)?.replace(
+        &format!("url = \"{}\"", h.ch.url()),
+        &format!("url = \"{}\"", proxy.url()),
+    );
+    if !settings.is_empty() {
+        text = text.replace("batch_ms = 200", settings);
+    }
+    std::fs::write(&h.config, text)?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into t select g, 'a' from generate_series(1, 100) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+    Ok(proxy)
+}
+
 fn errors_pause(major: PgMajor) -> Result<()> {
     let metrics_port = common::loads::free_port()?;
     let mut h = harness(
@@ -444,18 +466,7 @@ fn errors_pause(major: PgMajor) -> Result<()> {
         "cherr",
         &format!("\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n"),
     )?;
-    // walshadow talks to ClickHouse through a proxy the drill switches.
-    let proxy = FaultProxy::start(&h.ch.url())?;
-    let text = std::fs::read_to_string(&h.config)?.replace(
-        &format!("url = \"{}\"", h.ch.url()),
-        &format!("url = \"{}\"", proxy.url()),
-    );
-    std::fs::write(&h.config, text)?;
-    h.init()?;
-    h.start_run()?;
-    h.source
-        .psql("insert into t select g, 'a' from generate_series(1, 100) g")?;
-    h.wait_caught_up(CATCH_UP)?;
+    let proxy = streaming_through_proxy(&mut h, "")?;
 
     let modes = [
         (ProxyMode::Status(401), "http_401"),
@@ -812,6 +823,12 @@ per_major!(catalog_coalescing => catalog_commits_coalesce_only_when_nothing_wait
 per_major!(catalog_churn => catalog_churn_refreshes_only_what_concerns_a_table: pg15, pg18);
 
 /// Rows in ClickHouse table `app.{table}` (`FINAL`); 0 while it is missing.
+/// A position `status` shows (`applied`, `decoded`, …).
+fn status_lsn(h: &StreamHarness, field: &str) -> Result<Lsn> {
+    let s = h.status_json()?;
+    Ok(s[field].as_str().context(field.to_owned())?.parse()?)
+}
+
 fn ch_count(h: &StreamHarness, table: &str) -> Result<u64> {
     match h
         .ch
@@ -878,8 +895,7 @@ fn idle_flush_and_tables_at_once(major: PgMajor) -> Result<()> {
                 .is_some_and(|w| w.contains("`a`")))
         },
     )?;
-    let s = h.status_json()?;
-    let applied: Lsn = s["applied"].as_str().context("applied")?.parse()?;
+    let applied = status_lsn(&h, "applied")?;
     ensure!(
         applied < written,
         "applied {applied} past a's rows ClickHouse never took"
@@ -944,3 +960,53 @@ fn back_after_outage(major: PgMajor) -> Result<()> {
 }
 
 per_major!(back_after_outage => a_clickhouse_back_after_an_outage_is_retried_at_once: pg15, pg18);
+
+/// Decoding goes on while a flush's inserts are in flight: with ClickHouse
+/// holding an insert, the WAL committed after it is decoded (status'
+/// `decoded` passes it) while progress stays behind the held rows; once the
+/// insert is answered everything arrives, equal row by row.
+fn decodes_while_inserting(major: PgMajor) -> Result<()> {
+    let mut h = harness(major, "inflight", "")?;
+    // Only idleness flushes: batches wait ten minutes for their age.
+    let proxy = streaming_through_proxy(&mut h, "batch_ms = 600000\nidle_flush_ms = 20")?;
+
+    proxy.set_mode(ProxyMode::HoldInserts);
+    h.source.psql("insert into t values (101, 'held')")?;
+    let held_rows = h.source.flush_lsn()?;
+    wait_until(Duration::from_secs(60), "an insert to be held", || {
+        h.check_running()?;
+        Ok(proxy.held() >= 1)
+    })?;
+    h.source
+        .psql("insert into t select g, 'after' from generate_series(102, 300) g")?;
+    let written = h.source.flush_lsn()?;
+    wait_until(
+        Duration::from_secs(60),
+        "the WAL after the held insert to be decoded",
+        || {
+            h.check_running()?;
+            Ok(status_lsn(&h, "decoded")? >= written)
+        },
+    )?;
+    let applied = status_lsn(&h, "applied")?;
+    ensure!(
+        applied < held_rows,
+        "applied {applied} past the held rows (committed up to {held_rows})"
+    );
+    ensure!(
+        ch_count(&h, "t")? == 100,
+        "rows arrived past the held insert"
+    );
+
+    proxy.set_mode(ProxyMode::Forward);
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("t", "t", &cols())?;
+    ensure!(n == 300, "{n} rows");
+    h.stop_run()?;
+    if h.run_log().contains("table stopped") {
+        bail!("a table stopped:\n{}", h.run_log());
+    }
+    Ok(())
+}
+
+per_major!(decodes_while_inserting => decoding_goes_on_while_a_flush_is_in_flight: pg15, pg18);

@@ -56,6 +56,9 @@ pub enum ProxyMode {
     /// `wrong-password` (added when the request has none), so a real ClickHouse answers
     /// AUTHENTICATION_FAILED (code 516): a rotated password.
     BadKey,
+    /// Forward, but hold every `INSERT` (a request whose URL names one) until the mode
+    /// changes, then answer it in the new mode: a ClickHouse slow to take inserts.
+    HoldInserts,
 }
 
 #[derive(Debug)]
@@ -65,6 +68,7 @@ struct Shared {
     stop: AtomicBool,
     forwarded: AtomicU64,
     faked: AtomicU64,
+    held: AtomicU64,
 }
 
 impl Shared {
@@ -100,6 +104,7 @@ impl FaultProxy {
             stop: AtomicBool::new(false),
             forwarded: AtomicU64::new(0),
             faked: AtomicU64::new(0),
+            held: AtomicU64::new(0),
         });
         let acceptor = thread::Builder::new()
             .name(format!("fault-proxy-{}", addr.port()))
@@ -141,6 +146,11 @@ impl FaultProxy {
             self.shared.forwarded.load(Ordering::SeqCst),
             self.shared.faked.load(Ordering::SeqCst),
         )
+    }
+
+    /// Inserts held so far in [`ProxyMode::HoldInserts`] (counted when the hold begins).
+    pub fn held(&self) -> u64 {
+        self.shared.held.load(Ordering::SeqCst)
     }
 }
 
@@ -228,9 +238,16 @@ fn serve_connection(client: &mut TcpStream, shared: &Shared) -> io::Result<()> {
         let mut body = Vec::new();
         read_body(client, &mut buf, length.unwrap_or(0), &mut body)?;
 
-        let mode = shared.mode();
+        let mut mode = shared.mode();
+        if mode == ProxyMode::HoldInserts && is_insert(&head.start) {
+            shared.held.fetch_add(1, Ordering::SeqCst);
+            while mode == ProxyMode::HoldInserts && !shared.stop.load(Ordering::SeqCst) {
+                thread::sleep(Duration::from_millis(10));
+                mode = shared.mode();
+            }
+        }
         let answer = match mode {
-            ProxyMode::Forward | ProxyMode::BadKey => {
+            ProxyMode::Forward | ProxyMode::BadKey | ProxyMode::HoldInserts => {
                 shared.forwarded.fetch_add(1, Ordering::SeqCst);
                 forward(shared.upstream, &head, &body, mode == ProxyMode::BadKey)
             }
@@ -271,6 +288,11 @@ impl Answer {
             keep_alive: false,
         }
     }
+}
+
+/// Whether a request line (`POST /?query=INSERT%20INTO… HTTP/1.1`) names an `INSERT`.
+fn is_insert(start: &str) -> bool {
+    start.to_ascii_uppercase().contains("QUERY=INSERT")
 }
 
 /// Sends the request to the upstream over a connection of its own and returns the answer to

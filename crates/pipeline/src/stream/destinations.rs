@@ -92,6 +92,9 @@ impl Streamer {
     /// [`StreamError::ClickHouse`]. A stop request ends the wait with
     /// [`StreamError::Stopping`]: nothing past the request was recorded, so
     /// nothing is lost by giving up.
+    ///
+    /// The flush in flight lands first: the stream's requests follow its
+    /// inserts, as they did when it sent one thing at a time.
     pub(super) async fn retry_clickhouse<F, Fut>(
         &mut self,
         what: &str,
@@ -101,6 +104,11 @@ impl Streamer {
         F: Fn(ClickHouseClient) -> Fut,
         Fut: std::future::Future<Output = Result<(), walshadow_emitter::ClickHouseError>>,
     {
+        if self.in_flight.is_some() {
+            // Boxed: landing retries an insert through here (with nothing
+            // in flight by then).
+            Box::pin(self.finish_flush()).await?;
+        }
         let mut backoff = DESTINATION_BACKOFF;
         loop {
             let e = match f(self.destinations.client.clone()).await {

@@ -24,7 +24,8 @@
 //! - `settings`: what the stream takes from the config file, once;
 //! - `positions`: received, decoded, the last transaction boundary, what
 //!   is durable, and the replay-ceiling rule;
-//! - `flush`: when batches are flushed;
+//! - `flush`: when batches are flushed; `inserts`: a flush's inserts, in
+//!   flight while decoding goes on, and where progress moves when they land;
 //! - `scope`: which tables stream, the config table's opt-ins and
 //!   opt-outs, the loads they start;
 //! - `destinations`: the ClickHouse client, destination names, requests
@@ -71,6 +72,7 @@ use walshadow_changes::rows::{ChangeRowsError, Layout, change_rows};
 mod catalog;
 mod destinations;
 mod flush;
+mod inserts;
 mod loads;
 mod positions;
 mod resync;
@@ -220,7 +222,10 @@ pub struct Streamer {
     /// A speculative insertion waiting for its confirmation.
     spec: Option<(Lsn, Change)>,
     last_status: Instant,
+    /// When the last flush began.
     last_flush: Instant,
+    /// The flush whose inserts are under way.
+    in_flight: Option<inserts::InFlight>,
     events: Vec<Event>,
     /// Turns true when `run` is asked to stop: retries give up.
     stop: watch::Receiver<bool>,
@@ -394,6 +399,7 @@ impl Streamer {
             spec: None,
             last_status: Instant::now(),
             last_flush: Instant::now(),
+            in_flight: None,
             events: Vec::new(),
             stop,
             source_end,
@@ -521,38 +527,57 @@ impl Streamer {
         self.write_status();
         loop {
             let deadline = self.next_deadline();
+            // While a flush is in flight the next waits for it to land.
+            let under_way = self.flush_under_way();
             let idle_at = self
                 .settings
                 .flush
-                .idle_wake(self.batches(), self.last_flush);
+                .idle_wake(self.batches(), self.last_flush)
+                .filter(|_| !under_way);
             // WAL first: the clocks fire only while none waits (the age
             // rule is also checked after each chunk, in `on_wal`), so an
             // idle flush happens only when the stream is idle, and a
             // stream behind does no per-tick work per chunk.
-            let event = tokio::select! {
+            let wake = tokio::select! {
                 biased;
-                ev = rx.recv() => ev,
-                _ = tokio::time::sleep_until(deadline.into()) => {
+                ev = rx.recv() => Wake::Wal(ev),
+                answers = async {
+                    match self.in_flight.as_mut() {
+                        Some(f) => f.answered().await,
+                        None => std::future::pending().await,
+                    }
+                }, if under_way => Wake::Landed(answers),
+                _ = tokio::time::sleep_until(deadline.into()) => Wake::Clock,
+                _ = tokio::time::sleep_until(idle_at.unwrap_or(deadline).into()), if idle_at.is_some() => Wake::Idle,
+            };
+            match wake {
+                Wake::Wal(None) => break,
+                Wake::Wal(Some(TapEvent::Start { from })) => self.restart_decoding(from).await?,
+                Wake::Wal(Some(TapEvent::Wal { start, data })) => {
+                    self.on_wal(start, &data).await?;
+                }
+                Wake::Landed(answers) => {
+                    if let Some(f) = self.in_flight.take() {
+                        self.land_flush(f, answers).await?;
+                    }
+                }
+                Wake::Clock => {
                     self.on_timer().await?;
                     continue;
                 }
-                _ = tokio::time::sleep_until(idle_at.unwrap_or(deadline).into()), if idle_at.is_some() => {
-                    self.flush_all().await?;
+                Wake::Idle => {
+                    self.begin_flush().await?;
                     continue;
                 }
-            };
-            match event {
-                None => break,
-                Some(TapEvent::Start { from }) => self.restart_decoding(from).await?,
-                Some(TapEvent::Wal { start, data }) => self.on_wal(start, &data).await?,
             }
             if rx.is_empty()
+                && !self.flush_under_way()
                 && self
                     .settings
                     .flush
                     .idle(self.batches(), self.last_flush, Instant::now())
             {
-                self.flush_all().await?;
+                self.begin_flush().await?;
             }
         }
         self.backfills.abort_all();
@@ -584,7 +609,7 @@ impl Streamer {
             .flush
             .due(self.batches(), self.last_flush, Instant::now())
         {
-            self.flush_all().await?;
+            self.begin_flush().await?;
         }
         if self.progress_dirty {
             self.write_progress()?;
@@ -662,7 +687,10 @@ impl Streamer {
             .flush
             .due(self.batches(), self.last_flush, Instant::now())
         {
-            self.flush_all().await?;
+            self.begin_flush().await?;
+        } else if self.in_flight.is_some() && !self.flush_under_way() {
+            // Under a steady stream the answers land here, as they come.
+            self.finish_flush().await?;
         }
         if self.last_status.elapsed() >= flush::TICK {
             self.on_timer().await?;
@@ -1037,43 +1065,6 @@ impl Streamer {
             .ok_or_else(|| StreamError::State("shadow catalog".into()))
     }
 
-    /// Flushes every table, then advances progress to the last transaction
-    /// boundary (`safe`; it is only ever set at one, and this is called
-    /// between records, never inside a commit's changes).
-    async fn flush_all(&mut self) -> Result<(), StreamError> {
-        let (rows, tables) = self.batches().fold((0, 0), |(r, t), b| {
-            (r + b.rows(), t + usize::from(!b.is_empty()))
-        });
-        let started = Instant::now();
-        self.flush_tables().await?;
-        if rows > 0 {
-            tracing::debug!(
-                rows,
-                tables,
-                since_last_ms = started.duration_since(self.last_flush).as_millis() as u64,
-                insert_ms = started.elapsed().as_millis() as u64,
-                "flushed"
-            );
-        }
-        self.last_flush = Instant::now();
-        if self.positions.flushed(&mut self.progress) {
-            self.progress_dirty = true;
-        }
-        for (key, w) in self.toast.overdue(self.progress.applied) {
-            let reason = format!(
-                "table {key}, column {}, WAL at {}: TOAST value {} (TOAST relation {}) is neither in the chunk mirror nor on the source, and no later change of the row (key {}) arrived up to {}",
-                w.column,
-                w.lsn,
-                w.value_id,
-                w.toast_relid,
-                key_display(&w.key),
-                w.source_lsn
-            );
-            self.stop_table(&key, w.lsn, crate::stop::StopKind::ToastGone, reason);
-        }
-        Ok(())
-    }
-
     fn write_progress(&mut self) -> Result<(), StreamError> {
         // The mirror holds every chunk up to `applied` before progress says
         // so; its deletions wait for the progress already on disk.
@@ -1215,6 +1206,15 @@ impl Streamer {
         m.set_backfills_running(self.backfills.running() as u64);
         self.loads.count(&self.backfills.passes(), m);
     }
+}
+
+/// What woke the streaming loop.
+enum Wake {
+    Wal(Option<TapEvent>),
+    /// The flush in flight has its answers.
+    Landed(Result<inserts::Tries, tokio::task::JoinError>),
+    Clock,
+    Idle,
 }
 
 fn key_display(key: &[Option<String>]) -> String {

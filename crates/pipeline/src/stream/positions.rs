@@ -32,7 +32,7 @@ pub(crate) fn raise_replay_ceiling(feeder: &Feeder, catalog_lsn: Lsn, applied: L
 
 /// The last transaction boundary.
 #[derive(Debug, Clone, Copy)]
-struct Boundary {
+pub(super) struct Boundary {
     applied: Lsn,
     restart: Lsn,
     /// Commit time of the last transaction applied there (0: none yet).
@@ -106,10 +106,14 @@ impl Positions {
         self.boundary.restart = restart;
     }
 
-    /// Every batch is in ClickHouse: progress moves to the boundary.
-    /// Whether it moved.
-    pub fn flushed(&mut self, progress: &mut Progress) -> bool {
-        let b = self.boundary;
+    /// The last transaction boundary now: what a flush sealed now covers.
+    pub fn boundary(&self) -> Boundary {
+        self.boundary
+    }
+
+    /// Every batch sealed at `b` is in ClickHouse: progress moves to that
+    /// boundary (never back). Whether it moved.
+    pub fn flushed_to(&mut self, b: Boundary, progress: &mut Progress) -> bool {
         if b.applied <= progress.applied && b.restart <= progress.restart {
             return false;
         }

@@ -1,5 +1,5 @@
 //! The ClickHouse side of each table: created and altered to follow the
-//! catalog, stopped alone on a definite error, truncated, flushed.
+//! catalog, stopped alone on a definite error, truncated.
 
 use super::*;
 
@@ -421,8 +421,9 @@ impl Streamer {
         self.progress_dirty = true;
     }
 
-    /// Adds one row to the table's batch, flushing the batch first when it
-    /// is full.
+    /// Adds one row to the table's batch, starting a flush first when it
+    /// is full (the flush goes on while decoding does; progress moves only
+    /// to the last transaction boundary, before this row's commit).
     pub(super) async fn push_row(
         &mut self,
         key: &str,
@@ -436,7 +437,7 @@ impl Streamer {
             .and_then(|t| t.batch.as_ref())
             .is_some_and(TableBatch::is_full);
         if full {
-            self.flush_table(key).await?;
+            self.begin_flush().await?;
         }
         let Some(batch) = self.tables.get_mut(key).and_then(|t| t.batch.as_mut()) else {
             return Ok(());
@@ -527,174 +528,4 @@ impl Streamer {
         }
         Ok(())
     }
-
-    /// Inserts one table's batch, waiting out a destination that does not
-    /// take it.
-    pub(super) async fn flush_table(&mut self, key: &str) -> Result<(), StreamError> {
-        let sealed = self
-            .tables
-            .get_mut(key)
-            .and_then(|t| t.batch.as_mut())
-            .and_then(|b| b.seal());
-        match sealed {
-            Some(sealed) => self.insert_sealed(key, sealed).await,
-            None => Ok(()),
-        }
-    }
-
-    /// Inserts every table's batch, `insert_concurrency` tables at once (a
-    /// flush then takes about its slowest insert rather than the sum of
-    /// them, on a ClickHouse that runs inserts in parallel). An insert that
-    /// does not go through is then retried on its own, with the same bytes
-    /// and token, so ClickHouse keeps one copy whatever the first try did.
-    pub(super) async fn flush_tables(&mut self) -> Result<(), StreamError> {
-        let mut sealed = Vec::new();
-        for key in std::mem::take(&mut self.held) {
-            if let Some(s) = self
-                .tables
-                .get_mut(&key)
-                .and_then(|t| t.batch.as_mut())
-                .and_then(|b| b.seal())
-            {
-                sealed.push((key, s));
-            }
-        }
-        let at_once = self.settings.clickhouse.insert_concurrency.max(1);
-        let mut sealed = sealed.into_iter().peekable();
-        while sealed.peek().is_some() {
-            let group: Vec<_> = sealed.by_ref().take(at_once).collect();
-            if group.len() == 1 {
-                for (key, s) in group {
-                    self.insert_sealed(&key, s).await?;
-                }
-            } else {
-                self.insert_group(group).await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// One try of each batch of `group` at once; then what did not go
-    /// through, one by one.
-    async fn insert_group(
-        &mut self,
-        group: Vec<(String, walshadow_emitter::SealedBatch)>,
-    ) -> Result<(), StreamError> {
-        // The destinations' locks in key order, all held until the tries
-        // end (a swap waits for them, as for a single insert).
-        let mut guards = Vec::with_capacity(group.len());
-        for (_, s) in &group {
-            guards.push(self.destinations.locks.share(&s.table).await);
-        }
-        let mut tries = tokio::task::JoinSet::new();
-        for (i, (_, s)) in group.iter().enumerate() {
-            let (s, ch) = (s.clone(), self.destinations.client.clone());
-            tries.spawn(async move { (i, s.insert_once(&ch, &insert_token(&s)).await) });
-        }
-        let mut outcomes: Vec<Option<Result<(), walshadow_emitter::ClickHouseError>>> =
-            (0..group.len()).map(|_| None).collect();
-        while let Some(joined) = tries.join_next().await {
-            let (i, r) = joined.map_err(|e| StreamError::State(format!("an insert task: {e}")))?;
-            if let Some(slot) = outcomes.get_mut(i) {
-                *slot = Some(r);
-            }
-        }
-        drop(guards);
-        for ((key, s), outcome) in group.into_iter().zip(outcomes) {
-            match outcome {
-                Some(Ok(())) => {
-                    self.destination_ok();
-                    self.inserted(&key, &s);
-                }
-                Some(Err(e)) if e.is_definite() => {
-                    self.destination_ok();
-                    self.insert_refused(&key, &s, &e);
-                }
-                // Counted and shown like any failed try, then waited out
-                // on its own, as one insert would be.
-                Some(Err(e)) => {
-                    let what = self.insert_what(&s);
-                    self.destination_failed(&what, &e, Duration::ZERO);
-                    self.insert_sealed(&key, s).await?;
-                }
-                None => self.insert_sealed(&key, s).await?,
-            }
-        }
-        Ok(())
-    }
-
-    /// Inserts `sealed` (a batch of `key`) until ClickHouse takes or
-    /// refuses it.
-    async fn insert_sealed(
-        &mut self,
-        key: &str,
-        sealed: walshadow_emitter::SealedBatch,
-    ) -> Result<(), StreamError> {
-        let token = insert_token(&sealed);
-        let guard = self.destinations.locks.share(&sealed.table).await;
-        let what = self.insert_what(&sealed);
-        // The same bytes and token on every attempt: ClickHouse keeps one
-        // copy whatever an unknown outcome was.
-        let inserted = self
-            .retry_clickhouse(&what, |ch| {
-                let sealed = sealed.clone();
-                let token = token.clone();
-                async move { sealed.insert_once(&ch, &token).await }
-            })
-            .await;
-        drop(guard);
-        match inserted {
-            Ok(()) => {
-                self.inserted(key, &sealed);
-                Ok(())
-            }
-            Err(StreamError::ClickHouse(e)) => {
-                self.insert_refused(key, &sealed, &e);
-                Ok(())
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// What an insert of `sealed` is, for status and the log.
-    fn insert_what(&self, sealed: &walshadow_emitter::SealedBatch) -> String {
-        format!(
-            "inserting {} rows into {}.{}",
-            sealed.rows,
-            walshadow_emitter::quote_ident(self.database()),
-            walshadow_emitter::quote_ident(&sealed.table)
-        )
-    }
-
-    fn inserted(&mut self, key: &str, sealed: &walshadow_emitter::SealedBatch) {
-        if let Some(t) = self.progress.tables.get_mut(key) {
-            t.rows += sealed.rows as u64;
-        }
-        self.metrics.add_rows(key, sealed.rows as u64);
-    }
-
-    /// A definite refusal stops the table at the batch's first row.
-    fn insert_refused(
-        &mut self,
-        key: &str,
-        sealed: &walshadow_emitter::SealedBatch,
-        e: &walshadow_emitter::ClickHouseError,
-    ) {
-        self.stop_table(
-            key,
-            sealed.first.0,
-            crate::stop::StopKind::RowsRefused,
-            format!("ClickHouse refused the rows: {e}"),
-        );
-    }
-}
-
-/// The insert's deduplication token: the batch's LSN range and a checksum
-/// of its bytes.
-fn insert_token(sealed: &walshadow_emitter::SealedBatch) -> String {
-    format!(
-        "{}/{:08x}",
-        sealed.range_token(),
-        crc32c::crc32c(&sealed.body)
-    )
 }
