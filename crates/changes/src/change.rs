@@ -224,6 +224,17 @@ pub fn encode_change(
     truncated: &[Oid],
     out: &mut Vec<u8>,
 ) {
+    // Sized once: growing it a push at a time was a realloc per change.
+    let tuple = |t: &TupleBytes<'_>| TUPLE_HEADER + t.data.len();
+    out.reserve(
+        HEADER
+            + 1 + 6 + 1 + 1 // has_tid, tid, has_new, old_kind
+            + new.map_or(0, tuple)
+            + old.map_or(0, |o| match o {
+                OldTuple::Key(t) | OldTuple::Full(t) => tuple(t),
+            })
+            + 4 * truncated.len(),
+    );
     out.push(VERSION);
     out.push(kind.code());
     for v in [rel.spc_oid, rel.db_oid, rel.rel_number] {
@@ -263,6 +274,11 @@ pub fn encode_change(
         }
     }
 }
+
+/// Version, kind and the locator.
+const HEADER: usize = 2 + 12;
+/// infomask2, infomask, hoff, length.
+const TUPLE_HEADER: usize = 2 + 2 + 1 + 4;
 
 fn encode_tuple(t: &TupleBytes<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(&t.infomask2.to_le_bytes());

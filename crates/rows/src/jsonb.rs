@@ -199,7 +199,9 @@ pub(crate) fn to_text(body: &[u8]) -> Result<String, DatumError> {
         return Ok(out);
     }
     out.push(if root.is_object { '{' } else { '[' });
-    let mut stack = vec![root];
+    // Deep enough for most documents without growing.
+    let mut stack = Vec::with_capacity(8);
+    stack.push(root);
     while let Some(top) = stack.last_mut() {
         if top.next == top.count {
             out.push(if top.is_object { '}' } else { ']' });

@@ -12,8 +12,6 @@
 //! Digits are int16 in base 10000, most significant first; the value is
 //! `sum(digit[i] * 10000^(weight - i))`.
 
-use std::fmt::Write as _;
-
 use crate::bytes::{i16_at, u16_at};
 use crate::error::DatumError;
 use crate::value::Numeric;
@@ -151,9 +149,13 @@ impl Numeric {
         if weight < 0 {
             out.push('0');
         } else {
-            let _ = write!(out, "{}", digit(0));
+            // The first digit without its leading zeros (a stored digit is
+            // 0..=9999; anything else is written as its four low digits).
+            let first = four_digits(digit(0));
+            let skip = first.iter().take(3).take_while(|&&d| d == b'0').count();
+            push_ascii(out, first.get(skip..).unwrap_or_default());
             for i in 1..=weight {
-                let _ = write!(out, "{:04}", digit(i));
+                push_ascii(out, &four_digits(digit(i)));
             }
         }
         if dscale > 0 {
@@ -162,7 +164,7 @@ impl Numeric {
             out.reserve(dscale + DEC_DIGITS);
             let mut i = weight + 1;
             while out.len() - frac_start < dscale {
-                let _ = write!(out, "{:04}", digit(i));
+                push_ascii(out, &four_digits(digit(i)));
                 i += 1;
             }
             // ASCII digits only, so any length is a char boundary.
@@ -293,6 +295,22 @@ pub(crate) fn parse(s: &str) -> Result<Numeric, String> {
         .map(|c| c.iter().fold(0i16, |acc, b| acc * 10 + i16::from(b - b'0')))
         .collect();
     Ok(normalize(negative, weight, dscale, digits))
+}
+
+/// A base-10000 digit as four ASCII decimal digits (zero-padded; the
+/// magnitude modulo 10000 for a digit out of range, as a bad payload may
+/// hold).
+fn four_digits(d: i16) -> [u8; 4] {
+    let d = d.unsigned_abs() % 10000;
+    let ascii = |n: u16| b'0' + (n % 10) as u8;
+    [ascii(d / 1000), ascii(d / 100), ascii(d / 10), ascii(d)]
+}
+
+fn push_ascii(out: &mut String, digits: &[u8]) {
+    // Formatting per digit through `fmt` was most of a numeric's text.
+    for &b in digits {
+        out.push(char::from(b));
+    }
 }
 
 #[cfg(test)]

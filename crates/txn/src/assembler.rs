@@ -1,12 +1,14 @@
 //! The assembler: per-xid buffers, their association with top-level
 //! transactions, 2PC, and the spill policy. The design is in the crate docs.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use walshadow_types::{Lsn, Xid};
 
@@ -259,8 +261,8 @@ impl Assembler {
         Ok(Assembler {
             budget: config.memory_budget_bytes,
             spill_dir: dir,
-            bufs: HashMap::new(),
-            prepared: HashMap::new(),
+            bufs: HashMap::default(),
+            prepared: HashMap::default(),
             first_lsns: BTreeSet::new(),
             acct: Arc::new(Accounting::default()),
             next_seq: 0,
@@ -605,7 +607,7 @@ impl Assembler {
             memory_bytes: 0,
             spilled_bytes: 0,
         };
-        let mut by_top: HashMap<Xid, OpenTxn> = HashMap::new();
+        let mut by_top: HashMap<Xid, OpenTxn> = HashMap::default();
         for b in self.bufs.values() {
             let top = b.prepared_as.or(b.top).unwrap_or(b.xid);
             let e = by_top.entry(top).or_insert_with(|| empty(top));

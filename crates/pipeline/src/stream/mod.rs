@@ -176,7 +176,7 @@ struct Table {
     dest: Option<DestTable>,
     batch: Option<TableBatch>,
     /// Row decoders by relation OID (the root or a partition).
-    decoders: HashMap<Oid, RelationDecoder>,
+    decoders: rustc_hash::FxHashMap<Oid, RelationDecoder>,
 }
 
 /// What the daemon hands the stream besides its state: the stop request
@@ -446,7 +446,7 @@ impl Streamer {
                 Table {
                     dest: None,
                     batch: None,
-                    decoders: HashMap::new(),
+                    decoders: Default::default(),
                 },
             );
         }

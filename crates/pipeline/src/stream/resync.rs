@@ -89,7 +89,7 @@ impl Streamer {
             Table {
                 dest: None,
                 batch: None,
-                decoders: HashMap::new(),
+                decoders: Default::default(),
             },
         );
         self.scope.pinned.insert(key.to_owned());

@@ -297,7 +297,7 @@ impl Streamer {
                     Table {
                         dest: None,
                         batch: None,
-                        decoders: HashMap::new(),
+                        decoders: Default::default(),
                     },
                 );
                 if load != walshadow_config::InitialLoad::None {

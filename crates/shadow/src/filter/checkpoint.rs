@@ -55,7 +55,7 @@
 //! The size is bounded by the catalog (a few hundred bytes per `pg_class`
 //! row), not by the WAL.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::path::{Path, PathBuf};
 
 use walshadow_types::{Lsn, PgMajor};
@@ -397,7 +397,7 @@ fn decode(bytes: &[u8]) -> Result<FilterCheckpoint, DecodeError> {
     }
     for _ in 0..c.count(8, "relation maps")? {
         let db = c.u32("relation maps")?;
-        let mut map = HashMap::new();
+        let mut map = HashMap::default();
         for _ in 0..c.count(8, "relation maps")? {
             map.insert(c.u32("relation maps")?, c.u32("relation maps")?);
         }
@@ -451,8 +451,8 @@ mod tests {
         f.classes.set_file(5, 16410, FileClass::Sequence);
         f.classes.set_relation(16400, FileClass::UserData);
         f.relmaps
-            .insert(0, HashMap::from([(1262, 1262), (1260, 1260)]));
-        f.relmaps.insert(5, HashMap::from([(1259, 16999)]));
+            .insert(0, HashMap::from_iter([(1262, 1262), (1260, 1260)]));
+        f.relmaps.insert(5, HashMap::from_iter([(1259, 16999)]));
         let mut cache = RowCache::default();
         cache.put(0, 1, vec![1, 2, 3]);
         cache.put(3, 7, vec![0xAB; 300]);

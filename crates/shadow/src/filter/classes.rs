@@ -20,7 +20,7 @@
 //! `RelationSetNewRelfilenumber` all update `pg_class` first), so a file is
 //! classified before the filter meets its first page.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use walshadow_types::Oid;
 

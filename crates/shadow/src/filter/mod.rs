@@ -28,7 +28,7 @@ pub mod noop;
 pub mod pg_class;
 pub mod pipeline;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use walshadow_pg_format::cursor::{u16_at as le_u16, u32_at as le_u32};
 
 use walshadow_types::{BlockNumber, ForkNumber, Lsn, Oid, PgMajor, RelFileLocator};
@@ -194,9 +194,9 @@ impl RecordFilter {
         RecordFilter {
             major,
             classes: Classes::default(),
-            relmaps: HashMap::new(),
-            rows: HashMap::new(),
-            created: HashMap::new(),
+            relmaps: HashMap::default(),
+            rows: HashMap::default(),
+            created: HashMap::default(),
             stats: FilterStats::default(),
             parameter_change: None,
         }

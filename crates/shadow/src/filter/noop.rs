@@ -21,27 +21,79 @@ const XLOG_BLCKSZ: u64 = walshadow_pg_format::page::XLOG_BLCKSZ as u64;
 /// shorter than a record header or has a body no fragment can fill (one
 /// byte, which no real record has).
 pub fn noop_record(raw: &[u8]) -> Option<Vec<u8>> {
-    let body_len = raw.len().checked_sub(SIZE_OF_XLOG_RECORD)?;
+    let (head, head_len) = noop_head(raw)?;
     let mut out = vec![0u8; raw.len()];
-    out.get_mut(..16)?.copy_from_slice(raw.get(..16)?); // tot_len, xid, prev
-    *out.get_mut(16)? = XLOG_NOOP;
-    *out.get_mut(17)? = RM_XLOG_ID;
-    match body_len {
-        0 => {}
+    out.get_mut(..head_len)?
+        .copy_from_slice(head.get(..head_len)?);
+    Some(out)
+}
+
+/// The header part of the NOOP replacement of `raw`, CRC included: the
+/// record header and the fragment header (the first `.1` bytes); the rest
+/// of the record is zeros.
+fn noop_head(raw: &[u8]) -> Option<([u8; NOOP_HEAD_MAX], usize)> {
+    let body_len = raw.len().checked_sub(SIZE_OF_XLOG_RECORD)?;
+    let mut head = [0u8; NOOP_HEAD_MAX];
+    head.get_mut(..16)?.copy_from_slice(raw.get(..16)?); // tot_len, xid, prev
+    *head.get_mut(16)? = XLOG_NOOP;
+    *head.get_mut(17)? = RM_XLOG_ID;
+    let fragment = match body_len {
+        0 => 0,
         1 => return None,
         2..=257 => {
-            *out.get_mut(24)? = XLR_BLOCK_ID_DATA_SHORT;
-            *out.get_mut(25)? = (body_len - 2) as u8;
+            *head.get_mut(24)? = XLR_BLOCK_ID_DATA_SHORT;
+            *head.get_mut(25)? = (body_len - 2) as u8;
+            2
         }
         _ => {
-            *out.get_mut(24)? = XLR_BLOCK_ID_DATA_LONG;
+            *head.get_mut(24)? = XLR_BLOCK_ID_DATA_LONG;
             let n = u32::try_from(body_len - 5).ok()?;
-            out.get_mut(25..29)?.copy_from_slice(&n.to_le_bytes());
+            head.get_mut(25..29)?.copy_from_slice(&n.to_le_bytes());
+            5
         }
+    };
+    let head_len = SIZE_OF_XLOG_RECORD + fragment;
+    // The body's CRC over its zeros a page of zeros at a time: nothing of
+    // the record's length is built.
+    let mut crc = crc32c::crc32c(head.get(SIZE_OF_XLOG_RECORD..head_len)?);
+    let mut zeros = body_len - fragment;
+    while zeros > 0 {
+        let n = zeros.min(ZEROS.len());
+        crc = crc32c::crc32c_append(crc, ZEROS.get(..n)?);
+        zeros -= n;
     }
-    let crc = crc32c::crc32c_append(crc32c::crc32c(out.get(24..)?), out.get(..20)?);
-    out.get_mut(20..24)?.copy_from_slice(&crc.to_le_bytes());
-    Some(out)
+    let crc = crc32c::crc32c_append(crc, head.get(..20)?);
+    head.get_mut(20..24)?.copy_from_slice(&crc.to_le_bytes());
+    Some((head, head_len))
+}
+
+/// Longest NOOP head: the record header and a long fragment header.
+const NOOP_HEAD_MAX: usize = SIZE_OF_XLOG_RECORD + 5;
+static ZEROS: [u8; XLOG_BLCKSZ as usize] = [0; XLOG_BLCKSZ as usize];
+
+/// Writes the NOOP replacement of record `raw`, which starts at `lsn`, over
+/// its page-framed bytes in `framed` (first byte at `framed_start`), in
+/// place: [`noop_record`] without building the record. `false` if `raw`
+/// has no NOOP or `framed` does not hold all of it.
+pub fn write_noop_framed(
+    framed: &mut [u8],
+    framed_start: Lsn,
+    lsn: Lsn,
+    raw: &[u8],
+    seg_size: u32,
+) -> bool {
+    let Some((head, head_len)) = noop_head(raw) else {
+        return false;
+    };
+    let head = head.get(..head_len).unwrap_or_default();
+    for_each_framed_span(framed, framed_start, lsn, raw.len(), seg_size, |at, dst| {
+        // Bytes of the head in this span, then zeros.
+        let from_head = head.get(at..).unwrap_or_default();
+        let n = from_head.len().min(dst.len());
+        let (h, z) = dst.split_at_mut(n);
+        h.copy_from_slice(from_head.get(..n).unwrap_or_default());
+        z.fill(0);
+    })
 }
 
 /// Size of the page header at page-aligned `lsn`: long on a segment's first
@@ -65,23 +117,60 @@ pub fn write_framed(
     record: &[u8],
     seg_size: u32,
 ) -> bool {
-    let mut pos = lsn.0;
-    let mut rest = record;
-    while !rest.is_empty() {
+    for_each_framed_span(
+        framed,
+        framed_start,
+        lsn,
+        record.len(),
+        seg_size,
+        |at, dst| {
+            if let Some(src) = record.get(at..at + dst.len()) {
+                dst.copy_from_slice(src);
+            }
+        },
+    )
+}
+
+/// Calls `write(offset in the record, bytes)` for each stretch of the
+/// `len`-byte record at `lsn` between page headers in `framed` (first byte
+/// at `framed_start`). `false`, writing nothing, if `framed` does not hold
+/// all of it.
+fn for_each_framed_span(
+    framed: &mut [u8],
+    framed_start: Lsn,
+    lsn: Lsn,
+    len: usize,
+    seg_size: u32,
+    mut write: impl FnMut(usize, &mut [u8]),
+) -> bool {
+    let end = framed_start.0 + framed.len() as u64;
+    let fits = |mut pos: u64| {
+        let mut left = len as u64;
+        while left > 0 {
+            if pos.is_multiple_of(XLOG_BLCKSZ) {
+                pos += page_header_size(Lsn(pos), seg_size) as u64;
+            }
+            let n = (XLOG_BLCKSZ - pos % XLOG_BLCKSZ).min(left);
+            pos += n;
+            left -= n;
+        }
+        pos <= end
+    };
+    if lsn < framed_start || !fits(lsn.0) {
+        return false;
+    }
+    let (mut pos, mut at) = (lsn.0, 0usize);
+    while at < len {
         if pos.is_multiple_of(XLOG_BLCKSZ) {
             pos += page_header_size(Lsn(pos), seg_size) as u64;
         }
-        let page_left = (XLOG_BLCKSZ - pos % XLOG_BLCKSZ) as usize;
-        let n = page_left.min(rest.len());
-        let Some(off) = pos.checked_sub(framed_start.0).map(|o| o as usize) else {
-            return false;
-        };
+        let n = ((XLOG_BLCKSZ - pos % XLOG_BLCKSZ) as usize).min(len - at);
+        let off = (pos - framed_start.0) as usize;
         let Some(dst) = framed.get_mut(off..off + n) else {
             return false;
         };
-        let (piece, tail) = rest.split_at(n);
-        dst.copy_from_slice(piece);
-        rest = tail;
+        write(at, dst);
+        at += n;
         pos += n as u64;
     }
     true
@@ -196,6 +285,97 @@ mod tests {
             );
         }
         assert!(noop_record(&[0u8; 25]).is_none());
+    }
+
+    /// Page-framed WAL from `start` holding `records` back to back (8-byte
+    /// aligned), page headers filled with 0xEE.
+    fn framed(start: u64, records: &[Vec<u8>], seg_size: u32) -> (Vec<u8>, Vec<u64>) {
+        let mut out = Vec::new();
+        let mut lsns = Vec::new();
+        let mut pos = start;
+        let put = |out: &mut Vec<u8>, pos: &mut u64, byte: Option<u8>| {
+            if pos.is_multiple_of(XLOG_BLCKSZ) {
+                let h = page_header_size(Lsn(*pos), seg_size);
+                out.extend(std::iter::repeat_n(0xEE, h));
+                *pos += h as u64;
+            }
+            out.push(byte.unwrap_or(0));
+            *pos += 1;
+        };
+        for r in records {
+            if pos.is_multiple_of(XLOG_BLCKSZ) {
+                let h = page_header_size(Lsn(pos), seg_size);
+                out.extend(std::iter::repeat_n(0xEE, h));
+                pos += h as u64;
+            }
+            lsns.push(pos);
+            for &b in r {
+                put(&mut out, &mut pos, Some(b));
+            }
+            while !pos.is_multiple_of(8) {
+                put(&mut out, &mut pos, None);
+            }
+        }
+        (out, lsns)
+    }
+
+    #[test]
+    fn noop_in_place_equals_the_built_noop_across_pages() {
+        let seg_size = 16 * 1024 * 1024;
+        // Starting near a segment's end so records cross into its long
+        // page header, with short, long and page-spanning bodies.
+        let start = u64::from(seg_size) - 8192 - 4000;
+        let records: Vec<Vec<u8>> = [60usize, 300, 9000, 24, 26, 20_000]
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| {
+                let mut r = vec![0x40 + i as u8; len];
+                r[..4].copy_from_slice(&(len as u32).to_le_bytes());
+                r
+            })
+            .collect();
+        let (original, lsns) = framed(start, &records, seg_size);
+        let (mut built, mut in_place) = (original.clone(), original.clone());
+        for (r, &lsn) in records.iter().zip(&lsns) {
+            let noop = noop_record(r).unwrap();
+            assert!(write_framed(
+                &mut built,
+                Lsn(start),
+                Lsn(lsn),
+                &noop,
+                seg_size
+            ));
+            assert!(write_noop_framed(
+                &mut in_place,
+                Lsn(start),
+                Lsn(lsn),
+                r,
+                seg_size
+            ));
+        }
+        assert_eq!(built, in_place);
+        assert_ne!(built, original);
+        // Page headers untouched.
+        assert_eq!(&in_place[4000..4024], &[0xEE; 24]);
+        // A record that runs past the buffer is refused, writing nothing.
+        let mut short = original[..original.len() - 100].to_vec();
+        let last = *lsns.last().unwrap();
+        let before = short.clone();
+        assert!(!write_noop_framed(
+            &mut short,
+            Lsn(start),
+            Lsn(last),
+            &records[5],
+            seg_size
+        ));
+        assert_eq!(short, before);
+        assert!(!write_noop_framed(
+            &mut short,
+            Lsn(start + 8),
+            Lsn(start),
+            &records[0],
+            seg_size
+        ));
     }
 
     /// An `XLOG_FPI` record carrying `page` with `hole` removed.

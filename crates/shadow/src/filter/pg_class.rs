@@ -11,7 +11,7 @@
 //! offset), seeded from the base backup's pages and kept current from the
 //! WAL, to rebuild what a record leaves out.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use walshadow_pg_format::cursor::u32_at;
 
 use walshadow_types::{BlockNumber, Oid, PgMajor};

@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use walshadow_types::{Lsn, Oid, PgMajor};
 use walshadow_wal_decode::{WalDecodeError, WalStreamDecoder};
 
-use super::noop::{noop_record, write_framed};
+use super::noop::{noop_record, write_framed, write_noop_framed};
 use super::{FilterError, RecordFilter, Verdict};
 
 /// Why the pipeline stopped.
@@ -246,9 +246,13 @@ impl FilterPipeline {
                     }
                 }
                 Verdict::Noop => {
-                    let noop =
-                        noop_record(rec.raw()).ok_or(PipelineError::Unrewritable(rec_lsn))?;
-                    if !write_framed(&mut self.buf, self.buf_start, rec_lsn, &noop, self.seg_size) {
+                    if !write_noop_framed(
+                        &mut self.buf,
+                        self.buf_start,
+                        rec_lsn,
+                        rec.raw(),
+                        self.seg_size,
+                    ) {
                         return Err(PipelineError::Unrewritable(rec_lsn));
                     }
                 }
@@ -285,7 +289,10 @@ impl FilterPipeline {
         // holds back everything from its start.
         let release = self.pending.front().map_or(self.judged_upto, |p| p.lsn);
         let n = release.distance_from(self.buf_start) as usize;
-        let out: Vec<u8> = self.buf.drain(..n.min(self.buf.len())).collect();
+        // The released bytes keep the buffer's allocation; only the tail
+        // (usually part of one record) is copied into a new one.
+        let tail = self.buf.split_off(n.min(self.buf.len()));
+        let out = std::mem::replace(&mut self.buf, tail);
         // A long record or an undecided stretch grew the buffer: give the
         // memory back once it has gone.
         if self.buf.capacity() > BUF_KEEP && self.buf.len() < self.buf.capacity() / 4 {
