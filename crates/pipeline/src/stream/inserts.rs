@@ -182,7 +182,7 @@ impl Streamer {
 
     /// Every batch sealed at `boundary` is in: progress moves there, and
     /// TOAST values still missing by then stop their tables.
-    fn flushed_to(&mut self, boundary: Boundary) {
+    pub(super) fn flushed_to(&mut self, boundary: Boundary) {
         if self.positions.flushed_to(boundary, &mut self.progress) {
             self.progress_dirty = true;
         }

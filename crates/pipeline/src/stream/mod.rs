@@ -578,6 +578,16 @@ impl Streamer {
                     .idle(self.batches(), self.last_flush, Instant::now())
             {
                 self.begin_flush().await?;
+            } else if rx.is_empty()
+                && self.in_flight.is_none()
+                && self.batches().all(TableBatch::is_empty)
+                && self.positions.boundary_past(&self.progress)
+            {
+                // Idle with nothing held: commits that wrote no row in
+                // scope move progress now, not when `batch_ms` has passed
+                // (which may be long). No flush: the idle rule's clock is
+                // for rows.
+                self.flushed_to(self.positions.boundary());
             }
         }
         self.backfills.abort_all();

@@ -111,6 +111,11 @@ impl Positions {
         self.boundary
     }
 
+    /// Whether the last transaction boundary is past `progress`.
+    pub fn boundary_past(&self, progress: &Progress) -> bool {
+        self.boundary.applied > progress.applied || self.boundary.restart > progress.restart
+    }
+
     /// Every batch sealed at `b` is in ClickHouse: progress moves to that
     /// boundary (never back). Whether it moved.
     pub fn flushed_to(&mut self, b: Boundary, progress: &mut Progress) -> bool {

@@ -280,11 +280,23 @@ impl Feeder {
     /// Waits until the standby reports `apply >= lsn`; returns the reported apply.
     /// Event-driven: it wakes on the standby's reports, which the session solicits while
     /// the standby is behind what was sent.
+    ///
+    /// What the store holds up to `lsn` is made durable first, when it is written and
+    /// not yet flushed: the intake flushes on its own slower cadence, and a catalog wait
+    /// should not wait for it.
     pub async fn wait_for_replay(
         &self,
         lsn: Lsn,
         timeout: Duration,
     ) -> Result<Lsn, ReplayWaitError> {
+        let store = &self.ceiling.store;
+        if store.flushed_end() < lsn
+            && store.written_end() > store.flushed_end()
+            && let Err(e) = store.flush()
+        {
+            // The intake's own flush meets the same error and stops the run.
+            tracing::warn!("flushing the WAL store for a replay wait: {e}");
+        }
         let mut rx = self.positions.clone();
         let waited = tokio::time::timeout(timeout, async {
             rx.wait_for(|p| p.apply >= lsn).await.map(|p| p.apply)
