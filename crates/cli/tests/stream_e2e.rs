@@ -303,6 +303,9 @@ fn workload_step_after_ddl(h: &StreamHarness, rng: &mut Rng, next_id: &mut i64) 
 /// What `run` logs when it starts a shadow that stopped on its own.
 const SHADOW_RESTARTED: &str = "the shadow PostgreSQL stopped; starting it again";
 
+/// What `run` logs once its shadow is up (at start, and again after a restart).
+const SHADOW_STARTED: &str = "shadow started";
+
 /// `kill -9` of `walshadow run` at random moments (at least 20 times; every
 /// fifth one hits the shadow's postmaster instead, which `run` starts again)
 /// and the ClickHouse engine stopped for a minute, while the workload runs:
@@ -322,6 +325,7 @@ fn crashes(major: PgMajor) -> Result<()> {
     )?;
     h.source.psql(SCHEMA)?;
     h.init()?;
+    let mut run_started_at = h.run_log().len();
     h.start_run()?;
     let copy_file = format!(
         "/tmp/walshadow-crash-{}-{}.csv",
@@ -362,6 +366,18 @@ fn crashes(major: PgMajor) -> Result<()> {
         let result = (|| -> Result<()> {
             for i in 0..kills {
                 std::thread::sleep(Duration::from_millis(300 + rng.below(1500)));
+                // A kill that lands while `run` starts (it stops a shadow
+                // left up by the killed run and starts its own) is handled
+                // by that start and logs no restart: kill the shadow only
+                // once this run has started it.
+                if i % 5 == 2 {
+                    wait_until(Duration::from_secs(60), "run to start its shadow", || {
+                        h.check_running()?;
+                        Ok(h.run_log()
+                            .get(run_started_at..)
+                            .is_some_and(|log| log.contains(SHADOW_STARTED)))
+                    })?;
+                }
                 if i % 5 == 2 && h.kill_shadow()? {
                     // The shadow's postmaster killed instead: `run` starts it
                     // again and its catalog lookups connect again.
@@ -378,6 +394,7 @@ fn crashes(major: PgMajor) -> Result<()> {
                 }
                 h.check_running()?;
                 h.kill_run()?;
+                run_started_at = h.run_log().len();
                 h.start_run()?;
                 if i == kills / 2 {
                     // ClickHouse away for a minute: walshadow waits, keeps the
