@@ -325,6 +325,23 @@ struct Plan {
     next_multi: Option<(u32, u32)>,
 }
 
+impl Plan {
+    /// Each planned file with the pass's table it belongs to.
+    fn file_targets(&self) -> impl Iterator<Item = (&PlannedFile, usize)> {
+        self.files.iter().filter_map(|f| {
+            let target = match self.roles.get(&(f.locator.spc_oid, f.locator.rel_number))? {
+                Role::Heap(l) => self.leaves.get(*l).map(|l| l.target),
+                Role::Toast(relid) => self
+                    .toasts
+                    .iter()
+                    .find(|(_, r, _)| r == relid)
+                    .map(|(t, _, _)| *t),
+            }?;
+            Some((f, target))
+        })
+    }
+}
+
 impl BackupPass {
     /// The `initial_load` mode this pass serves.
     pub fn mode(&self) -> &'static str {
@@ -544,7 +561,7 @@ impl BackupPass {
                 let writers = self.catalog_writers(&mut sql, &plan).await?;
                 let watched = writers.iter().map(|w| w.xmin).collect();
                 let leg = self.store_leg(o, &tables, &watched).await?;
-                let skewed = self.skewed(&writers, &leg, &tables);
+                let skewed = self.skewed(&writers, &plan, &leg, &tables);
                 if !skewed.is_empty() {
                     if skewed.len() == tables.len() {
                         let all = skewed.into_values().flatten().collect();
@@ -909,29 +926,18 @@ impl BackupPass {
         }
     }
 
-    /// Who wrote the loaded relations' catalog rows (`pg_class`,
-    /// `pg_attribute`) as the shadow has them: each row's `xmin`, with the
-    /// pass's table it belongs to.
+    /// Who wrote the loaded relations' `pg_attribute` rows (their shape)
+    /// as the shadow has them: each row's `xmin`, with the pass's table it
+    /// belongs to.
     async fn catalog_writers(
         &self,
         sql: &mut ReplicationClient,
         plan: &Plan,
     ) -> Result<Vec<CatalogWriter>, AttemptError> {
-        let mut target_of = HashMap::new();
-        for f in &plan.files {
-            let target = match plan.roles.get(&(f.locator.spc_oid, f.locator.rel_number)) {
-                Some(Role::Heap(l)) => plan.leaves.get(*l).map(|l| l.target),
-                Some(Role::Toast(relid)) => plan
-                    .toasts
-                    .iter()
-                    .find(|(_, r, _)| r == relid)
-                    .map(|(t, _, _)| *t),
-                None => None,
-            };
-            if let Some(t) = target {
-                target_of.insert(f.oid, t);
-            }
-        }
+        let target_of: HashMap<Oid, usize> = plan
+            .file_targets()
+            .map(|(f, target)| (f.oid, target))
+            .collect();
         if target_of.is_empty() {
             return Ok(Vec::new());
         }
@@ -942,9 +948,7 @@ impl BackupPass {
             .join(",");
         let r = sql
             .simple_query(&format!(
-                "SELECT c.oid::text, c.oid::regclass::text, 'pg_class', c.xmin::text FROM pg_class c WHERE c.oid IN ({list})
-                 UNION ALL
-                 SELECT a.attrelid::text, a.attrelid::regclass::text, format('pg_attribute %I', a.attname), a.xmin::text
+                "SELECT a.attrelid::text, a.attrelid::regclass::text, format('pg_attribute %I', a.attname), a.xmin::text
                    FROM pg_attribute a WHERE a.attrelid IN ({list})"
             ))
             .await
@@ -962,14 +966,19 @@ impl BackupPass {
             .collect())
     }
 
-    /// Seed 000's catalog skew: a loaded relation whose catalog rows a
-    /// transaction committed after the backup's start and up to its
-    /// table's opt-in wrote has another shape, file or content than the
-    /// backup's pages (ALTER TABLE, TRUNCATE, a rewrite, made after the
-    /// backup). A change after its own table's opt-in is the stream's.
+    /// Seed 000's catalog skew: a loaded relation whose shape or file is
+    /// not the backup's. Its shape changed when a transaction committed
+    /// after the backup's start, and up to its table's opt-in, wrote one of
+    /// its `pg_attribute` rows (ADD, DROP, ALTER COLUMN); a change after
+    /// the opt-in is the stream's. Its file changed when the archive's WAL
+    /// since the backup's start made the file the pass would walk (TRUNCATE,
+    /// a rewrite, a table made after the backup). A `pg_class` row written
+    /// alone (GRANT, CREATE INDEX, a storage option, a rename) changes
+    /// neither, so it does not set the table aside.
     fn skewed(
         &self,
         writers: &[CatalogWriter],
+        plan: &Plan,
         leg: &StoreLeg,
         tables: &[PassTable],
     ) -> BTreeMap<usize, Vec<String>> {
@@ -985,6 +994,18 @@ impl BackupPass {
                 skewed.entry(w.target).or_default().push(format!(
                     "{} ({}, transaction {} committed at {at}, before {}'s opt-in at {})",
                     w.relation, w.row, w.xmin, t.key, t.s
+                ));
+            }
+        }
+        for (f, target) in plan.file_targets() {
+            let Some(at) = leg.outcomes.created.get(&f.locator) else {
+                continue;
+            };
+            if *at > leg.backup.start_lsn {
+                skewed.entry(target).or_default().push(format!(
+                    "{} (its file {} was made at {at}, after the backup started: \
+                     a TRUNCATE, a rewrite or a new table)",
+                    f.name, f.locator.rel_number
                 ));
             }
         }
@@ -1513,7 +1534,7 @@ struct StoreLeg {
 /// A catalog row of a loaded relation and who wrote it.
 struct CatalogWriter {
     relation: String,
-    /// `pg_class`, or `pg_attribute <column>`.
+    /// `pg_attribute <column>`.
     row: String,
     xmin: Xid,
     /// The pass's table it belongs to.

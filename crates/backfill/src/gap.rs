@@ -26,8 +26,8 @@ use walshadow_changes::decode::{CommitEvent, Event, aligned_end, record_events};
 use walshadow_heap::visibility::XactPatch;
 use walshadow_pg_format::wal_files::segment_file_name;
 use walshadow_txn::{Assembler, AssemblerConfig, CommittedTxn};
-use walshadow_types::{Lsn, Oid, PgMajor, TimeLineId, Xid};
-use walshadow_wal_decode::{RmgrId, XactRecord, decode_xact};
+use walshadow_types::{Lsn, Oid, PgMajor, RelFileLocator, TimeLineId, Xid};
+use walshadow_wal_decode::{RmgrId, XactRecord, decode_smgr_create, decode_xact};
 use walshadow_wal_reader::replication::{ConnConfig, ReplicationClient, ReplicationError};
 use walshadow_wal_reader::segments::{SegmentRecords, SegmentSet};
 
@@ -313,7 +313,7 @@ impl GapWal {
 
     /// Every transaction outcome in the range (pass 1), with the commit
     /// positions of the `watched` transactions (the writers of the loaded
-    /// tables' catalog rows).
+    /// tables' catalog rows) and the relation files made in it.
     pub fn outcomes(&self, major: PgMajor, watched: &HashSet<Xid>) -> Result<Outcomes, GapError> {
         let mut out = Outcomes::default();
         let mut records = self.records()?;
@@ -338,6 +338,10 @@ impl GapWal {
                     .and_then(|b| b.try_into().ok())
                     .map(i32::from_le_bytes);
                 out.parameter_change = Some((rec.lsn, wal_level));
+            }
+            if let Some(file) = decode_smgr_create(&rec) {
+                out.created.entry(file).or_insert(rec.lsn);
+                continue;
             }
             if rec.rmgr() != RmgrId::XACT {
                 continue;
@@ -407,6 +411,9 @@ pub struct Outcomes {
     pub patch: XactPatch,
     /// Watched transactions that committed, with their commit's end.
     pub watched: HashMap<Xid, Lsn>,
+    /// Relation files made in the range (`XLOG_SMGR_CREATE` of a main
+    /// fork: a new relation, a TRUNCATE or a rewrite), with where first.
+    pub created: HashMap<RelFileLocator, Lsn>,
     /// The first `XLOG_PARAMETER_CHANGE` (a restart with other settings)
     /// and the `wal_level` it set: WAL before it may have been written
     /// below `logical`.

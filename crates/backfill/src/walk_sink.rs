@@ -484,6 +484,11 @@ impl<C: PageConsumer + Send> PageWalkSink<C> {
         let (spc, db, name) = match (archive.spcoid, parts.as_slice()) {
             (None, ["base", db, name]) => (DEFAULTTABLESPACE_OID, *db, *name),
             (Some(spc), [ver, db, name]) if ver.starts_with("PG_") => (spc, *db, *name),
+            // wal-g keeps a tablespace's files in the data directory's
+            // partitions, under the symlink's path.
+            (None, ["pg_tblspc", spc, ver, db, name]) if ver.starts_with("PG_") => {
+                (spc.parse().ok()?, *db, *name)
+            }
             _ => return None,
         };
         if db.parse::<Oid>().ok()? != self.db_oid {
@@ -759,6 +764,44 @@ mod tests {
         (0..pages)
             .flat_map(|i| build_page(&[b"row"], block0 + i as u32, checksum))
             .collect()
+    }
+
+    /// wal-g: a tablespace's files inside the data directory's archive,
+    /// under `pg_tblspc/<oid>/`, are that tablespace's.
+    #[tokio::test]
+    async fn a_tablespace_under_pg_tblspc_in_the_base_archive() {
+        let mut seen = Seen::new();
+        let mut sink = PageWalkSink::new(
+            [loc(20000, 16400)],
+            collector(&mut seen),
+            WalkOptions::default(),
+        )
+        .unwrap();
+        let b = base();
+        for (path, wanted) in [
+            ("pg_tblspc/20000/PG_15_202209061/5/16400", true),
+            ("pg_tblspc/20000/PG_15_202209061/6/16400", false),
+            ("pg_tblspc/20001/PG_15_202209061/5/16400", false),
+            ("pg_tblspc/x/PG_15_202209061/5/16400", false),
+            ("pg_tblspc/20000/other/5/16400", false),
+            ("base/5/16400", false),
+        ] {
+            assert_eq!(sink.wants(&b, path), wanted, "{path}");
+        }
+        let file = file_of(2, 0, true);
+        let action = feed(
+            &mut sink,
+            &b,
+            "pg_tblspc/20000/PG_15_202209061/5/16400",
+            &file,
+            BLCKSZ,
+        )
+        .await
+        .unwrap();
+        assert_eq!(action, FileAction::Keep);
+        drop(sink);
+        let walked: Vec<_> = seen.iter().map(|(l, b, _, _)| (*l, *b)).collect();
+        assert_eq!(walked, [(loc(20000, 16400), 0), (loc(20000, 16400), 1)]);
     }
 
     #[tokio::test]

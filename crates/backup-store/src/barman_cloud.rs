@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use walshadow_types::Lsn;
 
 use crate::backup::{ArchivedFile, Backup, BackupKind};
+use crate::repository::Entry;
 use crate::{Compression, Repository, StoreError};
 
 /// One server of a barman-cloud store.
@@ -133,21 +134,44 @@ impl BarmanCloud {
     pub async fn archived_segments(&self) -> Result<Vec<ArchivedFile>, StoreError> {
         let mut out = Vec::new();
         for entry in self.repo.list_all(&format!("{}/wals", self.server)).await? {
-            let file = entry.key.rsplit('/').next().unwrap_or_default();
-            if [".xz", ".snappy"].iter().any(|ext| file.ends_with(ext)) {
-                return Err(StoreError::Unsupported {
-                    store: self.repo.name().to_owned(),
-                    what: format!("WAL compressed as {file} (xz, snappy)"),
-                    remedy:
-                        "archive with barman-cloud-wal-archive --gzip, --bzip2, --zstd or --lz4"
-                            .to_owned(),
-                });
-            }
-            let (compression, name) = Compression::from_name(file);
-            out.extend(ArchivedFile::segment(name, &entry.key, compression));
+            out.extend(self.archived_file(&entry)?);
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+
+    /// Segment `name` as archived, if it is: one listing of its directory
+    /// (`wals/<first 16 characters>/`), not of the whole archive.
+    pub async fn archived_segment(&self, name: &str) -> Result<Option<ArchivedFile>, StoreError> {
+        let Some(dir) = name.get(..16) else {
+            return Ok(None);
+        };
+        for entry in self
+            .repo
+            .list(&format!("{}/wals/{dir}", self.server))
+            .await?
+        {
+            if let Some(f) = self.archived_file(&entry)?.filter(|f| f.name == name) {
+                return Ok(Some(f));
+            }
+        }
+        Ok(None)
+    }
+
+    /// An archive entry that is a segment; one compressed as walshadow does
+    /// not read is refused.
+    fn archived_file(&self, entry: &Entry) -> Result<Option<ArchivedFile>, StoreError> {
+        let file = entry.key.rsplit('/').next().unwrap_or_default();
+        if [".xz", ".snappy"].iter().any(|ext| file.ends_with(ext)) {
+            return Err(StoreError::Unsupported {
+                store: self.repo.name().to_owned(),
+                what: format!("WAL compressed as {file} (xz, snappy)"),
+                remedy: "archive with barman-cloud-wal-archive --gzip, --bzip2, --zstd or --lz4"
+                    .to_owned(),
+            });
+        }
+        let (compression, name) = Compression::from_name(file);
+        Ok(ArchivedFile::segment(name, &entry.key, compression))
     }
 }
 

@@ -40,6 +40,14 @@ impl Branch {
             .map_or(self.timeline, |(t, _, _)| *t)
     }
 
+    /// Where the branch leaves `tli` and for which timeline: `None` when
+    /// `tli` is the branch's last, or not on it.
+    pub fn next_switch(&self, tli: TimeLineId) -> Option<(TimeLineId, Lsn)> {
+        let spans = self.spans();
+        let i = spans.iter().position(|(t, _, _)| *t == tli)?;
+        spans.get(i + 1).map(|(t, begin, _)| (*t, *begin))
+    }
+
     /// Why WAL of `tli` from `start` to `stop` is not on this branch, if it
     /// is not: the timeline is not an ancestor, or it had ended by then.
     pub fn off_branch(&self, tli: TimeLineId, start: Lsn, stop: Lsn) -> Option<String> {
@@ -173,6 +181,30 @@ mod tests {
             timeline: 1,
             history: vec![],
         }
+    }
+
+    #[test]
+    fn the_next_switch_is_where_the_branch_leaves_a_timeline() {
+        let branch = Branch {
+            timeline: 3,
+            history: vec![
+                HistoryEntry {
+                    parent: 1,
+                    switch_lsn: Lsn(0x0300_0100),
+                    reason: String::new(),
+                },
+                HistoryEntry {
+                    parent: 2,
+                    switch_lsn: Lsn(0x0500_0200),
+                    reason: String::new(),
+                },
+            ],
+        };
+        assert_eq!(branch.next_switch(1), Some((2, Lsn(0x0300_0100))));
+        assert_eq!(branch.next_switch(2), Some((3, Lsn(0x0500_0200))));
+        assert_eq!(branch.next_switch(3), None);
+        assert_eq!(branch.next_switch(4), None);
+        assert_eq!(on_one().next_switch(1), None);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
@@ -19,6 +19,8 @@ pub struct Repository {
     objects: Arc<dyn ObjectStore>,
     /// How the store is named in errors and logs.
     name: String,
+    /// Listings come in key order (S3's do; a local directory's do not).
+    ordered: bool,
 }
 
 /// An object's key and size, as a listing gives it.
@@ -96,6 +98,7 @@ impl Repository {
             return Ok(Repository {
                 objects,
                 name: location.to_owned(),
+                ordered: true,
             });
         }
         if location.contains("://") {
@@ -113,6 +116,7 @@ impl Repository {
         Ok(Repository {
             objects: Arc::new(objects),
             name: location.to_owned(),
+            ordered: false,
         })
     }
 
@@ -226,6 +230,37 @@ impl Repository {
             })
             .collect();
         entries.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(entries)
+    }
+
+    /// At most `max` objects below `prefix` whose keys sort after `after`,
+    /// in key order (S3's start-after: the store skips the rest for us).
+    pub async fn list_after(
+        &self,
+        prefix: &str,
+        after: &str,
+        max: usize,
+    ) -> Result<Vec<Entry>, StoreError> {
+        let path = self.path(prefix)?;
+        let offset = self.path(after)?;
+        let listed = self
+            .objects
+            .list_with_offset(Some(&path), &offset)
+            .map_ok(|m| Entry {
+                key: m.location.to_string(),
+                size: m.size,
+                modified_ms: m.last_modified.timestamp_millis(),
+            });
+        // In key order the first `max` are the ones; otherwise all are
+        // read and sorted.
+        let limit = if self.ordered { max } else { usize::MAX };
+        let mut entries: Vec<Entry> = listed
+            .take(limit)
+            .try_collect()
+            .await
+            .map_err(|e| self.failed(prefix, e))?;
+        entries.sort_by(|a, b| a.key.cmp(&b.key));
+        entries.truncate(max);
         Ok(entries)
     }
 

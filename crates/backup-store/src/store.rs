@@ -75,6 +75,20 @@ impl BackupStore {
         }
     }
 
+    /// Segment `name` in archive `archive`, if it is archived: one narrow
+    /// listing (its directory, or from its name on), not the whole archive.
+    pub async fn archive_segment(
+        &self,
+        archive: &str,
+        name: &str,
+    ) -> Result<Option<ArchivedFile>, StoreError> {
+        match self {
+            BackupStore::PgBackRest(s) => s.archived_segment(archive, name).await,
+            BackupStore::BarmanCloud(s) => s.archived_segment(name).await,
+            BackupStore::WalG(s) => s.archived_segment(name).await,
+        }
+    }
+
     /// An archived segment's content, checked as far as the store allows
     /// ([`ArchivedFile::read`]).
     pub async fn read_segment(

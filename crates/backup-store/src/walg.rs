@@ -23,6 +23,7 @@ use walshadow_types::{Lsn, TimeLineId};
 
 use crate::backup::{ArchivedFile, Backup, BackupKind, utc_text};
 use crate::barman_cloud::BackupTar;
+use crate::repository::Entry;
 use crate::{Compression, Repository, StoreError};
 
 const BACKUPS: &str = "basebackups_005";
@@ -166,15 +167,31 @@ impl WalG {
     pub async fn archived_segments(&self) -> Result<Vec<ArchivedFile>, StoreError> {
         let mut out = Vec::new();
         for entry in self.repo.list(WALS).await? {
-            let file = entry.key.rsplit('/').next().unwrap_or_default();
-            let (compression, name) = match compression_of(file) {
-                Ok(c) => c,
-                Err(what) => return Err(self.unsupported(what)),
-            };
-            out.extend(ArchivedFile::segment(name, &entry.key, compression));
+            out.extend(self.archived_file(&entry)?);
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+
+    /// Segment `name` as archived, if it is. `wal_005/` is flat: the listing
+    /// starts at the name (S3's start-after) and reads a few keys, not the
+    /// whole archive.
+    pub async fn archived_segment(&self, name: &str) -> Result<Option<ArchivedFile>, StoreError> {
+        let after = format!("{WALS}/{name}");
+        for entry in self.repo.list_after(WALS, &after, 4).await? {
+            if let Some(f) = self.archived_file(&entry)?.filter(|f| f.name == name) {
+                return Ok(Some(f));
+            }
+        }
+        Ok(None)
+    }
+
+    /// An archive entry that is a segment; a compression walshadow does not
+    /// read is refused.
+    fn archived_file(&self, entry: &Entry) -> Result<Option<ArchivedFile>, StoreError> {
+        let file = entry.key.rsplit('/').next().unwrap_or_default();
+        let (compression, name) = compression_of(file).map_err(|what| self.unsupported(what))?;
+        Ok(ArchivedFile::segment(name, &entry.key, compression))
     }
 
     /// Whether the history file of timeline `tli` is archived.

@@ -347,15 +347,7 @@ async fn feed_tapped_from(
                 if let Some(change) = pipeline.take_parameter_change() {
                     shadow.raise_settings(&change)?;
                 }
-                let end = Lsn(from.0 + bytes.len() as u64);
-                let overlap = already.distance_from(from).min(bytes.len() as u64) as usize;
-                if overlap > 0 {
-                    verify_stored(store, from, bytes.get(..overlap).unwrap_or_default())?;
-                }
-                if end > already && !bytes.is_empty() {
-                    let fresh = bytes.get(overlap..).unwrap_or_default();
-                    store.append(Lsn(from.0 + overlap as u64), fresh)?;
-                }
+                store_filtered(store, already, from, &bytes)?;
                 if last_flush.elapsed() >= STORE_FLUSH_EVERY {
                     store.flush()?;
                     last_flush = tokio::time::Instant::now();
@@ -440,6 +432,11 @@ async fn feed_tapped_from(
                         tap_end: tap_next,
                     });
                 }
+                // The old timeline's last record ends at the switch: its
+                // alignment padding, which the filter holds until a next
+                // record, is final.
+                let (from, bytes) = pipeline.end_timeline_at(switch_lsn);
+                store_filtered(store, already, from, &bytes)?;
                 store.flush()?;
                 // Re-streaming what the store holds: it switched already.
                 let known = store
@@ -512,6 +509,27 @@ fn timeline_at(store: &SegmentStore, lsn: Lsn) -> u32 {
 }
 
 /// Checks that `bytes`, filtered again at `lsn`, equal what the store holds.
+/// Appends the filter's bytes at `from` to the store; those below
+/// `already` (what the store held before this run) must equal what it
+/// holds, as the filter produces the same bytes again.
+fn store_filtered(
+    store: &SegmentStore,
+    already: Lsn,
+    from: Lsn,
+    bytes: &[u8],
+) -> Result<(), RunError> {
+    let end = Lsn(from.0 + bytes.len() as u64);
+    let overlap = already.distance_from(from).min(bytes.len() as u64) as usize;
+    if overlap > 0 {
+        verify_stored(store, from, bytes.get(..overlap).unwrap_or_default())?;
+    }
+    if end > already && !bytes.is_empty() {
+        let fresh = bytes.get(overlap..).unwrap_or_default();
+        store.append(Lsn(from.0 + overlap as u64), fresh)?;
+    }
+    Ok(())
+}
+
 fn verify_stored(store: &SegmentStore, lsn: Lsn, bytes: &[u8]) -> Result<(), RunError> {
     let mut held = vec![0u8; bytes.len()];
     let n = store.read_at(store.timeline(), lsn, &mut held)?;

@@ -26,12 +26,12 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use walshadow_backup_store::continuity::Branch;
-use walshadow_backup_store::{ArchivedFile, BackupStore, StoreError};
+use walshadow_backup_store::{BackupStore, StoreError};
 use walshadow_pg_format::wal_files::{segment_file_name, segment_start};
 use walshadow_shadow::run::RunError;
 use walshadow_types::{Lsn, PgMajor, TimeLineId};
 use walshadow_wal_reader::replication::{
-    ConnConfig, FollowEvent, ReplicationClient, ReplicationError, WalFollower,
+    ConnConfig, FollowEvent, ReplicationClient, ReplicationError, TimelineHistory, WalFollower,
 };
 
 /// Archive chunks handed on at most this large, as the walsender's.
@@ -280,7 +280,7 @@ impl WalSource {
                     }
                 }
                 if reader.segments == 0 {
-                    return Err(gone(at, &reader));
+                    return Err(gone(at, &reader).await);
                 }
                 Ok(Some(ArchiveMsg::Done {
                     at: reader.next,
@@ -315,11 +315,16 @@ impl Drop for WalSource {
 /// Neither the source nor the archive holds `at`. A segment newer than
 /// the archive's newest may still come (a standby source removes WAL its
 /// primary has not archived yet; a listing may lag): that is waited for.
-fn gone(at: Lsn, r: &ArchiveReader) -> RunError {
+async fn gone(at: Lsn, r: &ArchiveReader) -> RunError {
     let segment = segment_file_name(r.timeline, at.segment_number(r.seg_size), r.seg_size);
-    let newest = r
-        .listing
-        .keys()
+    // The whole listing, this once.
+    let listing = match r.store.archive_segments(&r.archive).await {
+        Ok(files) => files,
+        Err(e) => return archive_error(&r.store, e),
+    };
+    let newest = listing
+        .iter()
+        .map(|f| &f.name)
         .filter(|n| {
             walshadow_pg_format::wal_files::parse_segment_name(n, r.seg_size)
                 .is_some_and(|(t, _, _)| t == r.timeline)
@@ -447,12 +452,17 @@ struct ArchiveReader {
     store: Arc<BackupStore>,
     /// The store's archive of the source's cluster.
     archive: String,
-    listing: HashMap<String, ArchivedFile>,
     branch: Branch,
     system_id: u64,
     major: PgMajor,
     seg_size: u32,
     timeline: TimeLineId,
+    /// The history file of each later timeline of the branch, handed on
+    /// with the switch onto it (the shadow follows the switch by it).
+    histories: HashMap<TimeLineId, TimelineHistory>,
+    /// A switch inside the segment being handed on: the timeline it
+    /// switches to and where.
+    switch: Option<(TimeLineId, Lsn)>,
     /// The next byte handed on.
     next: Lsn,
     /// The segment being handed on: its start and bytes.
@@ -474,20 +484,27 @@ impl ArchiveReader {
         // The source's branch: which timeline's copy of each segment to read.
         let mut client = connect(s).await?;
         let ident = client.identify_system().await?;
-        let history = if ident.timeline > 1 {
-            client.timeline_history(ident.timeline).await?.entries
-        } else {
-            Vec::new()
-        };
+        let mut histories = HashMap::new();
+        let mut history = Vec::new();
+        if ident.timeline > 1 {
+            let current = client.timeline_history(ident.timeline).await?;
+            history.clone_from(&current.entries);
+            // The timelines between ours and the source's: their own files.
+            for e in &current.entries {
+                if e.parent > timeline {
+                    histories.insert(e.parent, client.timeline_history(e.parent).await?);
+                }
+            }
+            histories.insert(ident.timeline, current);
+        }
         client.close().await;
         let archive = store
             .archive_of(s.system_id, &s.major.number().to_string())
             .await
             .map_err(|e| archive_error(&store, e))?;
-        let mut reader = ArchiveReader {
+        let reader = ArchiveReader {
             store,
             archive,
-            listing: HashMap::new(),
             branch: Branch {
                 timeline: ident.timeline,
                 history,
@@ -496,33 +513,37 @@ impl ArchiveReader {
             major: s.major,
             seg_size: s.seg_size,
             timeline,
+            histories,
+            switch: None,
             next: at,
             current: None,
             segments: 0,
             source_end: ident.xlogpos,
             turns: s.turns.clone(),
         };
-        reader.list().await?;
         Ok(reader)
     }
 
-    async fn list(&mut self) -> Result<(), RunError> {
-        let files = self
-            .store
-            .archive_segments(&self.archive)
-            .await
-            .map_err(|e| archive_error(&self.store, e))?;
-        self.listing = files.into_iter().map(|f| (f.name.clone(), f)).collect();
-        Ok(())
-    }
-
-    /// The next chunk; `None` when the archive holds no more.
+    /// The next chunk or timeline switch; `None` when the archive holds no
+    /// more.
     async fn next(&mut self) -> Result<Option<FollowEvent>, RunError> {
         loop {
             if let Some((start, bytes)) = &self.current {
+                // A switch inside the segment: its bytes up to the switch
+                // are the old timeline's, then the switch, as a walsender
+                // gives them.
+                if let Some((to, at)) = self.switch.filter(|(_, at)| self.next >= *at) {
+                    let segno = start.segment_number(self.seg_size);
+                    let event = self.switch_to(to, at)?;
+                    self.switch = self.switch_in(segno)?;
+                    return Ok(Some(event));
+                }
+                let limit = self.switch.map_or(bytes.len(), |(_, at)| {
+                    (at.distance_from(*start) as usize).min(bytes.len())
+                });
                 let offset = self.next.distance_from(*start) as usize;
-                if offset < bytes.len() {
-                    let end = (offset + CHUNK).min(bytes.len());
+                if offset < limit {
+                    let end = (offset + CHUNK).min(limit);
                     // A copy: a slice would keep the whole segment alive
                     // while the chunk waits in the queue.
                     let data = Bytes::copy_from_slice(bytes.get(offset..end).unwrap_or_default());
@@ -538,30 +559,22 @@ impl ArchiveReader {
                 self.current = None;
             }
             let segno = self.next.segment_number(self.seg_size);
+            // The segment holding a switch is the new timeline's copy: the
+            // old timeline's bytes before the switch, the new one's after.
             let tli = self.branch.timeline_of_segment(segno, self.seg_size);
-            if tli != self.timeline {
-                return Err(RunError::Archive {
-                    store: self.store.name().to_owned(),
-                    message: format!(
-                        "catching up from the archive across the source's switch from timeline \
-                         {} to {tli} (segment {segno}) is not supported yet: rebuild with \
-                         `walshadow init --force`",
-                        self.timeline
-                    ),
-                    transient: false,
-                });
-            }
+            self.switch = self.switch_in(segno)?;
             let name = segment_file_name(tli, segno, self.seg_size);
-            if !self.listing.contains_key(&name) {
-                // Archived since the last listing?
-                self.list().await?;
-            }
-            let Some(file) = self.listing.get(&name) else {
+            let file = self
+                .store
+                .archive_segment(&self.archive, &name)
+                .await
+                .map_err(|e| archive_error(&self.store, e))?;
+            let Some(file) = file else {
                 return Ok(None);
             };
             let bytes = self
                 .store
-                .read_segment(file, self.seg_size)
+                .read_segment(&file, self.seg_size)
                 .await
                 .map_err(|e| archive_error(&self.store, e))?;
             let start = segment_start(self.next, self.seg_size);
@@ -573,6 +586,59 @@ impl ArchiveReader {
                 t.segments.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// The branch's next switch when it lies in segment `segno` (or at its
+    /// start), off the timeline being handed on. Off the branch — the
+    /// source left this timeline before where the reader is — is refused.
+    fn switch_in(&self, segno: u64) -> Result<Option<(TimeLineId, Lsn)>, RunError> {
+        if self.branch.timeline_of_segment(segno, self.seg_size) == self.timeline {
+            return Ok(None);
+        }
+        match self.branch.next_switch(self.timeline) {
+            Some((to, at)) if at >= self.next => Ok(Some((to, at))),
+            found => Err(RunError::Archive {
+                store: self.store.name().to_owned(),
+                message: format!(
+                    "walshadow is at {} on timeline {}, which is not on the source's branch \
+                     there ({}): rebuild with `walshadow init --force`",
+                    self.next,
+                    self.timeline,
+                    match found {
+                        Some((to, at)) => format!("it switched to timeline {to} at {at}"),
+                        None => "its history does not name the timeline".to_owned(),
+                    }
+                ),
+                transient: false,
+            }),
+        }
+    }
+
+    /// Hands on the switch onto timeline `to` at `at`, with its history.
+    fn switch_to(&mut self, to: TimeLineId, at: Lsn) -> Result<FollowEvent, RunError> {
+        let history = self
+            .histories
+            .get(&to)
+            .cloned()
+            .ok_or_else(|| RunError::Archive {
+                store: self.store.name().to_owned(),
+                message: format!("the source gave no history file of timeline {to}"),
+                transient: true,
+            })?;
+        tracing::info!(
+            from = self.timeline,
+            to,
+            at = %at,
+            "the archive's WAL switches timeline"
+        );
+        let from = self.timeline;
+        self.timeline = to;
+        Ok(FollowEvent::TimelineSwitch {
+            from,
+            to,
+            switch_lsn: at,
+            history,
+        })
     }
 
     /// The segment is the source cluster's, of the right size, at the

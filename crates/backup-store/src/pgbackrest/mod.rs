@@ -28,6 +28,7 @@ use sha1::{Digest, Sha1};
 use walshadow_types::TimeLineId;
 
 use crate::backup::{ArchivedFile, Backup, hex};
+use crate::repository::Entry;
 use crate::{Compression, Repository, StoreError};
 pub use info::{ArchiveInfo, parse_archive_info, parse_backup_info};
 pub use manifest::{Manifest, ManifestFile, parse_manifest};
@@ -348,27 +349,36 @@ impl PgBackRest {
         archive_id: &str,
     ) -> Result<Vec<ArchivedFile>, StoreError> {
         let dir = self.archive_dir(archive_id);
-        let mut out = Vec::new();
-        for entry in self.repo.list_all(&dir).await? {
-            let file = entry.key.rsplit('/').next().unwrap_or_default();
-            let (compression, stem) = Compression::from_name(file);
-            // <24 hex>-<40 hex SHA-1>
-            let Some((name, sha1)) = stem.split_once('-') else {
-                continue;
-            };
-            let hex = |s: &str, len| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
-            if !hex(name, 24) || !hex(sha1, 40) {
-                continue;
-            }
-            out.push(ArchivedFile {
-                name: name.to_owned(),
-                key: entry.key.clone(),
-                compression,
-                sha1: Some(sha1.to_owned()),
-            });
-        }
+        let mut out: Vec<ArchivedFile> = self
+            .repo
+            .list_all(&dir)
+            .await?
+            .iter()
+            .filter_map(archived_file)
+            .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+
+    /// Segment `name` as archived under `archive_id`, if it is: one listing
+    /// of its directory (`<archive>/<first 16 characters>/`), not of the
+    /// whole archive.
+    pub async fn archived_segment(
+        &self,
+        archive_id: &str,
+        name: &str,
+    ) -> Result<Option<ArchivedFile>, StoreError> {
+        let Some(dir) = name.get(..16) else {
+            return Ok(None);
+        };
+        let dir = format!("{}/{dir}", self.archive_dir(archive_id));
+        Ok(self
+            .repo
+            .list(&dir)
+            .await?
+            .iter()
+            .filter_map(archived_file)
+            .find(|f| f.name == name))
     }
 
     /// The history file of timeline `tli` in the archive, if archived.
@@ -392,4 +402,19 @@ impl PgBackRest {
         }
         Ok(None)
     }
+}
+
+/// An archive entry that is a segment: `<24 hex>-<40 hex SHA-1>[.ext]`
+/// (partial segments and backup history files are not).
+fn archived_file(entry: &Entry) -> Option<ArchivedFile> {
+    let file = entry.key.rsplit('/').next().unwrap_or_default();
+    let (compression, stem) = Compression::from_name(file);
+    let (name, sha1) = stem.split_once('-')?;
+    let hex = |s: &str, len| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex(name, 24) && hex(sha1, 40)).then(|| ArchivedFile {
+        name: name.to_owned(),
+        key: entry.key.clone(),
+        compression,
+        sha1: Some(sha1.to_owned()),
+    })
 }

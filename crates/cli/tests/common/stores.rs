@@ -161,6 +161,44 @@ impl WalGStore {
         std::fs::create_dir_all(&parts)?;
         let tar = std::fs::read(dir.join("base.tar"))?;
         std::fs::write(parts.join("part_001.tar.lz4"), lz4_frame(&tar)?)?;
+        // A tablespace's files go into the partitions under the symlink's
+        // path, `pg_tblspc/<oid>/…` (wal-g's TablespaceSpec), and the
+        // sentinel's `Spec` says where each tablespace was.
+        let mut spec = serde_json::json!({
+            "base_prefix": source.data_dir(),
+            "tablespaces": [],
+        });
+        let mut part = 1;
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            let Some(oid) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".tar"))
+                .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            else {
+                continue;
+            };
+            let location = source.query_one(&format!("select pg_tablespace_location({oid})"))?;
+            let mut out = tar::Builder::new(Vec::new());
+            let mut members = tar::Archive::new(std::fs::File::open(&path)?);
+            for member in members.entries()? {
+                let mut member = member?;
+                let name = format!("pg_tblspc/{oid}/{}", member.path()?.display());
+                let mut header = member.header().clone();
+                out.append_data(&mut header, name, &mut member)?;
+            }
+            part += 1;
+            std::fs::write(
+                parts.join(format!("part_{part:03}.tar.lz4")),
+                lz4_frame(&out.into_inner()?)?,
+            )?;
+            spec["tablespaces"]
+                .as_array_mut()
+                .context("the spec's list")?
+                .push(oid.into());
+            spec[oid] = serde_json::json!({"loc": location, "link": format!("pg_tblspc/{oid}")});
+        }
         let sentinel = serde_json::json!({
             "LSN": start,
             "DeltaLSN": null,
@@ -178,6 +216,7 @@ impl WalGStore {
             "Hostname": "test",
             "DataDir": source.data_dir(),
             "IsPermanent": false,
+            "Spec": spec,
         });
         std::fs::write(
             self.root()

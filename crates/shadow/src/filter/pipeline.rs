@@ -323,6 +323,27 @@ impl FilterPipeline {
         Ok((from, out))
     }
 
+    /// The stream's timeline ends at `at` (a switch point: the end of its
+    /// last record, MAXALIGNed): the bytes held after the last judged
+    /// record up to `at`, its alignment padding, are final now, as the new
+    /// timeline's first record will not come on this one. Returns them as
+    /// [`FilterPipeline::push`] does; nothing while an undecided record
+    /// holds bytes back.
+    pub fn end_timeline_at(&mut self, at: Lsn) -> (Lsn, Vec<u8>) {
+        let buf_end = Lsn(self.buf_start.0 + self.buf.len() as u64);
+        let release = at.min(buf_end);
+        if !self.pending.is_empty() || release <= self.buf_start {
+            return (self.buf_start, Vec::new());
+        }
+        self.judged_upto = self.judged_upto.max(release);
+        let n = release.distance_from(self.buf_start) as usize;
+        let tail = self.buf.split_off(n.min(self.buf.len()));
+        let out = std::mem::replace(&mut self.buf, tail);
+        let from = self.buf_start;
+        self.buf_start = Lsn(from.0 + out.len() as u64);
+        (from, out)
+    }
+
     /// Decides the waiting records whose files are now all classified.
     fn resolve_pending(&mut self) -> Result<(), PipelineError> {
         let filter = &self.filter;
