@@ -62,6 +62,7 @@ use walshadow_wal_reader::replication::{
 };
 
 use crate::ledger::{Ledger, LedgerError, Pass, Phase};
+use crate::pass_progress::{PassProgress, TableProgress};
 use crate::staging::{DestLocks, Gate as SchemaGate, StagingTable, SwapMark};
 use crate::walk_sink::{PageConsumer, PageWalkSink, SlruKind, WalkOptions, WalkStats, WalkedPage};
 use walshadow_backup_store::suitability;
@@ -301,9 +302,14 @@ struct Target {
     width: usize,
     /// Per destination column: part of the key.
     key: Vec<bool>,
+    /// Rows inserted by this attempt, and by earlier ones into the staging
+    /// it resumed.
     rows: u64,
+    rows_before: u64,
     inserts: u64,
-    attempt: u32,
+    /// The attempt, unique across restarts: insert tokens must not repeat
+    /// one an earlier run used on a staging table kept since.
+    attempt: String,
     paused: bool,
 }
 
@@ -384,6 +390,9 @@ impl BackupPass {
             let _ = std::fs::remove_dir_all(&scratch);
             if outcome.is_ok() {
                 let _ = std::fs::remove_dir_all(self.wal_cache());
+                if matches!(self.origin, Origin::Store(_)) {
+                    PassProgress::remove(&self.state_dir);
+                }
             }
             match outcome {
                 Ok(mut summary) => {
@@ -581,13 +590,31 @@ impl BackupPass {
             }
             None => None,
         };
+        // object_store: staging an interrupted attempt left keeps its rows.
+        let mut progress = match &leg {
+            Some(leg) => Some(self.resume_plan(leg, &tables, &plan).await?),
+            None => None,
+        };
         let mut targets = Vec::with_capacity(tables.len());
-        for (t, dest) in tables.iter().zip(&plan.dests) {
+        for (i, (t, dest)) in tables.iter().zip(&plan.dests).enumerate() {
             let staging = self.staging_of(t).with_settings(dest.query_settings());
-            staging
-                .prepare()
-                .await
-                .map_err(|e| AttemptError::of(e.is_transient(), e))?;
+            let kept = progress
+                .as_ref()
+                .and_then(|p| p.tables.get(i))
+                .filter(|e| e.staging_uuid.is_some());
+            let rows_before = kept.map_or(0, |e| e.rows);
+            if kept.is_none() {
+                staging
+                    .prepare()
+                    .await
+                    .map_err(|e| AttemptError::of(e.is_transient(), e))?;
+                if let Some(e) = progress.as_mut().and_then(|p| p.tables.get_mut(i)) {
+                    e.staging_uuid = staging
+                        .staging_uuid()
+                        .await
+                        .map_err(|e| AttemptError::of(e.is_transient(), e))?;
+                }
+            }
             let batch = TableBatch::new(
                 staging.name().to_owned(),
                 RowBinaryEncoder::new(dest),
@@ -607,10 +634,19 @@ impl BackupPass {
                 width: dest.columns.len(),
                 key: dest.columns.iter().map(|c| c.key).collect(),
                 rows: 0,
+                rows_before,
                 inserts: 0,
-                attempt,
+                attempt: format!("{attempt}-{}", attempt_nonce()),
                 paused: false,
             });
+        }
+        let done: Vec<(Oid, Oid, u32)> = progress
+            .iter()
+            .flat_map(|p| p.tables.iter().flat_map(|e| e.done.iter().copied()))
+            .collect();
+        if let Some(p) = &progress {
+            p.write(&self.state_dir)
+                .map_err(|e| AttemptError::Failed(format!("recording the pass's progress: {e}")))?;
         }
         std::fs::create_dir_all(scratch)
             .map_err(|e| AttemptError::Failed(format!("{}: {e}", scratch.display())))?;
@@ -659,9 +695,16 @@ impl BackupPass {
             toast_waits: 0,
             toast_missing: 0,
             toast_chunks: 0,
+            deferred: 0,
+            deferred_at_file: 0,
+            progress: progress.map(|doc| ProgressKeeper {
+                doc,
+                dir: self.state_dir.clone(),
+            }),
         };
         let mut sink = PageWalkSink::new(plan.files.iter().map(|f| f.locator), walker, plan.walk)
-            .map_err(|e| AttemptError::Failed(e.to_string()))?;
+            .map_err(|e| AttemptError::Failed(e.to_string()))?
+            .with_done(done);
         let (backup_start, backup_end, bytes_streamed) = match (&self.origin, &leg) {
             (
                 Origin::Stream {
@@ -758,7 +801,7 @@ impl BackupPass {
             ..PassSummary::default()
         };
         for target in &walker.targets {
-            let rows = target.rows;
+            let rows = target.rows_before + target.rows;
             if let Err(e) = self.update_one(&target.table, |p| p.rows = rows) {
                 tracing::warn!(table = %target.table.key, "recording the rows loaded in the ledger: {e}");
             }
@@ -770,7 +813,7 @@ impl BackupPass {
             let me = self.clone();
             let table = target.table.clone();
             let staging = target.staging.clone();
-            let rows = target.rows;
+            let rows = target.rows_before + target.rows;
             publishing.spawn(async move {
                 let outcome = me.publish(&table, &staging).await;
                 (table.key, rows, outcome)
@@ -1010,6 +1053,71 @@ impl BackupPass {
             }
         }
         skewed
+    }
+
+    /// object_store (seed 001, "an interrupted load resumes"): which
+    /// tables keep the staging an interrupted attempt left, with the
+    /// segments it holds, and the progress this attempt records. It is
+    /// written before a table's staging is made anew (its entry then has
+    /// no segments and no staging uuid), so a crash in between never pairs
+    /// the old segments with a new, empty staging table.
+    async fn resume_plan(
+        &self,
+        leg: &StoreLeg,
+        tables: &[PassTable],
+        plan: &Plan,
+    ) -> Result<PassProgress, AttemptError> {
+        let saved = PassProgress::load(&self.state_dir);
+        let mut progress = PassProgress::new(&leg.backup.label);
+        for (i, t) in tables.iter().enumerate() {
+            let fingerprint =
+                crate::staging::schema_fingerprint(&self.ch, &self.database, &t.dest_name)
+                    .await
+                    .map_err(|e| AttemptError::of(e.is_transient(), e))?;
+            let mut want = TableProgress {
+                key: t.key.clone(),
+                s: t.s,
+                dest_name: t.dest_name.clone(),
+                columns: fingerprint
+                    .map(|f| f.columns.iter().map(ToString::to_string).collect())
+                    .unwrap_or_default(),
+                files: plan
+                    .file_targets()
+                    .filter(|(_, target)| *target == i)
+                    .map(|(f, _)| (f.locator.spc_oid, f.locator.rel_number))
+                    .collect(),
+                ..TableProgress::default()
+            };
+            let kept = match saved
+                .as_ref()
+                .and_then(|p| p.resumable(&leg.backup.label, &want))
+            {
+                Some(old) if old.staging_uuid.is_some() => {
+                    let now = self
+                        .staging_of(t)
+                        .staging_uuid()
+                        .await
+                        .map_err(|e| AttemptError::of(e.is_transient(), e))?;
+                    (now == old.staging_uuid).then(|| old.clone())
+                }
+                _ => None,
+            };
+            if let Some(old) = kept {
+                tracing::info!(
+                    table = %t.key,
+                    backup = %leg.backup.label,
+                    segments = old.done.len(),
+                    rows = old.rows,
+                    "initial load (object_store): resuming; the segments an interrupted attempt put in staging are not walked again"
+                );
+                want = old;
+            }
+            progress.tables.push(want);
+        }
+        progress
+            .write(&self.state_dir)
+            .map_err(|e| AttemptError::Failed(format!("recording the pass's progress: {e}")))?;
+        Ok(progress)
     }
 
     /// Seed 000 step 4: the loaded relations' committed changes from the
@@ -1470,6 +1578,8 @@ impl BackupPass {
             files_walked = s.walk.files_walked,
             bytes_walked = s.walk.bytes_walked,
             files_skipped = s.walk.files_skipped,
+            files_resumed = s.walk.files_resumed,
+            bytes_resumed = s.walk.bytes_resumed,
             pages_walked = s.walk.pages_walked,
             tuples_walked = s.gate.walked,
             gated = s.gate.gated,
@@ -1580,6 +1690,30 @@ struct Walker {
     toast_waits: u64,
     toast_missing: u64,
     toast_chunks: u64,
+    /// Tuples deferred so far, and when the current segment began: a
+    /// segment that deferred none has all its rows in its batch at its end.
+    deferred: u64,
+    deferred_at_file: u64,
+    /// object_store: the segments whose rows are in staging, recorded.
+    progress: Option<ProgressKeeper>,
+}
+
+/// An `object_store` pass's [`PassProgress`] and where it is kept.
+struct ProgressKeeper {
+    doc: PassProgress,
+    dir: PathBuf,
+}
+
+/// A heap segment shorter than this is not recorded as done (walking it
+/// again is cheap, an insert per small file is not).
+const RESUME_MIN_PAGES: u64 = 128;
+
+/// Unique per attempt across restarts (insert tokens).
+fn attempt_nonce() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{:x}{:x}", std::process::id(), nanos)
 }
 
 impl Walker {
@@ -1646,6 +1780,7 @@ impl Walker {
     }
 
     fn defer(&mut self, leaf: usize, header: &TupleHeader, tuple: &[u8]) -> Result<(), SinkError> {
+        self.deferred += 1;
         let mut payload = Vec::with_capacity(4 + tuple.len());
         payload.extend_from_slice(&(leaf as u32).to_le_bytes());
         payload.extend_from_slice(tuple);
@@ -1918,6 +2053,37 @@ impl Target {
     }
 }
 
+impl Walker {
+    /// A heap segment ended with all its rows emitted: they go to staging
+    /// now, and the segment is recorded as done once ClickHouse took them.
+    async fn segment_done(&mut self, locator: RelFileLocator, segno: u32) -> Result<(), SinkError> {
+        let Some(Role::Heap(leaf)) = self.roles.get(&(locator.spc_oid, locator.rel_number)) else {
+            return Ok(());
+        };
+        let target = self.leaves.get(*leaf).ok_or("leaf out of range")?.target;
+        let ch = self.ch.clone();
+        let t = self.targets.get_mut(target).ok_or("target out of range")?;
+        t.insert(&ch).await?;
+        let rows = t.rows_before + t.rows;
+        let Some(keeper) = self.progress.as_mut() else {
+            return Ok(());
+        };
+        let Some(entry) = keeper.doc.tables.get_mut(target) else {
+            return Ok(());
+        };
+        entry
+            .done
+            .insert((locator.spc_oid, locator.rel_number, segno));
+        entry.rows = rows;
+        keeper
+            .doc
+            .write(&keeper.dir)
+            .map_err(|e| format!("recording the pass's progress: {e}"))?;
+        walshadow_failpoints::crash(walshadow_failpoints::BACKUP_WALK_AFTER_SEGMENT_DONE);
+        Ok(())
+    }
+}
+
 impl PageConsumer for Walker {
     fn page(
         &mut self,
@@ -1927,6 +2093,27 @@ impl PageConsumer for Walker {
         async move {
             taken?;
             self.flush_full().await
+        }
+    }
+
+    fn file_begin(&mut self, _locator: RelFileLocator, _segno: u32) {
+        self.deferred_at_file = self.deferred;
+    }
+
+    fn file_end(
+        &mut self,
+        locator: RelFileLocator,
+        segno: u32,
+        pages: u64,
+    ) -> impl std::future::Future<Output = Result<(), SinkError>> + Send {
+        let whole = self.progress.is_some()
+            && pages >= RESUME_MIN_PAGES
+            && self.deferred == self.deferred_at_file;
+        async move {
+            if whole {
+                self.segment_done(locator, segno).await?;
+            }
+            Ok(())
         }
     }
 

@@ -18,6 +18,8 @@
 //!   copied back, recovery by the staging table's uuid.
 //! - [`ledger`]: `backfills.toml`, one entry per pass, marks behind what
 //!   ClickHouse took.
+//! - [`pass_progress`]: where an interrupted `object_store` pass resumes:
+//!   the relation segments already in staging.
 //!
 //! The pure decoders they use live beneath: the binary `COPY` decoder in
 //! `walshadow-rows` (`copy_binary`), the heap page parser and the
@@ -28,6 +30,7 @@ pub mod backup;
 pub mod copy;
 pub mod gap;
 pub mod ledger;
+pub mod pass_progress;
 pub mod snapshot;
 pub mod staging;
 pub mod store_walk;

@@ -109,6 +109,13 @@ pub async fn walk<C: PageConsumer + Send>(
                 .push((rel.to_owned(), path, file.size));
         }
     }
+    // pg_xact and pg_multixact first: the gate then decides the tuples of
+    // the pages after them at once, where deferring them would hold a
+    // segment's rows back until the walk's end (and keep an interrupted
+    // pass from recording the segment as done).
+    if let Some(base) = archives.get_mut(&None) {
+        base.sort_by_key(|(p, _, _)| crate::walk_sink::SlruKind::of(p).is_none());
+    }
     // The kept files land here as they are read ahead, decompressed.
     let dir = scratch.join("files");
     std::fs::create_dir_all(&dir).map_err(|e| local_error(&dir, e))?;

@@ -44,7 +44,7 @@
     clippy::panic
 )]
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
 
 use bytes::Bytes;
@@ -227,6 +227,23 @@ pub trait PageConsumer {
         let _ = (kind, segno, data);
         Ok(())
     }
+
+    /// A relation segment's pages begin.
+    fn file_begin(&mut self, locator: RelFileLocator, segno: u32) {
+        let _ = (locator, segno);
+    }
+
+    /// A relation segment's `pages` were all handed on (an interrupted
+    /// pass records here what it need not walk again).
+    fn file_end(
+        &mut self,
+        locator: RelFileLocator,
+        segno: u32,
+        pages: u64,
+    ) -> impl Future<Output = Result<(), SinkError>> + Send {
+        let _ = (locator, segno, pages);
+        std::future::ready(Ok(()))
+    }
 }
 
 impl<F> PageConsumer for F
@@ -280,7 +297,9 @@ pub enum SlruKind {
 }
 
 impl SlruKind {
-    fn of(path: &str) -> Option<(SlruKind, &str)> {
+    /// The SLRU of a path in the data directory's archive, and the
+    /// segment's name.
+    pub fn of(path: &str) -> Option<(SlruKind, &str)> {
         let (kind, name) = if let Some(n) = path.strip_prefix("pg_xact/") {
             (SlruKind::Xact, n)
         } else if let Some(n) = path.strip_prefix("pg_multixact/offsets/") {
@@ -350,6 +369,10 @@ pub struct WalkStats {
     /// Regular files dropped unread and their sizes.
     pub files_skipped: u64,
     pub bytes_skipped: u64,
+    /// Relation segments an earlier attempt already put in staging, not
+    /// read again, and their sizes.
+    pub files_resumed: u64,
+    pub bytes_resumed: u64,
     /// Directories and symlinks.
     pub other_members: u64,
 }
@@ -377,7 +400,8 @@ enum Current {
         locator: RelFileLocator,
         file: String,
         segno: u32,
-        /// The block number of the next page.
+        /// The block number of the segment's first page, and of the next.
+        first: u64,
         next_block: u64,
         /// A page begun in one message and ended in another.
         partial: Vec<u8>,
@@ -395,6 +419,9 @@ pub struct PageWalkSink<C> {
     db_oid: Oid,
     /// (tablespace, relfilenumber) → segments seen.
     rels: HashMap<(Oid, Oid), BTreeSet<u32>>,
+    /// `(tablespace, relfilenumber, segment)` already walked into staging
+    /// by an earlier attempt: seen, not read.
+    done: HashSet<(Oid, Oid, u32)>,
     consumer: C,
     opts: WalkOptions,
     current: Option<Current>,
@@ -436,6 +463,7 @@ impl<C: PageConsumer + Send> PageWalkSink<C> {
         Ok(PageWalkSink {
             db_oid: db_oid.unwrap_or(0),
             rels: set,
+            done: HashSet::new(),
             consumer,
             opts,
             current: None,
@@ -444,6 +472,13 @@ impl<C: PageConsumer + Send> PageWalkSink<C> {
             files: Vec::new(),
             base_ended: false,
         })
+    }
+
+    /// Segments an earlier attempt walked into staging: they count as
+    /// seen and are not read.
+    pub fn with_done(mut self, done: impl IntoIterator<Item = (Oid, Oid, u32)>) -> Self {
+        self.done.extend(done);
+        self
     }
 
     pub fn stats(&self) -> &WalkStats {
@@ -503,7 +538,8 @@ impl<C: PageConsumer + Send> PageWalkSink<C> {
     /// `archive`: decided by its name alone, so a reader of a stored backup
     /// fetches only these.
     pub fn wants(&self, archive: &ArchiveInfo, path: &str) -> bool {
-        self.relation_member(archive, path).is_some()
+        self.relation_member(archive, path)
+            .is_some_and(|m| !self.done.contains(&m))
             || (archive.is_base()
                 && SlruKind::of(path).is_some_and(|(_, name)| slru_segno(name).is_some()))
     }
@@ -522,6 +558,7 @@ impl<C: PageConsumer + Send> PageWalkSink<C> {
             segno,
             next_block,
             partial,
+            ..
         }) = self.current.as_mut()
         else {
             return Err(WalkError::Unexpected.into());
@@ -579,6 +616,16 @@ impl<C: PageConsumer + Send> BackupSink for PageWalkSink<C> {
             None => file.path.clone(),
             Some(spc) => format!("pg_tblspc/{spc}/{}", file.path),
         };
+        if let Some((spc, rel, segno)) = self.relation_member(archive, &file.path)
+            && self.done.contains(&(spc, rel, segno))
+        {
+            if let Some(segs) = self.rels.get_mut(&(spc, rel)) {
+                segs.insert(segno);
+            }
+            self.stats.files_resumed += 1;
+            self.stats.bytes_resumed += file.size;
+            return Ok(FileAction::Skip);
+        }
         if let Some((spc, rel, segno)) = self.relation_member(archive, &file.path) {
             let seg_bytes = u64::from(self.opts.segment_blocks) * BLCKSZ as u64;
             if file.size > seg_bytes {
@@ -609,10 +656,12 @@ impl<C: PageConsumer + Send> BackupSink for PageWalkSink<C> {
                 file: shown.clone(),
                 bytes: file.size,
             });
+            self.consumer.file_begin(locator, segno);
             self.current = Some(Current::Rel {
                 locator,
                 file: shown,
                 segno,
+                first,
                 next_block: first,
                 partial: Vec::new(),
             });
@@ -661,22 +710,28 @@ impl<C: PageConsumer + Send> BackupSink for PageWalkSink<C> {
     async fn end_file(&mut self) -> Result<(), SinkError> {
         match self.current.take() {
             Some(Current::Rel {
+                locator,
                 file,
+                segno,
+                first,
                 next_block,
                 partial,
-                ..
-            }) if !partial.is_empty() => {
-                if partial.iter().any(|b| *b != 0) {
-                    return Err(WalkError::PartialPage {
-                        path: file,
-                        block: BlockNumber::try_from(next_block).unwrap_or(BlockNumber::MAX),
-                        bytes: partial.len(),
+            }) => {
+                if !partial.is_empty() {
+                    if partial.iter().any(|b| *b != 0) {
+                        return Err(WalkError::PartialPage {
+                            path: file,
+                            block: BlockNumber::try_from(next_block).unwrap_or(BlockNumber::MAX),
+                            bytes: partial.len(),
+                        }
+                        .into());
                     }
-                    .into());
+                    self.stats.partial_pages += 1;
                 }
-                self.stats.partial_pages += 1;
+                self.consumer
+                    .file_end(locator, segno, next_block - first)
+                    .await?;
             }
-            Some(Current::Rel { .. }) => {}
             Some(Current::Slru { kind, segno, data }) => {
                 self.consumer.slru_segment(kind, segno, &data)?;
                 self.slru.of_kind(kind).segments.insert(segno, data);
@@ -764,6 +819,44 @@ mod tests {
         (0..pages)
             .flat_map(|i| build_page(&[b"row"], block0 + i as u32, checksum))
             .collect()
+    }
+
+    /// Segments an earlier attempt put in staging: not wanted, not read,
+    /// and seen (the walk does not call the relation missing).
+    #[tokio::test]
+    async fn done_segments_are_seen_unread() {
+        let mut seen = Seen::new();
+        let mut sink = PageWalkSink::new(
+            [loc(1663, 16384), loc(1663, 16390)],
+            collector(&mut seen),
+            WalkOptions {
+                segment_blocks: 4,
+                ..WalkOptions::default()
+            },
+        )
+        .unwrap()
+        .with_done([(1663, 16384, 0)]);
+        let b = base();
+        assert!(!sink.wants(&b, "base/5/16384"));
+        assert!(sink.wants(&b, "base/5/16384.1"));
+        assert!(sink.wants(&b, "base/5/16390"));
+        let file = file_of(4, 0, true);
+        for (path, action) in [
+            ("base/5/16384", FileAction::Skip),
+            ("base/5/16390", FileAction::Keep),
+        ] {
+            assert_eq!(
+                feed(&mut sink, &b, path, &file, BLCKSZ).await.unwrap(),
+                action
+            );
+        }
+        sink.end_archive(&b).await.unwrap();
+        let out = sink.finish().unwrap();
+        assert_eq!(out.stats.files_resumed, 1);
+        assert_eq!(out.stats.bytes_resumed, file.len() as u64);
+        assert_eq!(out.stats.files_walked, 1);
+        drop(out);
+        assert!(seen.iter().all(|(l, ..)| l.rel_number == 16390));
     }
 
     /// wal-g: a tablespace's files inside the data directory's archive,

@@ -543,13 +543,87 @@ fn store_lost_mid_walk(major: PgMajor) -> Result<()> {
             && fetched.last().is_some_and(|f| f == "0"),
         "segments fetched per attempt: {fetched:?}"
     );
-    ensure!(
-        count(
-            &h,
-            "SELECT count() FROM system.tables WHERE database = 'app' AND name LIKE '%__wsstg'"
-        )? == 0,
-        "staging left behind"
+    no_staging_left(&h)?;
+    Ok(())
+}
+
+/// An interrupted pass resumes (seed 001): `run` crashes right after the
+/// first relation segment of a three-table pass is recorded as in staging;
+/// the next `run` keeps that staging table, walks only the other segments,
+/// replays the gap whole, and publishes once, equal row by row. Before, a
+/// restarted pass walked every segment again into new staging tables.
+fn interrupted_pass_resumes(major: PgMajor) -> Result<()> {
+    let tool = Tool::PgBackRest(Repo::new("os-resume")?);
+    let mut h = harness(
+        major,
+        &tool,
+        "object-store-resume",
+        "max_attempts = 2",
+        source_options(),
+    )?;
+    let names = ["ra", "rb", "rc"];
+    for t in names {
+        // About 2 MB each: a segment long enough to be recorded.
+        h.source.psql(&format!(
+            "create table {t} (id int primary key, v text);
+             insert into {t} select g, rpad('{t} ' || g, 40, '.') from generate_series(1, 30000) g;"
+        ))?;
+    }
+    tool.backup(&h, true)?;
+    for t in names {
+        h.source.psql(&format!(
+            "update {t} set v = 'gap' where id % 100 = 0; delete from {t} where id % 333 = 0;"
+        ))?;
+    }
+    h.init()?;
+    h.arm(
+        walshadow_failpoints::BACKUP_WALK_AFTER_SEGMENT_DONE,
+        "return",
     );
+    h.start_run()?;
+    h.source.psql(
+        "insert into walshadow.tables values
+           ('public', 'ra', true, 'object_store'),
+           ('public', 'rb', true, 'object_store'),
+           ('public', 'rc', true, 'object_store');",
+    )?;
+    switch_and_archive(&h.source)?;
+    wait_until(CATCH_UP, "run to end after the first segment", || {
+        Ok(h.run_exited().is_some())
+    })
+    .with_context(|| tail_of(&h.run_log()))?;
+    let staged = count(
+        &h,
+        "SELECT sum(total_rows) FROM system.tables WHERE database = 'app' AND name LIKE '%__wsstg'",
+    )?;
+    let progress = h.state_dir.join("object-store-pass.json");
+    ensure!(
+        staged > 0 && progress.exists(),
+        "after the crash: {staged} rows in staging, progress file there: {}",
+        progress.exists()
+    );
+    h.disarm();
+    let log_from = h.run_log().len();
+    h.start_run()?;
+    for t in names {
+        wait_loaded(&mut h, &format!("public.{t}"))?;
+    }
+    h.wait_caught_up(CATCH_UP)?;
+    for t in names {
+        let n = h.assert_equal(&format!("public.{t}"), t, &[same("id"), same("v")])?;
+        ensure!(n > 29_000, "{t}: {n} rows");
+    }
+    let log = h.run_log().get(log_from..).unwrap_or_default().to_owned();
+    let done = "initial load (object_store) done";
+    ensure!(
+        log.contains("initial load (object_store): resuming")
+            && log.matches(done).count() == 1
+            && logged_text(&log, done, "files_resumed").as_deref() == Some("1"),
+        "the pass did not resume with one segment:\n{}",
+        tail_of(&log)
+    );
+    ensure!(!progress.exists(), "the progress file outlived its pass");
+    no_staging_left(&h)?;
     Ok(())
 }
 
@@ -1018,6 +1092,16 @@ fn waiting_pass_holds_up_nothing(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
+/// No staging table is left in the destination's database.
+fn no_staging_left(h: &StreamHarness) -> Result<()> {
+    let left = count(
+        h,
+        "SELECT count() FROM system.tables WHERE database = 'app' AND name LIKE '%__wsstg'",
+    )?;
+    ensure!(left == 0, "{left} staging tables left behind");
+    Ok(())
+}
+
 fn tail_of(log: &str) -> String {
     common::tail(log, 40)
 }
@@ -1036,6 +1120,7 @@ fn logged_text(log: &str, message: &str, field: &str) -> Option<String> {
 
 per_major!(pgbackrest_load => a_pgbackrest_load_replays_the_gap_and_costs_the_source_nothing: pg15);
 per_major!(store_lost_mid_walk => a_pass_that_loses_its_store_resumes_and_publishes_once: pg15);
+per_major!(interrupted_pass_resumes => an_interrupted_pass_resumes_from_what_staging_holds: pg15);
 per_major!(backup_below_logical => a_gap_that_began_below_wal_level_logical_is_refused: pg15);
 per_major!(walg_load => a_walg_load_replays_the_gap_and_costs_the_source_nothing: pg15, pg18);
 per_major!(barman_cloud_load => a_barman_cloud_load_replays_the_gap_and_costs_the_source_nothing: pg15, pg18);

@@ -22,6 +22,8 @@ use std::time::Duration;
 pub const RESYNC_BEFORE_EXCHANGE: &str = "resync-before-exchange";
 pub const RESYNC_AFTER_EXCHANGE: &str = "resync-after-exchange";
 pub const BACKUP_AFTER_EXCHANGE: &str = "backup-after-exchange";
+/// An `object_store` walk, right after it recorded a segment as in staging.
+pub const BACKUP_WALK_AFTER_SEGMENT_DONE: &str = "backup-walk-after-segment-done";
 
 /// Hold points ([`hold`]), with the stem of the file each creates.
 /// A `copy` load, after each attempt's snapshot: `<table>.<attempt>`.
