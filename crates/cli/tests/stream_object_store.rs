@@ -460,7 +460,7 @@ fn object_store_load(major: PgMajor, tool: Tool) -> Result<()> {
 
 /// The store goes away mid-walk (its repository renamed): the attempt
 /// fails with the destination untouched, and once the store is back the
-/// retry rebuilds staging and publishes exactly once.
+/// retry publishes exactly once.
 fn store_lost_mid_walk(major: PgMajor) -> Result<()> {
     let tool = Tool::PgBackRest(Repo::new("os-lost")?);
     let backfill = "batch_rows = 200\nmax_attempts = 5";
@@ -471,10 +471,19 @@ fn store_lost_mid_walk(major: PgMajor) -> Result<()> {
         backfill,
         source_options(),
     )?;
+    // One file read ahead at a time, and files after `big`'s (the other
+    // tables', made after it): the store is gone while some are unread.
+    // (pg_xact and pg_multixact are read first.)
+    h.append_config("parallelism = 1\n")?;
     h.source.psql(
         "create table big (id int primary key, v text);
          insert into big select g, 'v' || g from generate_series(1, 3000) g;
-         vacuum (freeze) big;",
+         vacuum (freeze) big;
+         create table after1 (id int primary key, v text);
+         create table after2 (id int primary key, v text);
+         create table after3 (id int primary key, v text);
+         insert into after1 values (1, 'a'); insert into after2 values (2, 'b');
+         insert into after3 values (3, 'c');",
     )?;
     // Frozen rows pass the gate at once: staging takes rows while the walk
     // is still reading the backup's files.
@@ -484,8 +493,11 @@ fn store_lost_mid_walk(major: PgMajor) -> Result<()> {
     h.init()?;
     let holds = h.arm_holds(&[walshadow_failpoints::BACKUP_WALK_AFTER_STAGING])?;
     h.start_run()?;
-    h.source
-        .psql("insert into walshadow.tables values ('public', 'big', true, 'object_store');")?;
+    h.source.psql(
+        "insert into walshadow.tables values ('public', 'big', true, 'object_store'),
+           ('public', 'after1', true, 'object_store'), ('public', 'after2', true, 'object_store'),
+           ('public', 'after3', true, 'object_store');",
+    )?;
     switch_and_archive(&h.source)?;
     let paused = holds.join("public.big.walk.paused");
     wait_until(CATCH_UP, "the walk to pause", || {
