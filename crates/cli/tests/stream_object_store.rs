@@ -58,15 +58,27 @@ enum Tool {
         work: WorkDir,
         creds: std::path::PathBuf,
     },
+    /// A pgBackRest repository (bundled) served from S3: written on a
+    /// local path, then copied into the bucket as pgBackRest's S3 driver
+    /// lays it out (the same paths under `repo1-path`). pgBackRest 2.45
+    /// speaks S3 over TLS only, and the local S3 server has none.
+    PgBackRestS3 {
+        repo: Repo,
+        s3: S3Server,
+        creds: std::path::PathBuf,
+    },
 }
 
 const BUCKET: &str = "backups";
 const SERVER: &str = "source";
+/// Where the S3 copy of a pgBackRest repository lives in the bucket.
+const PGBACKREST_PREFIX: &str = "pgbackrest";
 
 impl Tool {
     fn name(&self) -> &'static str {
         match self {
             Tool::PgBackRest(_) => "pgbackrest",
+            Tool::PgBackRestS3 { .. } => "pgbackrest-s3",
             Tool::BarmanCloud { .. } => "barman-cloud",
             Tool::WalG(_) => "walg",
         }
@@ -78,7 +90,7 @@ impl Tool {
 
     fn archive_command(&self) -> Result<String> {
         Ok(match self {
-            Tool::PgBackRest(repo) => repo.archive_command(),
+            Tool::PgBackRest(repo) | Tool::PgBackRestS3 { repo, .. } => repo.archive_command(),
             Tool::WalG(store) => store.archive_command(),
             Tool::BarmanCloud { s3, .. } => format!(
                 "{} --gzip {} {SERVER} %p",
@@ -95,16 +107,28 @@ impl Tool {
                 repo.configure(&h.source)?;
                 repo.run(&["stanza-create"])?;
             }
+            Tool::PgBackRestS3 { repo, s3, .. } => {
+                repo.configure(&h.source)?;
+                repo.bundle()?;
+                repo.run(&["stanza-create"])?;
+                s3.create_bucket(BUCKET)?;
+                self.archived()?;
+            }
             Tool::BarmanCloud { s3, .. } => s3.create_bucket(BUCKET)?,
             Tool::WalG(_) => {}
         }
         Ok(())
     }
 
-    /// What the archiver sent is in the store (wal-g's writer pushes it).
+    /// What the archiver sent is in the store (wal-g's writer pushes it;
+    /// the S3 copy of a pgBackRest repository is brought up to date).
     fn archived(&self) -> Result<()> {
-        if let Tool::WalG(store) = self {
-            store.push_wal()?;
+        match self {
+            Tool::WalG(store) => store.push_wal()?,
+            Tool::PgBackRestS3 { repo, s3, .. } => {
+                s3.upload_dir(BUCKET, PGBACKREST_PREFIX, &repo.repo_dir())?
+            }
+            Tool::PgBackRest(_) | Tool::BarmanCloud { .. } => {}
         }
         Ok(())
     }
@@ -115,6 +139,10 @@ impl Tool {
         match self {
             Tool::PgBackRest(repo) => {
                 repo.run(&["backup", if first { "--type=full" } else { "--type=incr" }])?;
+            }
+            Tool::PgBackRestS3 { repo, .. } => {
+                repo.run(&["backup", if first { "--type=full" } else { "--type=incr" }])?;
+                self.archived()?;
             }
             Tool::BarmanCloud { s3, work, .. } => {
                 barman_cloud_backup(s3, &h.source, work.path(), &Self::barman_url(), SERVER)?
@@ -137,12 +165,14 @@ impl Tool {
                 repo.repo_dir().display()
             ),
             Tool::BarmanCloud { s3, creds, .. } => format!(
-                "[backup]\ntool = \"barman-cloud\"\nrepo = \"{}\"\nserver_name = \"{SERVER}\"\n\
-                 endpoint = \"{}\"\nregion = \"{}\"\npath_style = true\ncredentials_file = \"{}\"\n",
+                "[backup]\ntool = \"barman-cloud\"\nrepo = \"{}\"\nserver_name = \"{SERVER}\"\n{}",
                 Self::barman_url(),
-                s3.endpoint(),
-                S3Server::REGION,
-                creds.display()
+                s3_keys(s3, creds)
+            ),
+            Tool::PgBackRestS3 { s3, creds, .. } => format!(
+                "[backup]\ntool = \"pgbackrest\"\nrepo = \"s3://{BUCKET}/{PGBACKREST_PREFIX}\"\n\
+                 stanza = \"{STANZA}\"\n{}",
+                s3_keys(s3, creds)
             ),
         }
     }
@@ -150,7 +180,7 @@ impl Tool {
     /// Whether the load read the newest backup.
     fn read_the_newest(&self, label: &str) -> bool {
         match self {
-            Tool::PgBackRest(_) => label.ends_with('I'),
+            Tool::PgBackRest(_) | Tool::PgBackRestS3 { .. } => label.ends_with('I'),
             Tool::BarmanCloud { .. } | Tool::WalG(_) => !label.is_empty(),
         }
     }
@@ -165,6 +195,22 @@ fn pgbackrest() -> Result<Tool> {
 fn barman_cloud(major: PgMajor, tag: &str) -> Result<Tool> {
     let s3 = S3Server::start()?;
     let work = WorkDir::new(&format!("{tag}-barman-pg{}", major.number()))?;
+    let creds = credentials_file(&work)?;
+    Ok(Tool::BarmanCloud { s3, work, creds })
+}
+
+fn pgbackrest_s3() -> Result<Tool> {
+    let repo = Repo::new("os-pgbackrest-s3")?;
+    let creds = credentials_file(&repo.work)?;
+    Ok(Tool::PgBackRestS3 {
+        s3: S3Server::start()?,
+        repo,
+        creds,
+    })
+}
+
+/// The local S3 server's keys in a file walshadow reads (0600).
+fn credentials_file(work: &WorkDir) -> Result<std::path::PathBuf> {
     let creds = work.path().join("s3.env");
     std::fs::write(
         &creds,
@@ -175,7 +221,17 @@ fn barman_cloud(major: PgMajor, tag: &str) -> Result<Tool> {
         ),
     )?;
     std::fs::set_permissions(&creds, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    Ok(Tool::BarmanCloud { s3, work, creds })
+    Ok(creds)
+}
+
+/// The `[backup]` keys that reach the local S3 server.
+fn s3_keys(s3: &S3Server, creds: &std::path::Path) -> String {
+    format!(
+        "endpoint = \"{}\"\nregion = \"{}\"\npath_style = true\ncredentials_file = \"{}\"\n",
+        s3.endpoint(),
+        S3Server::REGION,
+        creds.display()
+    )
 }
 
 fn walg_load(major: PgMajor) -> Result<()> {
@@ -185,6 +241,10 @@ fn walg_load(major: PgMajor) -> Result<()> {
 
 fn pgbackrest_load(major: PgMajor) -> Result<()> {
     object_store_load(major, pgbackrest()?)
+}
+
+fn pgbackrest_s3_load(major: PgMajor) -> Result<()> {
+    object_store_load(major, pgbackrest_s3()?)
 }
 
 fn barman_cloud_load(major: PgMajor) -> Result<()> {
@@ -1131,6 +1191,7 @@ fn logged_text(log: &str, message: &str, field: &str) -> Option<String> {
 }
 
 per_major!(pgbackrest_load => a_pgbackrest_load_replays_the_gap_and_costs_the_source_nothing: pg15);
+per_major!(pgbackrest_s3_load => a_bundled_pgbackrest_repository_on_s3_serves_the_same_load: pg15);
 per_major!(store_lost_mid_walk => a_pass_that_loses_its_store_resumes_and_publishes_once: pg15);
 per_major!(interrupted_pass_resumes => an_interrupted_pass_resumes_from_what_staging_holds: pg15);
 per_major!(backup_below_logical => a_gap_that_began_below_wal_level_logical_is_refused: pg15);

@@ -63,6 +63,17 @@ impl Repo {
         Ok(())
     }
 
+    /// Turns on bundling (`repo1-bundle`): small files of a backup go into
+    /// bundles, read back by range. Call after [`Repo::configure`].
+    pub fn bundle(&self) -> Result<()> {
+        let text = std::fs::read_to_string(&self.conf)?;
+        std::fs::write(
+            &self.conf,
+            text.replacen("[global]\n", "[global]\nrepo1-bundle=y\n", 1),
+        )?;
+        Ok(())
+    }
+
     /// Runs pgBackRest as the server's user.
     pub fn run(&self, args: &[&str]) -> Result<String> {
         let user = ServerUser::get()?;

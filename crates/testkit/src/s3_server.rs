@@ -100,6 +100,22 @@ impl S3Server {
         Ok(out.lines().map(str::to_owned).collect())
     }
 
+    /// Copies every file under `dir` into `bucket` as `<prefix>/<path>`
+    /// (a store written on a local path, served as S3 lays it out).
+    pub fn upload_dir(&self, bucket: &str, prefix: &str, dir: &std::path::Path) -> Result<()> {
+        let body = "import os\nroot, bucket, prefix = sys.argv[1:4]\n\
+                    for d, _, files in os.walk(root):\n    for f in files:\n        \
+                    p = os.path.join(d, f)\n        \
+                    s3.upload_file(p, bucket, prefix + '/' + os.path.relpath(p, root))\n";
+        let root = dir.to_str().context("a UTF-8 path")?;
+        self.boto3(
+            &format!("uploading {} to {bucket}/{prefix}", dir.display()),
+            body,
+            &[root, bucket, prefix],
+        )
+        .map(|_| ())
+    }
+
     /// Deletes object `key` of `bucket`.
     pub fn delete_object(&self, bucket: &str, key: &str) -> Result<()> {
         let body = "s3.delete_object(Bucket=sys.argv[1], Key=sys.argv[2])\n";
