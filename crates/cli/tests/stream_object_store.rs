@@ -58,7 +58,8 @@ enum Tool {
         work: WorkDir,
         creds: std::path::PathBuf,
     },
-    /// A pgBackRest repository (bundled) served from S3: written on a
+    /// A pgBackRest repository (bundled, a full then a differential
+    /// backup) served from S3: written on a
     /// local path, then copied into the bucket as pgBackRest's S3 driver
     /// lays it out (the same paths under `repo1-path`). pgBackRest 2.45
     /// speaks S3 over TLS only, and the local S3 server has none.
@@ -140,8 +141,9 @@ impl Tool {
             Tool::PgBackRest(repo) => {
                 repo.run(&["backup", if first { "--type=full" } else { "--type=incr" }])?;
             }
+            // A differential one here: the other reference kind.
             Tool::PgBackRestS3 { repo, .. } => {
-                repo.run(&["backup", if first { "--type=full" } else { "--type=incr" }])?;
+                repo.run(&["backup", if first { "--type=full" } else { "--type=diff" }])?;
                 self.archived()?;
             }
             Tool::BarmanCloud { s3, work, .. } => {
@@ -180,7 +182,8 @@ impl Tool {
     /// Whether the load read the newest backup.
     fn read_the_newest(&self, label: &str) -> bool {
         match self {
-            Tool::PgBackRest(_) | Tool::PgBackRestS3 { .. } => label.ends_with('I'),
+            Tool::PgBackRest(_) => label.ends_with('I'),
+            Tool::PgBackRestS3 { .. } => label.ends_with('D'),
             Tool::BarmanCloud { .. } | Tool::WalG(_) => !label.is_empty(),
         }
     }
