@@ -59,10 +59,10 @@ enum Tool {
         creds: std::path::PathBuf,
     },
     /// A pgBackRest repository (bundled, a full then a differential
-    /// backup) served from S3: written on a
-    /// local path, then copied into the bucket as pgBackRest's S3 driver
-    /// lays it out (the same paths under `repo1-path`). pgBackRest 2.45
-    /// speaks S3 over TLS only, and the local S3 server has none.
+    /// backup) served from S3: written on a local path, then copied into
+    /// the bucket as pgBackRest's S3 driver lays it out (the same paths
+    /// under `repo1-path`). pgBackRest 2.45 speaks S3 over TLS only, and
+    /// the local S3 server has none.
     PgBackRestS3 {
         repo: Repo,
         s3: S3Server,
