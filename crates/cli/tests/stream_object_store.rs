@@ -58,7 +58,7 @@ enum Tool {
         work: WorkDir,
         creds: std::path::PathBuf,
     },
-    /// A pgBackRest repository (bundled, a full then a differential
+    /// A pgBackRest repository (bundled, zstd, a full then a differential
     /// backup) served from S3: written on a local path, then copied into
     /// the bucket as pgBackRest's S3 driver lays it out (the same paths
     /// under `repo1-path`). pgBackRest 2.45 speaks S3 over TLS only, and
@@ -110,7 +110,7 @@ impl Tool {
             }
             Tool::PgBackRestS3 { repo, s3, .. } => {
                 repo.configure(&h.source)?;
-                repo.bundle()?;
+                repo.set_global(&[("repo1-bundle", "y"), ("compress-type", "zst")])?;
                 repo.run(&["stanza-create"])?;
                 s3.create_bucket(BUCKET)?;
                 self.archived()?;

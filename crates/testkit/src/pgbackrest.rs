@@ -63,14 +63,24 @@ impl Repo {
         Ok(())
     }
 
-    /// Turns on bundling (`repo1-bundle`): small files of a backup go into
-    /// bundles, read back by range. Call after [`Repo::configure`].
-    pub fn bundle(&self) -> Result<()> {
+    /// Sets `[global]` options (`repo1-bundle=y`: small files go into
+    /// bundles, read back by range; `compress-type=zst`, …), replacing one
+    /// already set. Call after [`Repo::configure`].
+    pub fn set_global(&self, options: &[(&str, &str)]) -> Result<()> {
         let text = std::fs::read_to_string(&self.conf)?;
-        std::fs::write(
-            &self.conf,
-            text.replacen("[global]\n", "[global]\nrepo1-bundle=y\n", 1),
-        )?;
+        let mut lines: Vec<String> = text
+            .lines()
+            .filter(|l| !options.iter().any(|(k, _)| l.starts_with(&format!("{k}="))))
+            .map(str::to_owned)
+            .collect();
+        let at = lines
+            .iter()
+            .position(|l| l == "[global]")
+            .map_or(0, |i| i + 1);
+        for (i, (k, v)) in options.iter().enumerate() {
+            lines.insert(at + i, format!("{k}={v}"));
+        }
+        std::fs::write(&self.conf, lines.join("\n") + "\n")?;
         Ok(())
     }
 
