@@ -7,7 +7,10 @@
 //!        │                                   │ ([backup] configured)
 //!        ▼                                   ▼
 //!   live chunks              archive: P's segment, the next, … (checked: cluster,
-//!        ▲                            size, address; one timeline)
+//!        ▲                            size, address; along the source's branch:
+//!        │                            a switch handed on inside the segment
+//!        │                            that holds it, read from the new
+//!        │                            timeline's copy)
 //!        └──── the archive has no next segment: START_REPLICATION there ◀┘
 //! ```
 //!
