@@ -969,7 +969,7 @@ impl BackupPass {
         }
     }
 
-    /// Who wrote the loaded relations' `pg_attribute` rows (their shape)
+    /// Who wrote the loaded relations' `pg_class` and `pg_attribute` rows
     /// as the shadow has them: each row's `xmin`, with the pass's table it
     /// belongs to.
     async fn catalog_writers(
@@ -991,7 +991,9 @@ impl BackupPass {
             .join(",");
         let r = sql
             .simple_query(&format!(
-                "SELECT a.attrelid::text, a.attrelid::regclass::text, format('pg_attribute %I', a.attname), a.xmin::text
+                "SELECT c.oid::text, c.oid::regclass::text, 'pg_class', c.xmin::text FROM pg_class c WHERE c.oid IN ({list})
+                 UNION ALL
+                 SELECT a.attrelid::text, a.attrelid::regclass::text, format('pg_attribute %I', a.attname), a.xmin::text
                    FROM pg_attribute a WHERE a.attrelid IN ({list})"
             ))
             .await
@@ -1010,14 +1012,10 @@ impl BackupPass {
     }
 
     /// Seed 000's catalog skew: a loaded relation whose shape or file is
-    /// not the backup's. Its shape changed when a transaction committed
-    /// after the backup's start, and up to its table's opt-in, wrote one of
-    /// its `pg_attribute` rows (ADD, DROP, ALTER COLUMN); a change after
-    /// the opt-in is the stream's. Its file changed when the archive's WAL
-    /// since the backup's start made the file the pass would walk (TRUNCATE,
-    /// a rewrite, a table made after the backup). A `pg_class` row written
-    /// alone (GRANT, CREATE INDEX, a storage option, a rename) changes
-    /// neither, so it does not set the table aside.
+    /// not the backup's ([`writer_skews`] for its catalog rows). Its file
+    /// also changed when the archive's WAL from the backup's start made the
+    /// file the pass would walk (TRUNCATE, a rewrite, a table made after
+    /// the backup).
     fn skewed(
         &self,
         writers: &[CatalogWriter],
@@ -1026,6 +1024,7 @@ impl BackupPass {
         tables: &[PassTable],
     ) -> BTreeMap<usize, Vec<String>> {
         let mut skewed: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        let next_xid = leg.outcomes.start_checkpoint.map(|c| c.next_xid);
         for w in writers {
             let Some(at) = leg.outcomes.watched.get(&w.xmin) else {
                 continue;
@@ -1033,18 +1032,25 @@ impl BackupPass {
             let Some(t) = tables.get(w.target) else {
                 continue;
             };
-            if *at > leg.backup.start_lsn && *at <= t.s {
+            let row = if w.row == "pg_class" {
+                CatalogRow::Class
+            } else {
+                CatalogRow::Attribute
+            };
+            if writer_skews(row, w.xmin, *at, leg.backup.start_lsn, t.s, next_xid) {
                 skewed.entry(w.target).or_default().push(format!(
                     "{} ({}, transaction {} committed at {at}, before {}'s opt-in at {})",
                     w.relation, w.row, w.xmin, t.key, t.s
                 ));
             }
         }
+        // The gap begins at the backup's start: a file made there or later
+        // may be missing from the backup, or partly written.
         for (f, target) in plan.file_targets() {
             let Some(at) = leg.outcomes.created.get(&f.locator) else {
                 continue;
             };
-            if *at > leg.backup.start_lsn {
+            if *at >= leg.backup.start_lsn {
                 skewed.entry(target).or_default().push(format!(
                     "{} (its file {} was made at {at}, after the backup started: \
                      a TRUNCATE, a rewrite or a new table)",
@@ -1609,6 +1615,44 @@ impl BackupPass {
     }
 }
 
+/// Which catalog row of a loaded relation a transaction wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CatalogRow {
+    Class,
+    Attribute,
+}
+
+/// Whether a transaction `xmin` that wrote a loaded relation's catalog
+/// row and committed at `at` makes the backup's pages unfit for it. Only
+/// a commit after the backup's `start` and up to the table's opt-in `s`
+/// counts (later ones are the stream's). A `pg_attribute` row changes the
+/// shape (ADD, DROP, ALTER COLUMN). A `pg_class` row written alone (GRANT,
+/// CREATE INDEX, a storage option, a rename) changes neither shape nor
+/// file when its transaction began after the start: a new file it made
+/// would be in the gap, which the file check sees. One already running at
+/// the start (`xmin` before the start checkpoint's `next_xid`) may have
+/// made the file before the start and written it after the copy (a
+/// VACUUM FULL or CLUSTER spanning the start, by page images the replay
+/// does not read as rows): refused. Without the start checkpoint every
+/// `pg_class` writer is.
+fn writer_skews(
+    row: CatalogRow,
+    xmin: Xid,
+    at: Lsn,
+    start: Lsn,
+    s: Lsn,
+    next_xid: Option<Xid>,
+) -> bool {
+    if at <= start || at > s {
+        return false;
+    }
+    match (row, next_xid) {
+        (CatalogRow::Attribute, _) | (CatalogRow::Class, None) => true,
+        // TransactionIdPrecedes: modulo 2^32.
+        (CatalogRow::Class, Some(next)) => (xmin.wrapping_sub(next) as i32) < 0,
+    }
+}
+
 /// The refusal of tables whose catalog changed after the backup's start.
 fn skew_message(leg: &StoreLeg, mut skew: Vec<String>) -> String {
     let n = skew.len();
@@ -1644,7 +1688,7 @@ struct StoreLeg {
 /// A catalog row of a loaded relation and who wrote it.
 struct CatalogWriter {
     relation: String,
-    /// `pg_attribute <column>`.
+    /// `pg_class`, or `pg_attribute <column>`.
     row: String,
     xmin: Xid,
     /// The pass's table it belongs to.
@@ -2160,6 +2204,31 @@ mod tests {
             elapsed: Duration::from_secs(600),
             source,
         })
+    }
+
+    #[test]
+    fn which_catalog_writers_skew_a_table() {
+        let (start, s) = (Lsn(0x0300_0000), Lsn(0x0500_0000));
+        let inside = Lsn(0x0400_0000);
+        let skews = |row, xmin, at, next| writer_skews(row, xmin, at, start, s, next);
+        // A column changed in the gap, whenever its transaction began.
+        assert!(skews(CatalogRow::Attribute, 900, inside, Some(800)));
+        assert!(skews(CatalogRow::Attribute, 700, inside, Some(800)));
+        // Outside (start, s]: the backup has it, or the stream does.
+        assert!(!skews(CatalogRow::Attribute, 900, start, Some(800)));
+        assert!(!skews(
+            CatalogRow::Attribute,
+            900,
+            Lsn(0x0500_0001),
+            Some(800)
+        ));
+        // pg_class alone: only a transaction running at the start.
+        assert!(!skews(CatalogRow::Class, 900, inside, Some(800)));
+        assert!(skews(CatalogRow::Class, 700, inside, Some(800)));
+        assert!(skews(CatalogRow::Class, 900, inside, None));
+        // Around the wrap of 32-bit xids.
+        assert!(skews(CatalogRow::Class, u32::MAX - 5, inside, Some(10)));
+        assert!(!skews(CatalogRow::Class, 20, inside, Some(10)));
     }
 
     #[test]

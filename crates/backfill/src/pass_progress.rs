@@ -58,7 +58,8 @@ pub struct TableProgress {
     /// Heap segments `(tablespace, relfilenumber, segment)` whose rows
     /// are all in staging.
     pub done: BTreeSet<(Oid, Oid, u32)>,
-    /// Rows inserted into staging so far (for the summary).
+    /// Rows inserted into staging so far, for the summary (rows of a
+    /// segment walked again after a crash count again).
     pub rows: u64,
     /// The staging table's uuid once made: a staging table made again
     /// since (by another pass of the table) starts over.

@@ -98,7 +98,9 @@ impl Repository {
             return Ok(Repository {
                 objects,
                 name: location.to_owned(),
-                ordered: true,
+                // S3 lists in key order, but for S3 Express directory
+                // buckets (`…--x-s3`).
+                ordered: !bucket.ends_with("--x-s3"),
             });
         }
         if location.contains("://") {

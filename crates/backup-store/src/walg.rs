@@ -175,10 +175,14 @@ impl WalG {
 
     /// Segment `name` as archived, if it is. `wal_005/` is flat: the listing
     /// starts at the name (S3's start-after) and reads a few keys, not the
-    /// whole archive.
+    /// whole archive (enough for the backup labels and the partial copy
+    /// that sort between the name and its compressed file).
     pub async fn archived_segment(&self, name: &str) -> Result<Option<ArchivedFile>, StoreError> {
         let after = format!("{WALS}/{name}");
-        for entry in self.repo.list_after(WALS, &after, 4).await? {
+        for entry in self.repo.list_after(WALS, &after, 32).await? {
+            if !entry.key.starts_with(&after) {
+                break;
+            }
             if let Some(f) = self.archived_file(&entry)?.filter(|f| f.name == name) {
                 return Ok(Some(f));
             }

@@ -435,7 +435,7 @@ async fn feed_tapped_from(
                 // The old timeline's last record ends at the switch: its
                 // alignment padding, which the filter holds until a next
                 // record, is final.
-                let (from, bytes) = pipeline.end_timeline_at(switch_lsn);
+                let (from, bytes) = pipeline.end_timeline_at(switch_lsn)?;
                 store_filtered(store, already, from, &bytes)?;
                 store.flush()?;
                 // Re-streaming what the store holds: it switched already.

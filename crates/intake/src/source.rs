@@ -319,7 +319,10 @@ impl Drop for WalSource {
 /// the archive's newest may still come (a standby source removes WAL its
 /// primary has not archived yet; a listing may lag): that is waited for.
 async fn gone(at: Lsn, r: &ArchiveReader) -> RunError {
-    let segment = segment_file_name(r.timeline, at.segment_number(r.seg_size), r.seg_size);
+    // The copy the reader looked for: the branch's for that segment.
+    let segno = at.segment_number(r.seg_size);
+    let tli = r.branch.timeline_of_segment(segno, r.seg_size);
+    let segment = segment_file_name(tli, segno, r.seg_size);
     // The whole listing, this once.
     let listing = match r.store.archive_segments(&r.archive).await {
         Ok(files) => files,
@@ -330,7 +333,7 @@ async fn gone(at: Lsn, r: &ArchiveReader) -> RunError {
         .map(|f| &f.name)
         .filter(|n| {
             walshadow_pg_format::wal_files::parse_segment_name(n, r.seg_size)
-                .is_some_and(|(t, _, _)| t == r.timeline)
+                .is_some_and(|(t, _, _)| t == tli)
         })
         .max();
     if newest.is_none_or(|n| *n < segment) {

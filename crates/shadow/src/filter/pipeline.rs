@@ -326,14 +326,26 @@ impl FilterPipeline {
     /// The stream's timeline ends at `at` (a switch point: the end of its
     /// last record, MAXALIGNed): the bytes held after the last judged
     /// record up to `at`, its alignment padding, are final now, as the new
-    /// timeline's first record will not come on this one. Returns them as
-    /// [`FilterPipeline::push`] does; nothing while an undecided record
-    /// holds bytes back.
-    pub fn end_timeline_at(&mut self, at: Lsn) -> (Lsn, Vec<u8>) {
+    /// timeline's first record will not come on this one. Records still
+    /// undecided there touch files made by transactions in progress at the
+    /// switch, which the new timeline never commits (a promotion ends them;
+    /// a prepared transaction's files were classified before its PREPARE):
+    /// they go as NOOPs. Returns the released bytes as
+    /// [`FilterPipeline::push`] does.
+    pub fn end_timeline_at(&mut self, at: Lsn) -> Result<(Lsn, Vec<u8>), PipelineError> {
+        while self.pending.front().is_some_and(|p| p.lsn < at) {
+            let Some(p) = self.pending.pop_front() else {
+                break;
+            };
+            self.pending_bytes -= p.noop.len();
+            if !write_framed(&mut self.buf, self.buf_start, p.lsn, &p.noop, self.seg_size) {
+                return Err(PipelineError::Unrewritable(p.lsn));
+            }
+        }
         let buf_end = Lsn(self.buf_start.0 + self.buf.len() as u64);
         let release = at.min(buf_end);
         if !self.pending.is_empty() || release <= self.buf_start {
-            return (self.buf_start, Vec::new());
+            return Ok((self.buf_start, Vec::new()));
         }
         self.judged_upto = self.judged_upto.max(release);
         let n = release.distance_from(self.buf_start) as usize;
@@ -341,7 +353,7 @@ impl FilterPipeline {
         let out = std::mem::replace(&mut self.buf, tail);
         let from = self.buf_start;
         self.buf_start = Lsn(from.0 + out.len() as u64);
-        (from, out)
+        Ok((from, out))
     }
 
     /// Decides the waiting records whose files are now all classified.
