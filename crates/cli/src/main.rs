@@ -8,7 +8,7 @@ mod table_cmd;
 mod toast_cmd;
 mod wal_dump;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 /// walshadow replicates PostgreSQL tables into ClickHouse by decoding the
 /// source's physical WAL itself: no logical slot, no publication, no output
@@ -16,8 +16,25 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "walshadow", version, about, long_about = None)]
 struct Cli {
+    /// How log events are written to stderr: `text` (one line each on a
+    /// file or journald, values escaped), or `json`, one JSON object per
+    /// line (timestamp, level, target, fields) for a log shipper.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "WALSHADOW_LOG_FORMAT",
+        default_value_t = LogFormat::Text
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -58,6 +75,22 @@ enum Command {
     /// archive. Reads only.
     #[command(subcommand)]
     Backup(BackupCommand),
+    /// Print a shell completion script: `walshadow completions bash >
+    /// /etc/bash_completion.d/walshadow` (zsh: into a directory of
+    /// `$fpath` as `_walshadow`; fish: `~/.config/fish/completions/`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), made from this command line's own
+    /// definition: `walshadow man > /usr/share/man/man1/walshadow.1`; with
+    /// --dir, write one page per command there.
+    Man {
+        /// Write walshadow.1 and a page per subcommand
+        /// (walshadow-run.1, …) into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -173,6 +206,20 @@ impl std::io::Write for LogWriter {
     }
 }
 
+/// `walshadow(1)` on stdout; with `dir`, a page per command into it
+/// (`walshadow.1`, `walshadow-run.1`, `walshadow-table-resync.1`, …).
+fn man_page(dir: Option<std::path::PathBuf>) -> anyhow::Result<()> {
+    match dir {
+        Some(dir) => clap_mangen::generate_to(Cli::command(), &dir)
+            .map_err(|e| anyhow::anyhow!("writing the manual pages into {}: {e}", dir.display())),
+        None => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut out)?;
+            print_quietly(&String::from_utf8_lossy(&out))
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
     // Everything walshadow writes — state, spill files, the filtered WAL,
     // the TOAST mirror, scratch files of loads, sockets — holds source data
@@ -183,15 +230,25 @@ fn main() -> std::process::ExitCode {
     // Test builds only: the failpoints FAILPOINTS arms (empty otherwise).
     let _failpoints = walshadow_failpoints::setup();
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WALSHADOW_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(move || LogWriter { plain: !terminal })
-        .with_ansi(terminal)
-        .init();
     let cli = Cli::parse();
+    let log_format = cli.log_format;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WALSHADOW_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    match cli.log_format {
+        LogFormat::Text => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(move || LogWriter { plain: !terminal })
+            .with_ansi(terminal)
+            .init(),
+        // JSON escapes every value itself: one event, one line.
+        LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_env_filter(filter)
+            .with_writer(move || LogWriter { plain: false })
+            .init(),
+    }
     if terminal && matches!(cli.command, Command::Run(_)) {
         walshadow_pipeline::load_bars::enable();
     }
@@ -208,11 +265,21 @@ fn main() -> std::process::ExitCode {
         Command::Wal(WalCommand::Dump(args)) => wal_dump::run(args),
         Command::Backup(BackupCommand::List(args)) => backup_cmd::list(args),
         Command::Backup(BackupCommand::Check(args)) => backup_cmd::check(args),
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "walshadow", &mut out);
+            print_quietly(&String::from_utf8_lossy(&out))
+        }
+        Command::Man { dir } => man_page(dir),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("walshadow: error: {e:#}");
+            // A log shipper reading JSON gets the last word as JSON too.
+            match log_format {
+                LogFormat::Text => eprintln!("walshadow: error: {e:#}"),
+                LogFormat::Json => tracing::error!(error = %format!("{e:#}"), "walshadow: error"),
+            }
             std::process::ExitCode::FAILURE
         }
     }

@@ -71,10 +71,12 @@ use serde::Deserialize;
 /// Why a config file could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("reading config file {path}: {source}")]
+    // The cause is in the message, not a `source`: a chain printed whole
+    // would say it twice.
+    #[error("reading config file {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
@@ -695,9 +697,9 @@ fn default_toast_cache_mb() -> usize {
 impl Config {
     /// Reads and checks `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         Self::parse(path, &text)
     }

@@ -1,0 +1,149 @@
+//! What an operator installs walshadow with: the systemd unit in
+//! `packaging/systemd/` (verified by `systemd-analyze verify`, its man page
+//! reference resolved against the pages `walshadow man --dir` writes), shell
+//! completions and the manual page made from the command line's own
+//! definition, and `--log-format json`: one JSON object per event, the
+//! fatal error included, and a live `run`'s log (PostgreSQL 18) whose every
+//! line parses, a multi-line `CREATE TABLE` statement among them.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use common::{BIN, StreamHarness, same};
+use walshadow_testkit::{PgMajor, WorkDir, per_major};
+
+fn walshadow(args: &[&str]) -> Result<std::process::Output> {
+    Ok(Command::new(BIN).args(args).output()?)
+}
+
+#[test]
+fn the_systemd_unit_verifies() -> Result<()> {
+    let work = WorkDir::new("packaging-unit")?;
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../packaging/systemd/walshadow.service"
+    ))?;
+    ensure!(unit.contains("ExecStart=/usr/bin/walshadow run --config"));
+    // Verified as installed: this binary where the unit expects it, the
+    // manual pages where `man` finds them (Documentation=man:walshadow(1)).
+    let here = work.path().join("walshadow.service");
+    std::fs::write(&here, unit.replace("/usr/bin/walshadow", BIN))?;
+    let man1 = work.path().join("man/man1");
+    std::fs::create_dir_all(&man1)?;
+    let out = walshadow(&["man", "--dir", man1.to_str().context("path")?])?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&here)
+        .env("MANPATH", work.path().join("man"))
+        .output()
+        .context("systemd-analyze (scripts/setup installs systemd)")?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.success() && said.trim().is_empty(),
+        "systemd-analyze verify: {}\n{said}",
+        out.status
+    );
+    Ok(())
+}
+
+#[test]
+fn completions_and_the_manual_come_from_the_cli() -> Result<()> {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = walshadow(&["completions", shell])?;
+        let script = String::from_utf8_lossy(&out.stdout);
+        ensure!(
+            out.status.success() && script.contains("walshadow") && script.contains("resync"),
+            "completions {shell}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = walshadow(&["man"])?;
+    let page = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        page.contains(".TH walshadow 1") && page.contains("log\\-format"),
+        "{page}"
+    );
+    let work = WorkDir::new("packaging-man")?;
+    let out = walshadow(&["man", "--dir", work.path().to_str().context("path")?])?;
+    ensure!(out.status.success());
+    for page in ["walshadow.1", "walshadow-run.1", "walshadow-table-resync.1"] {
+        let text = std::fs::read_to_string(work.path().join(page))
+            .with_context(|| format!("{page} not written"))?;
+        ensure!(text.starts_with(".ie") || text.contains(".TH"), "{page}");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_fatal_error_is_one_json_line() -> Result<()> {
+    let out = walshadow(&[
+        "--log-format",
+        "json",
+        "status",
+        "--config",
+        "/nonexistent.toml",
+    ])?;
+    ensure!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = text.lines().collect();
+    ensure!(lines.len() == 1, "{text}");
+    let event: serde_json::Value = serde_json::from_str(lines[0]).context("not JSON")?;
+    ensure!(
+        event["level"] == "ERROR"
+            && event["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("reading config file /nonexistent.toml")),
+        "{event}"
+    );
+    let out = Command::new(BIN)
+        .args(["status", "--config", "/x"])
+        .env("WALSHADOW_LOG_FORMAT", "yaml")
+        .output()?;
+    ensure!(
+        !out.status.success()
+            && String::from_utf8_lossy(&out.stderr).contains("possible values: text, json")
+    );
+    Ok(())
+}
+
+/// `run` with `WALSHADOW_LOG_FORMAT=json` (as the unit sets it): every
+/// line of its log is a JSON object, the `CREATE TABLE` statement (many
+/// lines of SQL) is one of them, and rows stream as with text logs.
+fn json_run_log(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(BIN, major, "json-log", &["public.t"], "")?;
+    h.env.push(("WALSHADOW_LOG_FORMAT".into(), "json".into()));
+    h.source
+        .psql("create table t (id int primary key, v text);")?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into t select g, 'v' || g from generate_series(1, 50) g;")?;
+    h.wait_caught_up(Duration::from_secs(120))?;
+    let n = h.assert_equal("public.t", "t", &[same("id"), same("v")])?;
+    ensure!(n == 50, "{n} rows");
+    h.stop_run()?;
+    let log = std::fs::read_to_string(h.run_log_path())?;
+    let mut statement = None;
+    for line in log.lines() {
+        let event: serde_json::Value =
+            serde_json::from_str(line).with_context(|| format!("not a JSON event: {line}"))?;
+        let message = event["message"].as_str().unwrap_or_default();
+        if message.starts_with("ClickHouse: CREATE TABLE") {
+            statement = Some(message.to_owned());
+        }
+    }
+    let statement = statement.context("no CREATE TABLE event")?;
+    ensure!(statement.contains('\n'), "{statement}");
+    ensure!(log.lines().count() > 5, "{log}");
+    Ok(())
+}
+
+per_major!(json_run_log => a_json_run_log_is_one_event_per_line: pg18);
