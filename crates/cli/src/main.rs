@@ -5,6 +5,7 @@ mod backup_cmd;
 mod catalog_cmd;
 mod shadow_cmd;
 mod table_cmd;
+mod teardown_cmd;
 mod toast_cmd;
 mod wal_dump;
 
@@ -75,6 +76,13 @@ enum Command {
     /// archive. Reads only.
     #[command(subcommand)]
     Backup(BackupCommand),
+    /// Drop what `init` made on the source: the physical slot (the source
+    /// stops keeping WAL for walshadow) and, with --drop-config-table, the
+    /// config table. Then init.json goes, so nothing starts on what is
+    /// left. Refused while `walshadow run` runs; without --yes, says what
+    /// it would do. The state and shadow directories and the ClickHouse
+    /// tables stay (listed).
+    Teardown(teardown_cmd::TeardownArgs),
     /// Print a shell completion script: `walshadow completions bash >
     /// /etc/bash_completion.d/walshadow` (zsh: into a directory of
     /// `$fpath` as `_walshadow`; fish: `~/.config/fish/completions/`).
@@ -265,6 +273,7 @@ fn main() -> std::process::ExitCode {
         Command::Wal(WalCommand::Dump(args)) => wal_dump::run(args),
         Command::Backup(BackupCommand::List(args)) => backup_cmd::list(args),
         Command::Backup(BackupCommand::Check(args)) => backup_cmd::check(args),
+        Command::Teardown(args) => teardown_cmd::teardown(args),
         Command::Completions { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "walshadow", &mut out);

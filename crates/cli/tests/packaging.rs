@@ -4,7 +4,10 @@
 //! completions and the manual page made from the command line's own
 //! definition, and `--log-format json`: one JSON object per event, the
 //! fatal error included, and a live `run`'s log (PostgreSQL 18) whose every
-//! line parses, a multi-line `CREATE TABLE` statement among them.
+//! line parses, a multi-line `CREATE TABLE` statement among them. And
+//! `walshadow teardown` (15 and 18): refused while `run` runs and without
+//! `--yes`; then the slot goes, `run` no longer starts, and with
+//! `--drop-config-table` the config table and its schema go too.
 
 mod common;
 
@@ -147,3 +150,80 @@ fn json_run_log(major: PgMajor) -> Result<()> {
 }
 
 per_major!(json_run_log => a_json_run_log_is_one_event_per_line: pg18);
+
+/// `walshadow teardown` against a source `init` prepared and `run` used.
+fn teardown(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(BIN, major, "teardown", &["public.t"], "")?;
+    h.source
+        .psql("create table t (id int primary key, v text);")?;
+    h.init()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into t select g, 'v' || g from generate_series(1, 20) g;")?;
+    h.wait_caught_up(Duration::from_secs(120))?;
+    let slots = |h: &StreamHarness| -> Result<String> {
+        h.source.query_one(
+            "select count(*) from pg_replication_slots where slot_name = 'walshadow_stream'",
+        )
+    };
+    let config_table = |h: &StreamHarness| -> Result<String> {
+        h.source
+            .query_one("select count(*) from pg_class where oid = to_regclass('walshadow.tables')")
+    };
+    let config = h.config().to_owned();
+    let refused = |h: &StreamHarness, args: &[&str], needle: &str| -> Result<()> {
+        let out = h.cli(args)?;
+        let said = String::from_utf8_lossy(&out.stderr);
+        ensure!(
+            !out.status.success() && said.contains(needle),
+            "{args:?}: {said}"
+        );
+        Ok(())
+    };
+    // While run runs: refused, naming it.
+    refused(
+        &h,
+        &["teardown", "--config", &config, "--yes"],
+        "stop it first",
+    )?;
+    h.stop_run()?;
+    // Without --yes: the plan, nothing changed.
+    refused(
+        &h,
+        &["teardown", "--config", &config, "--drop-config-table"],
+        "nothing was changed: pass --yes",
+    )?;
+    ensure!(slots(&h)? == "1" && config_table(&h)? == "1");
+    let out = h.cli_ok(&["teardown", "--config", &config, "--yes"])?;
+    ensure!(
+        out.contains("dropped") && out.contains("left in place"),
+        "{out}"
+    );
+    ensure!(slots(&h)? == "0", "the slot is still there");
+    ensure!(config_table(&h)? == "1", "the config table went unasked");
+    // Nothing starts on what is left.
+    refused(&h, &["run", "--config", &config], "init")?;
+    // Again, with the config table: the slot is already gone.
+    let out = h.cli_ok(&[
+        "teardown",
+        "--config",
+        &config,
+        "--yes",
+        "--drop-config-table",
+    ])?;
+    ensure!(out.contains("there was none"), "{out}");
+    ensure!(config_table(&h)? == "0", "the config table is still there");
+    let schema = h
+        .source
+        .query_one("select count(*) from pg_namespace where nspname = 'walshadow'")?;
+    ensure!(
+        schema == "0",
+        "the config table's empty schema is still there"
+    );
+    // The destination keeps what was replicated.
+    let n = h.ch.query("SELECT count() FROM app.t FINAL")?;
+    ensure!(n.trim() == "20", "ClickHouse has {n} rows");
+    Ok(())
+}
+
+per_major!(teardown => teardown_drops_what_init_made: pg15, pg18);

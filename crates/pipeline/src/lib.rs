@@ -25,4 +25,5 @@ pub mod status;
 pub mod stop;
 pub mod stream;
 pub mod table_admin;
+pub mod teardown;
 pub mod toast;
