@@ -37,11 +37,112 @@ pub struct DumpArgs {
     #[arg(long, value_name = "FILE", requires = "source")]
     config: Option<PathBuf>,
     /// Segment files or folders of them.
-    #[arg(value_name = "PATH", required_unless_present = "source")]
+    #[arg(value_name = "PATH", required_unless_present_any = ["source", "rmgr"])]
     paths: Vec<PathBuf>,
+    /// Only records of this resource manager, as pg_waldump names them
+    /// (Heap, Heap2, Transaction, XLOG, Btree, …); repeat for several.
+    /// `--rmgr list` prints the names.
+    #[arg(long, value_name = "RMGR")]
+    rmgr: Vec<String>,
+    /// Only records that touch a block of this relation, as
+    /// TABLESPACE/DATABASE/RELFILENODE (pg_waldump's -R).
+    #[arg(long, value_name = "T/D/R")]
+    relation: Option<RelationArg>,
+    /// With --relation: only records touching this block.
+    #[arg(long, value_name = "N", requires = "relation")]
+    block: Option<u32>,
+    /// Only records touching blocks of this fork (main, fsm, vm, init).
+    #[arg(long, value_name = "FORK", value_parser = ["main", "fsm", "vm", "init"])]
+    fork: Option<String>,
+    /// Only records of this transaction (its own xid in the record).
+    #[arg(long, value_name = "XID")]
+    xid: Option<u32>,
+}
+
+/// `TABLESPACE/DATABASE/RELFILENODE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RelationArg {
+    spc: u32,
+    db: u32,
+    rel: u32,
+}
+
+impl std::str::FromStr for RelationArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = s.split('/').collect();
+        let n = |p: &str| p.parse::<u32>().map_err(|_| format!("{p:?} is not an OID"));
+        match parts.as_slice() {
+            [spc, db, rel] => Ok(RelationArg {
+                spc: n(spc)?,
+                db: n(db)?,
+                rel: n(rel)?,
+            }),
+            _ => Err(format!(
+                "{s:?}: expected TABLESPACE/DATABASE/RELFILENODE, e.g. 1663/5/16384"
+            )),
+        }
+    }
+}
+
+/// Which records a dump prints (pg_waldump's filters: every one given must
+/// match).
+#[derive(Debug, Default)]
+struct DumpFilter {
+    rmgrs: Vec<String>,
+    relation: Option<RelationArg>,
+    block: Option<u32>,
+    fork: Option<String>,
+    xid: Option<u32>,
+}
+
+impl DumpFilter {
+    fn of(args: &DumpArgs) -> anyhow::Result<DumpFilter> {
+        for r in &args.rmgr {
+            if !rmgr_names().any(|n| n.eq_ignore_ascii_case(r)) {
+                bail!("--rmgr {r:?}: no such resource manager; `--rmgr list` prints the names");
+            }
+        }
+        Ok(DumpFilter {
+            rmgrs: args.rmgr.clone(),
+            relation: args.relation,
+            block: args.block,
+            fork: args.fork.clone(),
+            xid: args.xid,
+        })
+    }
+
+    fn matches(&self, r: &RecordSummary) -> bool {
+        if !self.rmgrs.is_empty() && !self.rmgrs.iter().any(|n| n.eq_ignore_ascii_case(r.rmgr)) {
+            return false;
+        }
+        if self.xid.is_some_and(|x| x != r.xid) {
+            return false;
+        }
+        if self.relation.is_none() && self.fork.is_none() {
+            return true;
+        }
+        r.blocks.iter().any(|b| {
+            self.relation
+                .is_none_or(|t| (b.spc, b.db, b.rel) == (t.spc, t.db, t.rel))
+                && self.block.is_none_or(|n| n == b.blk)
+                && self.fork.as_deref().is_none_or(|f| f == b.fork)
+        })
+    }
+}
+
+/// The built-in resource managers' names.
+fn rmgr_names() -> impl Iterator<Item = &'static str> {
+    (0..=walshadow_wal_decode::RmgrId::MAX_BUILTIN).map(|i| walshadow_wal_decode::RmgrId(i).name())
 }
 
 pub fn run(args: DumpArgs) -> anyhow::Result<()> {
+    if args.rmgr.iter().any(|r| r == "list") {
+        let names: Vec<&str> = rmgr_names().collect();
+        return crate::print_quietly(&format!("{}\n", names.join("\n")));
+    }
+    let filter = DumpFilter::of(&args)?;
     let stdout = std::io::stdout().lock();
     let mut out = BufWriter::with_capacity(1 << 16, stdout);
     let result = match &args.source {
@@ -50,9 +151,9 @@ pub fn run(args: DumpArgs) -> anyhow::Result<()> {
                 .enable_all()
                 .build()
                 .context("starting the async runtime")?;
-            rt.block_on(dump_live(url, &args, &mut out))
+            rt.block_on(dump_live(url, &args, &filter, &mut out))
         }
-        None => dump_files(&args, &mut out),
+        None => dump_files(&args, &filter, &mut out),
     };
     match result.and_then(|()| out.flush().map_err(Into::into)) {
         Err(e) if is_broken_pipe(&e) => Ok(()),
@@ -67,13 +168,20 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-fn write_record(out: &mut impl Write, rec: &RecordView<'_>) -> anyhow::Result<()> {
-    serde_json::to_writer(&mut *out, &RecordSummary::from(rec))?;
-    out.write_all(b"\n")?;
+fn write_record(
+    out: &mut impl Write,
+    filter: &DumpFilter,
+    rec: &RecordView<'_>,
+) -> anyhow::Result<()> {
+    let summary = RecordSummary::from(rec);
+    if filter.matches(&summary) {
+        serde_json::to_writer(&mut *out, &summary)?;
+        out.write_all(b"\n")?;
+    }
     Ok(())
 }
 
-fn dump_files(args: &DumpArgs, out: &mut impl Write) -> anyhow::Result<()> {
+fn dump_files(args: &DumpArgs, filter: &DumpFilter, out: &mut impl Write) -> anyhow::Result<()> {
     let set = SegmentSet::scan(&args.paths)?;
     let tli = match args.timeline {
         Some(t) => t,
@@ -87,7 +195,7 @@ fn dump_files(args: &DumpArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let mut records = set.records(tli, args.start, args.end)?;
     let mut n: u64 = 0;
     while let Some(rec) = records.next_ref()? {
-        write_record(out, &rec)?;
+        write_record(out, filter, &rec)?;
         n += 1;
     }
     if let Some((at, reason)) = records.end_of_wal() {
@@ -99,7 +207,12 @@ fn dump_files(args: &DumpArgs, out: &mut impl Write) -> anyhow::Result<()> {
 /// Streams from a live server: `START_REPLICATION` at the page holding
 /// `--start`, on `--timeline` (default: the server's), following timeline
 /// switches; prints records until `--end` (or forever).
-async fn dump_live(url: &str, args: &DumpArgs, out: &mut impl Write) -> anyhow::Result<()> {
+async fn dump_live(
+    url: &str,
+    args: &DumpArgs,
+    filter: &DumpFilter,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     let Some(start) = args.start else {
         bail!(
             "--start LSN is required with --source (e.g. the output of SELECT pg_current_wal_lsn())"
@@ -175,7 +288,7 @@ async fn dump_live(url: &str, args: &DumpArgs, out: &mut impl Write) -> anyhow::
                     if args.end.is_some_and(|e| rec.lsn >= e) {
                         break 'stream;
                     }
-                    write_record(out, &rec)?;
+                    write_record(out, filter, &rec)?;
                     flushed = rec.end;
                 }
                 out.flush()?;

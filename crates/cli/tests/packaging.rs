@@ -85,6 +85,42 @@ fn completions_and_the_manual_come_from_the_cli() -> Result<()> {
     Ok(())
 }
 
+/// `wal dump`'s filters are named as pg_waldump names them; a wrong one
+/// is refused with what it expects (their effect is checked against
+/// pg_waldump in wal_dump_parity.rs).
+#[test]
+fn wal_dump_filters_are_checked() -> Result<()> {
+    let out = walshadow(&["wal", "dump", "--rmgr", "list"])?;
+    let names = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        out.status.success()
+            && ["Heap", "Heap2", "Transaction", "XLOG", "Btree"]
+                .iter()
+                .all(|n| names.lines().any(|l| l == *n)),
+        "{names}"
+    );
+    for (args, needle) in [
+        (&["--rmgr", "Hep"][..], "no such resource manager"),
+        (
+            &["--relation", "1663/5"][..],
+            "TABLESPACE/DATABASE/RELFILENODE",
+        ),
+        (&["--block", "3"][..], "--relation"),
+        (&["--fork", "toast"][..], "main"),
+    ] {
+        let mut all = vec!["wal", "dump", "--start", "0/1000000"];
+        all.extend_from_slice(args);
+        all.push("/nonexistent");
+        let out = walshadow(&all)?;
+        let said = String::from_utf8_lossy(&out.stderr);
+        ensure!(
+            !out.status.success() && said.contains(needle),
+            "{args:?}: {said}"
+        );
+    }
+    Ok(())
+}
+
 #[test]
 fn a_fatal_error_is_one_json_line() -> Result<()> {
     let out = walshadow(&[

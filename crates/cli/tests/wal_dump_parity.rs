@@ -199,6 +199,88 @@ fn check_page_header(page: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// `wal dump`'s filters against pg_waldump's own on the same WAL: the
+/// relation with the most heap records (`--rmgr Heap --relation T/D/R`),
+/// one of its blocks (`--fork main --block N`), and the busiest
+/// transaction (`--xid`); each non-empty and strictly smaller than all.
+fn check_filters(
+    c: &Cluster,
+    start: Lsn,
+    end: Lsn,
+    all: &[walshadow_testkit::WaldumpRecord],
+) -> Result<()> {
+    let mut per_rel: HashMap<(u32, u32, u32), usize> = HashMap::new();
+    let mut per_xid: HashMap<u32, usize> = HashMap::new();
+    for r in all.iter().filter(|r| r.rmgr == "Heap") {
+        if let Some(b) = r.blocks.first() {
+            *per_rel.entry((b.spc, b.db, b.rel)).or_default() += 1;
+        }
+        *per_xid.entry(r.xid).or_default() += 1;
+    }
+    let (&(spc, db, rel), _) = per_rel
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .context("no heap records")?;
+    let (&xid, _) = per_xid
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .context("no heap records")?;
+    let relation = format!("{spc}/{db}/{rel}");
+    let block = all
+        .iter()
+        .flat_map(|r| &r.blocks)
+        .find(|b| (b.spc, b.db, b.rel) == (spc, db, rel) && b.blk > 0)
+        .map_or(0, |b| b.blk)
+        .to_string();
+    let wal = c.wal_dir();
+    let path = wal.to_str().context("path")?;
+    let range = [
+        "--start".to_owned(),
+        start.to_string(),
+        "--end".to_owned(),
+        end.to_string(),
+    ];
+    let xid = xid.to_string();
+    let owned = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<String>>();
+    for (ours, theirs) in [
+        (
+            owned(&["--rmgr", "Heap", "--relation", &relation]),
+            vec!["--rmgr=Heap".to_owned(), format!("--relation={relation}")],
+        ),
+        (
+            owned(&["--relation", &relation, "--fork", "main", "--block", &block]),
+            vec![
+                format!("--relation={relation}"),
+                "--fork=main".to_owned(),
+                format!("--block={block}"),
+            ],
+        ),
+        (owned(&["--xid", &xid]), vec![format!("--xid={xid}")]),
+    ] {
+        let expected = walshadow_testkit::waldump_filtered(
+            c.install(),
+            &wal,
+            c.timeline()?,
+            start,
+            Some(end),
+            &theirs,
+        )?;
+        let mut args = vec!["wal", "dump"];
+        args.extend(range.iter().map(String::as_str));
+        args.extend(ours.iter().map(String::as_str));
+        args.push(path);
+        let got = parse_dump_output(&walshadow(&args)?)?;
+        ensure!(
+            !expected.is_empty() && expected.len() < all.len(),
+            "pg_waldump {theirs:?} kept {} of {}",
+            expected.len(),
+            all.len()
+        );
+        assert_parity(&got, &expected).with_context(|| format!("wal dump {ours:?}"))?;
+    }
+    Ok(())
+}
+
 fn parity(major: PgMajor, seg_mb: u32, compressions: &[&str], big_rows: u32) -> Result<()> {
     let c = Cluster::start(
         major,
@@ -220,6 +302,7 @@ fn parity(major: PgMajor, seg_mb: u32, compressions: &[&str], big_rows: u32) -> 
     );
     assert_parity(&dump_files(&c, start, end)?, &theirs).context("from segment files")?;
     assert_parity(&dump_live(&c, start, end)?, &theirs).context("from the live stream")?;
+    check_filters(&c, start, end, &theirs)?;
     let images = check_images(&c, start, end)?;
     eprintln!(
         "PostgreSQL {major}: {} records, {images} full-page images, {} MB of WAL agree",

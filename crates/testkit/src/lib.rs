@@ -77,7 +77,7 @@ pub use tls::{CertPair, TestCa};
 pub use wait::wait_until;
 pub use waldump::{
     WaldumpBlock, WaldumpRecord, parse_waldump_line, parse_waldump_output, waldump,
-    waldump_on_timeline,
+    waldump_filtered, waldump_on_timeline,
 };
 pub use workdir::{WorkDir, write_walshadow_config};
 

@@ -90,7 +90,20 @@ pub fn waldump(
     start: Lsn,
     end: Option<Lsn>,
 ) -> Result<Vec<WaldumpRecord>> {
-    run(install, wal_dir, None, start, end)
+    run(install, wal_dir, None, start, end, &[])
+}
+
+/// [`waldump_on_timeline`] with pg_waldump's filters (`--rmgr=Heap`,
+/// `--relation=T/D/R`, `--xid=N`, …) appended.
+pub fn waldump_filtered(
+    install: &PgInstall,
+    wal_dir: &Path,
+    timeline: u32,
+    start: Lsn,
+    end: Option<Lsn>,
+    filters: &[String],
+) -> Result<Vec<WaldumpRecord>> {
+    run(install, wal_dir, Some(timeline), start, end, filters)
 }
 
 /// [`waldump`] reading the segment files of `timeline` (pg_waldump `--timeline`).
@@ -101,7 +114,7 @@ pub fn waldump_on_timeline(
     start: Lsn,
     end: Option<Lsn>,
 ) -> Result<Vec<WaldumpRecord>> {
-    run(install, wal_dir, Some(timeline), start, end)
+    run(install, wal_dir, Some(timeline), start, end, &[])
 }
 
 fn run(
@@ -110,6 +123,7 @@ fn run(
     timeline: Option<u32>,
     start: Lsn,
     end: Option<Lsn>,
+    filters: &[String],
 ) -> Result<Vec<WaldumpRecord>> {
     // pg_waldump does not refuse root, and the WAL may sit in a directory only the
     // current user can read, so it runs as the current user.
@@ -124,6 +138,7 @@ fn run(
     if let Some(tli) = timeline {
         cmd.arg(format!("--timeline={tli}"));
     }
+    cmd.args(filters);
     // Name the start segment: without it pg_waldump 15 learns the segment
     // size from whichever file readdir returns first, and a pre-allocated
     // (all-zero) future segment makes it fail.
