@@ -1091,6 +1091,75 @@ mod tests {
         }
     }
 
+    /// The Grafana dashboard in packaging/ queries only metrics this
+    /// registry exports (every family given a series first).
+    #[test]
+    fn the_dashboard_queries_exported_metrics() {
+        let m = Metrics::new();
+        m.set_positions(0x3000, 0x2800, 0x2000, Some(0x4000));
+        m.set_applied_commit_time(1.7e9);
+        m.add_rows("public.t", 1);
+        m.set_table_stopped("public.t", Some("type_change"));
+        m.set_config_table_ignored(false);
+        m.set_archive(false, 1);
+        m.add_table_reload("public.t", "partial_truncate");
+        m.add_destination_retry();
+        m.add_destination_error("http_500", "transient");
+        m.set_destination_ok(true);
+        m.add_catalog_commit("refreshed");
+        m.set_assembler(1, 2, 3);
+        m.set_toast(&ToastStatus::default());
+        m.set_backfills_pending("copy", 1);
+        m.add_backfill_rows("public.t", "copy", 1, 1);
+        m.set_backfills_running(1);
+        m.set_load_progress("public.t", Some(0.5), Some(10.0));
+        let text = m.render().unwrap();
+        let exported: std::collections::BTreeSet<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .collect();
+        let dashboard: serde_json::Value = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../packaging/grafana/walshadow.json"
+        )))
+        .unwrap();
+        fn exprs<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a str>) {
+            match v {
+                serde_json::Value::Object(o) => {
+                    for (k, v) in o {
+                        match (k.as_str(), v.as_str()) {
+                            ("expr", Some(e)) => out.push(e),
+                            _ => exprs(v, out),
+                        }
+                    }
+                }
+                serde_json::Value::Array(a) => a.iter().for_each(|v| exprs(v, out)),
+                _ => {}
+            }
+        }
+        let mut all = Vec::new();
+        exprs(&dashboard, &mut all);
+        assert!(all.len() > 20, "{} queries", all.len());
+        let mut queried = std::collections::BTreeSet::new();
+        for e in &all {
+            for word in e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if word.starts_with("walshadow_") || word.starts_with("config_") {
+                    queried.insert(word);
+                }
+            }
+        }
+        let missing: Vec<_> = queried.difference(&exported).collect();
+        assert!(missing.is_empty(), "the dashboard queries {missing:?}, not exported");
+        // And it shows every exported family.
+        let unshown: Vec<_> = exported
+            .iter()
+            .filter(|n| !queried.contains(*n) && !n.starts_with("walshadow_toast_"))
+            .filter(|n| !matches!(**n, "walshadow_applied_commit_time_seconds"))
+            .collect();
+        assert!(unshown.is_empty(), "the dashboard leaves out {unshown:?}");
+    }
+
     #[test]
     fn fresh_registry_has_no_made_up_positions() {
         let m = Metrics::new();
