@@ -1150,7 +1150,10 @@ mod tests {
             }
         }
         let missing: Vec<_> = queried.difference(&exported).collect();
-        assert!(missing.is_empty(), "the dashboard queries {missing:?}, not exported");
+        assert!(
+            missing.is_empty(),
+            "the dashboard queries {missing:?}, not exported"
+        );
         // And it shows every exported family.
         let unshown: Vec<_> = exported
             .iter()
