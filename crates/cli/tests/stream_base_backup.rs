@@ -287,7 +287,7 @@ fn failures_recover(major: PgMajor) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("S in the ledger: {e:?}"))?;
     let staged = count(&h, "SELECT count() FROM app.big__wsstg")?;
     ensure!(staged >= 200, "only {staged} rows in staging at the pause");
-    let pending = "config_backfills_pending{mode=\"base_backup\"} 2";
+    let pending = "walshadow_backfills_pending{mode=\"base_backup\"} 2";
     let mut metrics = String::new();
     wait_until(
         Duration::from_secs(30),

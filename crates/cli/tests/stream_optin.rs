@@ -120,7 +120,7 @@ fn opt_in_under_load(major: PgMajor) -> Result<()> {
         .map_err(|_| anyhow::anyhow!("spanning transaction panicked"))??;
     // The endpoint follows within a status tick.
     let series = [
-        "config_backfills_pending{mode=\"copy\"} 0",
+        "walshadow_backfills_pending{mode=\"copy\"} 0",
         "walshadow_backfill_rows_total{",
         "walshadow_rows_written_total{",
     ];

@@ -32,7 +32,7 @@
 //! | `walshadow_catalog_commits_total{outcome}` | counter | catalog-changing commits: `refreshed` (they could concern a table in scope: its rows so far made durable, its descriptor read again), `coalesced` (the same without the flush: none of the tables it concerns changed since durable progress) or `skipped` (temporary tables, unrelated DDL) |
 //! | `walshadow_open_transactions`, `walshadow_assembler_memory_bytes`, `walshadow_assembler_spilled_bytes` | gauge | transaction assembler |
 //! | `walshadow_toast_*` | gauge, counter | the TOAST chunk mirror (size, hits, source reads) |
-//! | `config_backfills_pending{mode}` | gauge | backfills waiting, per `initial_load` mode |
+//! | `walshadow_backfills_pending{mode}` | gauge | backfills waiting, per `initial_load` mode |
 //! | `walshadow_backfills_running` | gauge | backfills in progress |
 //! | `walshadow_backfill_rows_total{table,mode}`, `walshadow_backfill_bytes_total{table,mode}` | counter | what backfills loaded |
 //! | `walshadow_backfill_progress_ratio{table}`, `walshadow_backfill_eta_seconds{table}` | gauge | a `copy` load's blocks read of blocks to read, and the time left at its rate so far |
@@ -375,7 +375,7 @@ impl Metrics {
 
         let backfills_pending: Family<ModeLabels, U64Gauge> = Family::default();
         r.register(
-            "config_backfills_pending",
+            "walshadow_backfills_pending",
             "Backfills (initial loads) requested in the config table and not started yet, per initial_load mode",
             backfills_pending.clone(),
         );
@@ -1144,7 +1144,7 @@ mod tests {
         let mut queried = std::collections::BTreeSet::new();
         for e in &all {
             for word in e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
-                if word.starts_with("walshadow_") || word.starts_with("config_") {
+                if word.starts_with("walshadow_") {
                     queried.insert(word);
                 }
             }
@@ -1171,11 +1171,11 @@ mod tests {
         assert!(!text.contains("walshadow_applied_lsn"), "{text}");
         assert!(!text.contains("walshadow_lag_"), "{text}");
         for mode in ["none", "copy", "base_backup", "object_store"] {
-            let series = format!("config_backfills_pending{{mode=\"{mode}\"}}");
+            let series = format!("walshadow_backfills_pending{{mode=\"{mode}\"}}");
             assert_eq!(value(&text, &series), 0.0);
         }
         assert!(
-            text.contains("# TYPE config_backfills_pending gauge\n"),
+            text.contains("# TYPE walshadow_backfills_pending gauge\n"),
             "{text}"
         );
         assert_eq!(value(&text, "walshadow_backfills_running"), 0.0);
@@ -1253,9 +1253,9 @@ mod tests {
             ("walshadow_toast_source_fetches_total", 6.0),
             ("walshadow_toast_source_misses_total", 4.0),
             ("walshadow_toast_source_errors_total", 3.0),
-            ("config_backfills_pending{mode=\"copy\"}", 2.0),
-            ("config_backfills_pending{mode=\"object_store\"}", 1.0),
-            ("config_backfills_pending{mode=\"base_backup\"}", 0.0),
+            ("walshadow_backfills_pending{mode=\"copy\"}", 2.0),
+            ("walshadow_backfills_pending{mode=\"object_store\"}", 1.0),
+            ("walshadow_backfills_pending{mode=\"base_backup\"}", 0.0),
             (
                 "walshadow_backfill_rows_total{table=\"public.orders\",mode=\"copy\"}",
                 1500.0,
