@@ -623,10 +623,12 @@ fn store_lost_mid_walk(major: PgMajor) -> Result<()> {
 }
 
 /// An interrupted pass resumes (seed 001): `run` crashes right after the
-/// first relation segment of a three-table pass is recorded as in staging;
-/// the next `run` keeps that staging table, walks only the other segments,
-/// replays the gap whole, and publishes once, equal row by row. Before, a
-/// restarted pass walked every segment again into new staging tables.
+/// first relation segment of a three-table pass is recorded as in staging.
+/// With the staging tables dropped meanwhile, the next `run` starts over
+/// (and crashes the same way); the one after keeps the staging its
+/// predecessor left, walks only the other segments, replays the gap whole,
+/// and publishes once, equal row by row. Before, a restarted pass walked
+/// every segment again into new staging tables.
 fn interrupted_pass_resumes(major: PgMajor) -> Result<()> {
     let tool = Tool::PgBackRest(Repo::new("os-resume")?);
     let mut h = harness(
@@ -676,6 +678,25 @@ fn interrupted_pass_resumes(major: PgMajor) -> Result<()> {
         staged > 0 && progress.exists(),
         "after the crash: {staged} rows in staging, progress file there: {}",
         progress.exists()
+    );
+    // Staging dropped meanwhile (as by an operator, or another pass of the
+    // tables): what the file records no longer holds, and the next run
+    // starts over (it crashes again after its own first segment).
+    for t in names {
+        h.ch.query(&format!("DROP TABLE IF EXISTS app.{t}__wsstg SYNC"))?;
+    }
+    let log_from = h.run_log().len();
+    h.start_run()?;
+    wait_until(CATCH_UP, "run to end after its first segment again", || {
+        Ok(h.run_exited().is_some())
+    })
+    .with_context(|| tail_of(&h.run_log()))?;
+    let second = h.run_log().get(log_from..).unwrap_or_default().to_owned();
+    ensure!(
+        !second.contains("initial load (object_store): resuming")
+            && second.contains("staging table prepared"),
+        "a run resumed into staging tables dropped since:\n{}",
+        tail_of(&second)
     );
     h.disarm();
     let log_from = h.run_log().len();
