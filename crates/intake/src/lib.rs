@@ -508,7 +508,6 @@ fn timeline_at(store: &SegmentStore, lsn: Lsn) -> u32 {
         .map_or_else(|| store.timeline(), |s| s.tli)
 }
 
-/// Checks that `bytes`, filtered again at `lsn`, equal what the store holds.
 /// Appends the filter's bytes at `from` to the store; those below
 /// `already` (what the store held before this run) must equal what it
 /// holds, as the filter produces the same bytes again.
@@ -530,6 +529,7 @@ fn store_filtered(
     Ok(())
 }
 
+/// Checks that `bytes`, filtered again at `lsn`, equal what the store holds.
 fn verify_stored(store: &SegmentStore, lsn: Lsn, bytes: &[u8]) -> Result<(), RunError> {
     let mut held = vec![0u8; bytes.len()];
     let n = store.read_at(store.timeline(), lsn, &mut held)?;
