@@ -423,6 +423,27 @@ impl Assembler {
         }
     }
 
+    /// A committed transaction that spilled streams back from its files
+    /// alone: the in-memory tail of each part that spilled goes after its
+    /// file first (at most the budget written once more). Its apply then
+    /// holds read buffers and batches, not the budget besides: that apply
+    /// is where the batches fill, so holding both was the process's peak.
+    /// A tail that cannot be written stays in memory (a failed append
+    /// leaves file and buffer as they were); reading the file back reports
+    /// what is wrong with it.
+    fn spill_tails(&mut self, parts: &mut [TxnBuf]) {
+        let mut ctx = SpillCtx {
+            dir: &self.spill_dir,
+            next_seq: &mut self.next_seq,
+            acct: &self.acct,
+        };
+        for p in parts.iter_mut().filter(|p| p.spill.is_some()) {
+            if let Err(e) = spill_buffer(p, &mut ctx, None) {
+                tracing::debug!(xid = p.xid, error = %e, "committed tail kept in memory");
+            }
+        }
+    }
+
     /// Takes `xid`'s buffer and the listed subxacts' out of the maps, and
     /// discards subxacts assigned to `xid` but not listed (rolled back).
     /// Buffers of prepared transactions are left alone.
@@ -483,7 +504,8 @@ impl Assembler {
                 what: "a plain COMMIT (use commit_prepared)",
             });
         }
-        let parts = self.take_parts(xid, subxacts);
+        let mut parts = self.take_parts(xid, subxacts);
+        self.spill_tails(&mut parts);
         CommittedTxn::assemble(xid, parts, self.merge_ctx())
     }
 
@@ -535,7 +557,8 @@ impl Assembler {
             .prepared
             .remove(&xid)
             .ok_or(TxnError::NotPrepared { xid })?;
-        let parts = xids.iter().filter_map(|&x| self.remove_buf(x)).collect();
+        let mut parts: Vec<_> = xids.iter().filter_map(|&x| self.remove_buf(x)).collect();
+        self.spill_tails(&mut parts);
         CommittedTxn::assemble(xid, parts, self.merge_ctx())
     }
 

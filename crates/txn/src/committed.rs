@@ -43,7 +43,8 @@ enum Stream {
 /// A committed transaction's changes, yielded in LSN order as
 /// `(lsn, payload)`. Memory stays bounded whatever the size: spilled parts
 /// are read frame by frame through [`READ_BUFFER_BYTES`] buffers. The
-/// in-memory changes it took over and its read buffers stay charged to the
+/// in-memory changes it took over (of parts that never spilled: a spilled
+/// part's tail goes to its file at commit) and its read buffers stay charged to the
 /// assembler's budget until yielded or dropped. Spill files are deleted as
 /// each is read to its end, and all of them when it is dropped.
 ///

@@ -65,7 +65,9 @@
 //! budget.
 //!
 //! A live [`CommittedTxn`] keeps the in-memory changes it took over charged
-//! until it yields them, plus a [`READ_BUFFER_BYTES`] read buffer per open
+//! until it yields them (only a transaction that never spilled has any: a
+//! spilled one's in-memory tail goes to its file at commit, so applying it
+//! holds read buffers, not the budget), plus a [`READ_BUFFER_BYTES`] read buffer per open
 //! spill file, at most [`MERGE_FAN_IN`] of them (more files are first merged
 //! into fewer, in passes of [`MERGE_FAN_IN`], inside `commit`): so
 //! `memory_used() <= budget + COMMITTED_READ_OVERHEAD` (256 KiB) per live

@@ -221,6 +221,26 @@ fn spilled_once(dir: &Path) -> (Assembler, PathBuf) {
 }
 
 #[test]
+fn a_committed_transaction_that_spilled_streams_from_disk_alone() {
+    let dir = scratch("txn-tail");
+    let (mut asm, _) = spilled_once(&dir);
+    let txn = asm.commit(5, &[]).unwrap();
+    assert_eq!(
+        asm.memory_used(),
+        walshadow_txn::READ_BUFFER_BYTES,
+        "the in-memory tail went to the file; one read buffer is charged"
+    );
+    let changes: Vec<_> = txn.map(Result::unwrap).collect();
+    assert_eq!(
+        changes,
+        vec![(Lsn(1), vec![1; 100]), (Lsn(2), vec![2; 100])],
+        "both changes, in order"
+    );
+    assert_eq!(asm.memory_used(), 0);
+    assert!(spill_files(&dir).is_empty());
+}
+
+#[test]
 fn a_failed_spill_write_keeps_the_change_out_and_memory_as_it_was() {
     let dir = scratch("txn-enoent");
     let (mut asm, path) = spilled_once(&dir);
