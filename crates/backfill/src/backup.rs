@@ -49,8 +49,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use walshadow_emitter::{
-    BatchConfig, ClickHouseClient, DestTable, MetaColumns, RetryPolicy, RowBinaryEncoder, RowMeta,
-    TableBatch,
+    BatchConfig, ClickHouseClient, ColumnRules, DestTable, MetaColumns, RetryPolicy,
+    RowBinaryEncoder, RowMeta, TableBatch,
 };
 use walshadow_rows::{RowDecoder, RowError, ToastChunk, ToastSource, TupleRef, Value};
 use walshadow_shadow::catalog::ShadowCatalog;
@@ -92,6 +92,8 @@ pub struct PassTable {
     pub s: Lsn,
     /// Its ClickHouse table (in the pass's database).
     pub dest_name: String,
+    /// Its column rules, applied to its descriptors as the stream does.
+    pub columns: ColumnRules,
 }
 
 /// Where a pass's backup comes from.
@@ -1357,7 +1359,7 @@ impl BackupPass {
         let mut dests = Vec::with_capacity(tables.len());
         for t in tables {
             let (schema, name) = walshadow_types::split_table_key(&t.key).unwrap_or_default();
-            let desc = self.describe(&mut catalog, &schema, &name, &t.key).await?;
+            let desc = self.describe(&mut catalog, &schema, &name, t).await?;
             dests.push(
                 DestTable::new(&desc, &self.meta)
                     .map_err(|e| AttemptError::Failed(format!("{}: {e}", t.key)))?,
@@ -1370,6 +1372,10 @@ impl BackupPass {
                 .await
                 .map_err(failed("reading a descriptor"))?
                 .ok_or_else(|| AttemptError::Retry(format!("{name} was dropped meanwhile")))?;
+            let desc = match tables.get(ti) {
+                Some(t) => masked(t, desc)?,
+                None => desc,
+            };
             let decoder =
                 RowDecoder::new(&desc).map_err(|e| AttemptError::Failed(format!("{name}: {e}")))?;
             let dest = dests
@@ -1405,13 +1411,15 @@ impl BackupPass {
         catalog: &mut ShadowCatalog,
         schema: &str,
         name: &str,
-        key: &str,
+        t: &PassTable,
     ) -> Result<RelationDesc, AttemptError> {
-        catalog
+        let key = &t.key;
+        let desc = catalog
             .relation_by_name(schema, name)
             .await
             .map_err(|e| AttemptError::Failed(format!("reading {key}'s descriptor: {e}")))?
-            .ok_or_else(|| AttemptError::Retry(format!("{key} does not exist")))
+            .ok_or_else(|| AttemptError::Retry(format!("{key} does not exist")))?;
+        masked(t, desc)
     }
 
     /// Every walked relation is still on the file the walk read.
@@ -2189,6 +2197,16 @@ impl ToastSource for PassToast<'_> {
                 None
             }
         }
+    }
+}
+
+/// `desc` (table `t`'s, or one of its partitions') with `t`'s column rules
+/// applied; rules the stream refuses fail the load the same way.
+fn masked(t: &PassTable, desc: RelationDesc) -> Result<RelationDesc, AttemptError> {
+    let m = t.columns.apply(desc);
+    match m.refused {
+        Some(why) => Err(AttemptError::Failed(why)),
+        None => Ok(m.desc),
     }
 }
 

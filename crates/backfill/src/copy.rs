@@ -44,8 +44,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use walshadow_emitter::{
-    BatchConfig, ClickHouseClient, DestTable, MetaColumns, RetryPolicy, RowBinaryEncoder, RowMeta,
-    TableBatch,
+    BatchConfig, ClickHouseClient, ColumnRules, DestTable, MetaColumns, RetryPolicy,
+    RowBinaryEncoder, RowMeta, TableBatch,
 };
 use walshadow_rows::Value;
 use walshadow_shadow::catalog::ShadowCatalog;
@@ -68,6 +68,8 @@ const SNAPSHOT_WAIT: Duration = Duration::from_secs(120);
 pub struct CopyLoad {
     /// `schema.name` of the table (the partition root for a partitioned one).
     pub key: String,
+    /// Its column rules, applied to its descriptor as the stream does.
+    pub columns: ColumnRules,
     pub s: Lsn,
     /// A SQL session on the source database (`physical = false`).
     pub source: ConnConfig,
@@ -303,6 +305,11 @@ impl CopyLoad {
             .ok_or_else(|| {
                 AttemptError::Retry(format!("{} does not exist at the snapshot", self.key))
             })?;
+        let masked = self.columns.apply(desc);
+        if let Some(why) = masked.refused {
+            return Err(AttemptError::Failed(why));
+        }
+        let desc = masked.desc;
         let leader = catalog.into_client();
         let decoder = CopyDecoder::new(&desc).map_err(|e| AttemptError::Failed(e.to_string()))?;
         let dest = DestTable::new(&desc, &self.meta).map_err(|e| match e {

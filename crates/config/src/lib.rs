@@ -57,6 +57,8 @@
 //!
 //! [table."public.orders"]                   # a pinned table: streams from the start
 //! # initial_load = "copy"                   # none (default) | copy | base_backup | object_store: load its rows first
+//! # exclude_columns = ["blob"]              # columns left out of ClickHouse and of every load
+//! # unsupported_columns = "stop"            # a column walshadow cannot decode: stop the table, or "skip" the column
 //! ```
 //!
 //! Unknown keys are errors (a typo must not silently fall back to a
@@ -315,6 +317,26 @@ pub struct TableConfig {
     /// default `name` in `public`, `schema__name` elsewhere.
     #[serde(default)]
     pub destination: Option<String>,
+    /// Columns left out of the ClickHouse table and of every load: not
+    /// decoded, not written. A replica identity column cannot be.
+    #[serde(default)]
+    pub exclude_columns: Vec<String>,
+    /// A column of a type walshadow cannot replicate: `stop` the table
+    /// (default, naming the column) or `skip` the column.
+    #[serde(default)]
+    pub unsupported_columns: UnsupportedColumns,
+}
+
+/// `unsupported_columns`: what a column of a type walshadow cannot
+/// replicate does to its table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnsupportedColumns {
+    /// The table stops; the message names the column and these options.
+    #[default]
+    Stop,
+    /// The column is left out, as if excluded; status names it.
+    Skip,
 }
 
 impl TableConfig {
@@ -983,6 +1005,14 @@ impl Config {
                     ));
                 }
             }
+            if let Some(bad) = t.exclude_columns.iter().find(|c| c.is_empty()) {
+                return Err(invalid(
+                    "table.exclude_columns",
+                    format!(
+                        "[table.{key:?}] exclude_columns has an empty name {bad:?}: list column names as the source spells them"
+                    ),
+                ));
+            }
             if let Err(bad) = InitialLoad::parse(t.initial_load.as_deref()) {
                 return Err(invalid(
                     "table.initial_load",
@@ -1315,6 +1345,26 @@ mod tests {
             "{GOOD}{ch}[table.\"public.t\"]\ninitial_load = \"Copy\"\n"
         ))
         .unwrap();
+        let t = parse(&format!(
+            "{GOOD}{ch}[table.\"public.t\"]\nexclude_columns = [\"geom\", \"Blob\"]\nunsupported_columns = \"skip\"\n"
+        ))
+        .unwrap()
+        .tables["public.t"]
+        .clone();
+        assert_eq!(t.exclude_columns, ["geom", "Blob"]);
+        assert_eq!(t.unsupported_columns, UnsupportedColumns::Skip);
+        let err = parse(&format!(
+            "{GOOD}{ch}[table.\"public.t\"]\nunsupported_columns = \"skp\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("skp") && err.contains("skip"), "{err}");
+        let err = parse(&format!(
+            "{GOOD}{ch}[table.\"public.t\"]\nexclude_columns = [\"\"]\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("exclude_columns"), "{err}");
         // One spelling per table: a quoted part that needs no quotes would
         // never match the rows' keys.
         let err = parse(&format!("{GOOD}{ch}[table.'\"public\".t']\n"))

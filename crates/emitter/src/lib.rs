@@ -31,6 +31,7 @@
 
 pub mod batch;
 pub mod client;
+pub mod columns;
 mod datetime;
 pub mod ddl;
 mod decimal;
@@ -42,6 +43,7 @@ pub mod types;
 
 pub use batch::{BatchConfig, FlushError, NotEmpty, RetryPolicy, SealedBatch, TableBatch};
 pub use client::{ClickHouseClient, ClientConfig, InsertSettings, TlsOptions};
+pub use columns::{ColumnRules, LeftOut, Masked};
 pub use ddl::{
     TableSettings, add_column_sql, create_database_sql, create_table_sql, drop_column_sql,
     modify_nullability_sql, quote_ident, quote_string, rename_column_sql,

@@ -173,7 +173,8 @@ impl fmt::Display for ChType {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "column {column:?}: type {type_name} cannot be replicated to ClickHouse ({reason}); \
-     change the column's type or leave the table out"
+     change the column's type, or leave the column out: exclude_columns = [\"{column}\"] or \
+     unsupported_columns = \"skip\" in the table's [table] section"
 )]
 pub struct UnsupportedType {
     pub column: String,

@@ -31,7 +31,7 @@ use walshadow_backfill::snapshot::RecentCommits;
 use walshadow_backfill::staging::{DestLocks, StagingTable, SwapMark};
 use walshadow_backup_store::BackupStore;
 use walshadow_config::{BackfillConfig, BackupCheckpoint, BackupConfig};
-use walshadow_emitter::{ClickHouseClient, MetaColumns};
+use walshadow_emitter::{ClickHouseClient, ColumnRules, MetaColumns};
 use walshadow_types::Lsn;
 use walshadow_wal_reader::replication::ConnConfig;
 
@@ -82,6 +82,7 @@ pub struct Backfills {
     dest_locks: DestLocks,
     /// `object_store` loads' store (opened once) and shadow session.
     store: Option<(Arc<BackupStore>, StoreResources)>,
+    column_rules: HashMap<String, ColumnRules>,
 }
 
 /// What `object_store` loads read: the `[backup]` store, and the shadow
@@ -105,6 +106,8 @@ pub struct LoadResources {
     pub toast_cache_mb: usize,
     /// The stream's per-table write locks (see [`DestLocks`]).
     pub dest_locks: DestLocks,
+    /// Tables' column rules, which loads apply as the stream does.
+    pub column_rules: HashMap<String, ColumnRules>,
 }
 
 impl Backfills {
@@ -166,6 +169,7 @@ impl Backfills {
             following,
             toast_handoffs: Vec::new(),
             dest_locks: resources.dest_locks,
+            column_rules: resources.column_rules,
             store,
             ledger: Arc::new(Mutex::new(ledger)),
             running: HashMap::new(),
@@ -364,6 +368,7 @@ impl Backfills {
                 BASE_BACKUP | OBJECT_STORE => backups.push((
                     pass.mode.clone(),
                     PassTable {
+                        columns: self.column_rules.get(&key).cloned().unwrap_or_default(),
                         key,
                         s: pass.s,
                         dest_name,
@@ -489,6 +494,7 @@ impl Backfills {
     fn start_copy(&mut self, key: String, s: Lsn, dest_name: String) {
         let cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let load = CopyLoad {
+            columns: self.column_rules.get(&key).cloned().unwrap_or_default(),
             key: key.clone(),
             s,
             source: self.source.clone(),

@@ -76,6 +76,11 @@ pub struct TableProgress {
     /// above the loaded rows'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loaded_at: Option<Lsn>,
+    /// Columns the table's rules leave out (`exclude_columns`,
+    /// `unsupported_columns = "skip"`), with why, as of its last schema
+    /// sync.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub left_out: BTreeMap<String, String>,
 }
 
 /// A resync (`walshadow table resync`): from its `s` the table streams into
@@ -115,6 +120,7 @@ impl TableProgress {
             leaves: None,
             waiting_for_key: None,
             loaded_at: None,
+            left_out: BTreeMap::new(),
         }
     }
 }

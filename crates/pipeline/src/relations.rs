@@ -19,6 +19,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use walshadow_emitter::{ColumnRules, Masked};
 use walshadow_shadow::catalog::{CatalogError, ShadowCatalog};
 use walshadow_shadow::feeder::{Feeder, ReplayWaitError};
 use walshadow_types::catalog::RelationDesc;
@@ -86,12 +87,17 @@ pub struct Relations {
     /// Why the config table's rows are ignored, since its last change was
     /// classified (another role owns it).
     config_ignored: Option<String>,
+    /// Pinned tables' column rules (`exclude_columns`,
+    /// `unsupported_columns`): every descriptor of a pinned table handed
+    /// out has them applied.
+    column_rules: HashMap<String, ColumnRules>,
 }
 
 impl Relations {
     pub async fn new(
         mut catalog: ShadowCatalog,
         pinned: BTreeSet<String>,
+        column_rules: HashMap<String, ColumnRules>,
         config_key: String,
         catalog_lsn: Lsn,
     ) -> Result<Relations, ResolveError> {
@@ -109,7 +115,16 @@ impl Relations {
             toast_owner: HashMap::new(),
             toast_owners_known: false,
             config_ignored: None,
+            column_rules,
         })
+    }
+
+    /// `desc` of pinned table `key` with the table's column rules applied.
+    fn masked(&self, key: &str, desc: RelationDesc) -> Masked {
+        match self.column_rules.get(key) {
+            Some(rules) => rules.apply(desc),
+            None => ColumnRules::default().apply(desc),
+        }
     }
 
     /// Why the config table's rows are ignored, while they are.
@@ -219,6 +234,11 @@ impl Relations {
             return Ok(Resolved::Config { desc });
         }
         if self.pinned.contains(&key) {
+            let desc = if self.column_rules.contains_key(&key) {
+                Arc::new(self.masked(&key, Arc::unwrap_or_clone(desc)).desc)
+            } else {
+                desc
+            };
             Ok(Resolved::Pinned { key, desc })
         } else {
             Ok(Resolved::Other)
@@ -319,13 +339,13 @@ impl Relations {
         })
     }
 
-    /// The pinned table `key` (`schema.name`) as the catalog has it now, or
-    /// `None` if it does not exist (yet).
+    /// The pinned table `key` (`schema.name`) as the catalog has it now,
+    /// its column rules applied, or `None` if it does not exist (yet).
     pub async fn pinned_table(
         &mut self,
         feeder: &Feeder,
         key: &str,
-    ) -> Result<Option<Arc<RelationDesc>>, ResolveError> {
+    ) -> Result<Option<Masked>, ResolveError> {
         self.ready(feeder).await?;
         let Some((schema, name)) = walshadow_config::split_table_name(key) else {
             return Ok(None);
@@ -334,7 +354,7 @@ impl Relations {
             .catalog
             .relation_by_name(&schema, &name)
             .await?
-            .map(Arc::new))
+            .map(|d| self.masked(key, d)))
     }
 
     /// See [`ShadowCatalog::partition_leaves`].

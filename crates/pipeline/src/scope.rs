@@ -23,7 +23,26 @@
 //! transaction: rows the opting-in transaction writes to the table are
 //! part of what its initial load reads (the snapshot is taken after `S`).
 
+use std::collections::{BTreeMap, HashMap};
+
+use walshadow_config::{TableConfig, UnsupportedColumns};
+use walshadow_emitter::ColumnRules;
 use walshadow_rows::{RowDecoder, Value};
+
+/// The column rules of the pinned tables that have any.
+pub fn column_rules(tables: &BTreeMap<String, TableConfig>) -> HashMap<String, ColumnRules> {
+    tables
+        .iter()
+        .map(|(key, t)| {
+            let rules = ColumnRules {
+                exclude: t.exclude_columns.iter().cloned().collect(),
+                skip_unsupported: t.unsupported_columns == UnsupportedColumns::Skip,
+            };
+            (key.clone(), rules)
+        })
+        .filter(|(_, r)| !r.is_empty())
+        .collect()
+}
 
 /// An opt-in or opt-out read from the config table.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -24,6 +24,10 @@ pub struct TableStatus {
     /// A load under way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<LoadStatus>,
+    /// Columns not replicated, with why (`exclude_columns`,
+    /// `unsupported_columns = "skip"`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub left_out: BTreeMap<String, String>,
 }
 
 /// How far a table's load is.
@@ -55,6 +59,7 @@ impl TableStatus {
                     stopped: t.stopped.clone(),
                     waiting: None,
                     load: None,
+                    left_out: t.left_out.clone(),
                 };
                 (k.clone(), status)
             })

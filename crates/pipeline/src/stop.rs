@@ -44,10 +44,12 @@ pub enum StopKind {
     /// The config table asked for a table outside
     /// `[source] config_table_allow`.
     NotAllowed,
+    /// The table's column rules would leave out a replica identity column.
+    ColumnRules,
 }
 
 impl StopKind {
-    pub const ALL: [StopKind; 14] = [
+    pub const ALL: [StopKind; 15] = [
         StopKind::UnsupportedType,
         StopKind::NoKey,
         StopKind::SchemaChange,
@@ -62,6 +64,7 @@ impl StopKind {
         StopKind::UnknownInitialLoad,
         StopKind::ResyncTableGone,
         StopKind::NotAllowed,
+        StopKind::ColumnRules,
     ];
 
     pub fn code(self) -> &'static str {
@@ -80,6 +83,7 @@ impl StopKind {
             StopKind::UnknownInitialLoad => "unknown_initial_load",
             StopKind::ResyncTableGone => "resync_table_gone",
             StopKind::NotAllowed => "not_allowed",
+            StopKind::ColumnRules => "column_rules",
         }
     }
 
@@ -87,7 +91,7 @@ impl StopKind {
     pub fn remedy_template(self) -> &'static str {
         match self {
             StopKind::UnsupportedType => {
-                "change the column's type on the source to one walshadow streams, then run `walshadow table resync SCHEMA.TABLE`; or opt the table out"
+                "leave the column out (exclude_columns = [\"COLUMN\"] or unsupported_columns = \"skip\" in [table.\"SCHEMA.TABLE\"]) and restart walshadow, or change the column's type on the source to one walshadow streams; then run `walshadow table resync SCHEMA.TABLE`; or opt the table out"
             }
             StopKind::NoKey => {
                 "give the source table a primary key (or REPLICA IDENTITY FULL / USING INDEX), then run `walshadow table resync SCHEMA.TABLE`"
@@ -121,6 +125,9 @@ impl StopKind {
             StopKind::ResyncTableGone => "run `walshadow table resync SCHEMA.TABLE` again",
             StopKind::NotAllowed => {
                 "if it should stream, add a pattern for it to [source] config_table_allow (or pin it in the config file) and restart; otherwise delete its config table row"
+            }
+            StopKind::ColumnRules => {
+                "take the replica identity column out of exclude_columns in [table.\"SCHEMA.TABLE\"] (or give the source table a key without it) and restart walshadow, then run `walshadow table resync SCHEMA.TABLE`"
             }
         }
     }

@@ -63,6 +63,10 @@ pub struct TableRow {
     pub rows_streamed: u64,
     /// Rows the last load wrote.
     pub rows_loaded: u64,
+    /// Columns not replicated, with why (`exclude_columns`,
+    /// `unsupported_columns = "skip"`).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub left_out: std::collections::BTreeMap<String, String>,
 }
 
 /// The tables of the state directory, in key order.
@@ -147,6 +151,7 @@ pub fn list(config: &Config) -> Result<Vec<TableRow>, AdminError> {
             destination,
             rows_streamed: t.map_or(0, |t| t.rows),
             rows_loaded: pass.map_or(0, |p| p.rows),
+            left_out: t.map(|t| t.left_out.clone()).unwrap_or_default(),
         });
     }
     Ok(out)
@@ -170,6 +175,9 @@ impl fmt::Display for TableList {
             match &t.detail {
                 Some(d) => writeln!(f, "\n    {d}")?,
                 None => writeln!(f)?,
+            }
+            for (column, why) in &t.left_out {
+                writeln!(f, "    column {column} left out: {why}")?;
             }
         }
         Ok(())

@@ -29,6 +29,80 @@ pub struct RowDecoder {
     storage: Vec<Storage>,
 }
 
+/// Column `i` of `desc`: its storage and resolved kind (none if dropped),
+/// or why it cannot be decoded.
+fn resolve_column(
+    desc: &RelationDesc,
+    types: &TypeMap,
+    table: &str,
+    i: usize,
+) -> Result<(Storage, Column), UnsupportedType> {
+    let Some(a) = desc.attributes.get(i) else {
+        return Err(UnsupportedType {
+            table: table.to_owned(),
+            column: String::new(),
+            type_name: String::new(),
+            type_oid: 0,
+            reason: format!("no attribute at position {}", i + 1),
+        });
+    };
+    let refuse = |type_name: String, reason: String| UnsupportedType {
+        table: table.to_owned(),
+        column: a.name.clone(),
+        type_name,
+        type_oid: a.type_oid,
+        reason,
+    };
+    if usize::try_from(a.attnum).ok() != Some(i + 1) {
+        return Err(refuse(
+            types.display_name(a.type_oid),
+            format!(
+                "attribute numbers are not 1..n (found {} at position {})",
+                a.attnum,
+                i + 1
+            ),
+        ));
+    }
+    let Some(align) = Align::from_catalog(&a.align) else {
+        return Err(refuse(
+            types.display_name(a.type_oid),
+            format!("unknown attalign {:?}", a.align),
+        ));
+    };
+    let storage = Storage { len: a.len, align };
+    if a.dropped {
+        let column = Column {
+            name: a.name.clone(),
+            kind: None,
+            missing: None,
+        };
+        return Ok((storage, column));
+    }
+    let (kind, _) = types
+        .resolve(a.type_oid)
+        .map_err(|r| refuse(r.type_name, r.reason))?;
+    let len_ok = match fixed_len(&kind) {
+        Some(l) => l == a.len,
+        None => a.len > 0,
+    };
+    if !len_ok {
+        return Err(refuse(
+            types.display_name(a.type_oid),
+            format!("attlen {} does not fit the type", a.len),
+        ));
+    }
+    let missing = a
+        .missing_value
+        .as_ref()
+        .map(|text| (text.clone(), parse_missing(&kind, text)));
+    let column = Column {
+        name: a.name.clone(),
+        kind: Some(kind),
+        missing,
+    };
+    Ok((storage, column))
+}
+
 impl RowDecoder {
     /// Resolves every column's type; refuses the relation if a live column
     /// has a type outside the supported list (or storage that contradicts
@@ -38,67 +112,27 @@ impl RowDecoder {
         let types = TypeMap::new(&desc.types);
         let mut columns = Vec::with_capacity(desc.attributes.len());
         let mut storage = Vec::with_capacity(desc.attributes.len());
-        for (i, a) in desc.attributes.iter().enumerate() {
-            let refuse = |type_name: String, reason: String| UnsupportedType {
-                table: table.clone(),
-                column: a.name.clone(),
-                type_name,
-                type_oid: a.type_oid,
-                reason,
-            };
-            if usize::try_from(a.attnum).ok() != Some(i + 1) {
-                return Err(refuse(
-                    types.display_name(a.type_oid),
-                    format!(
-                        "attribute numbers are not 1..n (found {} at position {})",
-                        a.attnum,
-                        i + 1
-                    ),
-                ));
-            }
-            let Some(align) = Align::from_catalog(&a.align) else {
-                return Err(refuse(
-                    types.display_name(a.type_oid),
-                    format!("unknown attalign {:?}", a.align),
-                ));
-            };
-            storage.push(Storage { len: a.len, align });
-            if a.dropped {
-                columns.push(Column {
-                    name: a.name.clone(),
-                    kind: None,
-                    missing: None,
-                });
-                continue;
-            }
-            let (kind, _) = types
-                .resolve(a.type_oid)
-                .map_err(|r| refuse(r.type_name, r.reason))?;
-            let len_ok = match fixed_len(&kind) {
-                Some(l) => l == a.len,
-                None => a.len > 0,
-            };
-            if !len_ok {
-                return Err(refuse(
-                    types.display_name(a.type_oid),
-                    format!("attlen {} does not fit the type", a.len),
-                ));
-            }
-            let missing = a
-                .missing_value
-                .as_ref()
-                .map(|text| (text.clone(), parse_missing(&kind, text)));
-            columns.push(Column {
-                name: a.name.clone(),
-                kind: Some(kind),
-                missing,
-            });
+        for i in 0..desc.attributes.len() {
+            let (s, c) = resolve_column(desc, &types, &table, i)?;
+            storage.push(s);
+            columns.push(c);
         }
         Ok(RowDecoder {
             table,
             columns,
             storage,
         })
+    }
+
+    /// Every live column [`RowDecoder::new`] would refuse, each with why
+    /// (`new` stops at the first): what a table's column rules may leave
+    /// out.
+    pub fn refusals(desc: &RelationDesc) -> Vec<UnsupportedType> {
+        let table = format!("{}.{}", desc.schema, desc.name);
+        let types = TypeMap::new(&desc.types);
+        (0..desc.attributes.len())
+            .filter_map(|i| resolve_column(desc, &types, &table, i).err())
+            .collect()
     }
 
     /// The parsed `attmissingval` of column `attnum` (a column added with

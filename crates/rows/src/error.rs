@@ -9,7 +9,8 @@ use walshadow_types::Oid;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "table {table}: column {column} has type {type_name} (oid {type_oid}), which walshadow \
-     cannot decode ({reason}); the table cannot be streamed"
+     cannot decode ({reason}); the table cannot be streamed unless the column is left out: \
+     exclude_columns = [\"{column}\"] or unsupported_columns = \"skip\" in its [table] section"
 )]
 pub struct UnsupportedType {
     /// `schema.name` of the relation.

@@ -349,6 +349,7 @@ impl Streamer {
                 spool_memory_bytes: settings.memory_bytes / 4,
                 toast_cache_mb: settings.toast_cache_mb,
                 dest_locks: dest_locks.clone(),
+                column_rules: settings.column_rules(),
             },
         )?;
         // A pinned table seen for the first time loads per its
@@ -1054,6 +1055,7 @@ impl Streamer {
             let relations = Relations::new(
                 catalog,
                 self.scope.pinned.clone(),
+                self.settings.column_rules(),
                 self.settings.config_key().to_owned(),
                 self.progress.applied,
             )

@@ -2,14 +2,14 @@
 //! `[clickhouse]`, `[stream]`, `[state]`, `[backfill]`, `[backup]`, the config table
 //! of `[source]` and the `[table]` pins. Nothing later reads the file.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use walshadow_config::{
     BackfillConfig, BackupConfig, ClickHouseConfig, Config, SourceConfig, TableConfig,
 };
-use walshadow_emitter::{BatchConfig, MetaColumns};
+use walshadow_emitter::{BatchConfig, ColumnRules, MetaColumns};
 use walshadow_txn::AssemblerConfig;
 use walshadow_wal_reader::replication::ConnConfig;
 
@@ -88,6 +88,12 @@ impl StreamSettings {
     /// The tables pinned in the config file.
     pub(super) fn toml_tables(&self) -> BTreeSet<String> {
         self.tables.keys().cloned().collect()
+    }
+
+    /// The column rules of the tables pinned in the config file that have
+    /// any.
+    pub(super) fn column_rules(&self) -> HashMap<String, ColumnRules> {
+        crate::scope::column_rules(&self.tables)
     }
 
     /// `schema.name` of the config table.

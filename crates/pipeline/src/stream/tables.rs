@@ -55,12 +55,26 @@ impl Streamer {
             let Some(relations) = self.catalog.relations.as_mut() else {
                 return Ok(());
             };
-            let Some(desc) = relations.pinned_table(feeder, &key).await? else {
+            let Some(masked) = relations.pinned_table(feeder, &key).await? else {
                 // Streams once created; until then status says so.
                 self.scope.missing.insert(key);
                 continue;
             };
             self.scope.missing.remove(&key);
+            let walshadow_emitter::Masked {
+                desc,
+                left_out,
+                unknown,
+                refused,
+            } = masked;
+            if let Some(why) = refused {
+                self.stop_table(&key, lsn, crate::stop::StopKind::ColumnRules, why);
+                continue;
+            }
+            let desc = Arc::new(desc);
+            let Some(relations) = self.catalog.relations.as_mut() else {
+                return Ok(());
+            };
             relations.remember_file(&key, &desc);
             if let Err(e) = RowDecoder::new(&desc) {
                 self.stop_table(
@@ -262,6 +276,7 @@ impl Streamer {
             }
             if let Some(t) = self.progress.tables.get_mut(&key) {
                 t.schema = Some((*desc).clone());
+                note_left_out(t, &key, lsn, &left_out, &unknown);
                 if let Some(since) = t.waiting_for_key.take() {
                     tracing::info!(table = %key, lsn = %lsn, since = %since, "the table has a key now: its rows are loaded (copy) and it streams from here");
                     t.loaded_at = Some(lsn);
@@ -528,4 +543,32 @@ impl Streamer {
         }
         Ok(())
     }
+}
+
+/// Records the columns `key`'s rules leave out (status shows them) and
+/// logs what changed; names in `exclude_columns` the table lacks are
+/// warned of at every schema sync.
+fn note_left_out(
+    t: &mut TableProgress,
+    key: &str,
+    lsn: Lsn,
+    left_out: &[walshadow_emitter::LeftOut],
+    unknown: &[String],
+) {
+    let now: BTreeMap<String, String> = left_out
+        .iter()
+        .map(|l| (l.column.clone(), l.reason.clone()))
+        .collect();
+    for (column, reason) in &now {
+        if t.left_out.get(column) != Some(reason) {
+            tracing::warn!(table = %key, column = %column, lsn = %lsn, "column left out of ClickHouse and of every load: {reason}");
+        }
+    }
+    for column in t.left_out.keys().filter(|c| !now.contains_key(*c)) {
+        tracing::info!(table = %key, column = %column, lsn = %lsn, "column no longer left out: it is added to the ClickHouse table; rows written before hold NULL (or its type's default) until `walshadow table resync {key}` loads them again");
+    }
+    for column in unknown {
+        tracing::warn!(table = %key, column = %column, "exclude_columns names a column the table does not have (a typo, or since dropped)");
+    }
+    t.left_out = now;
 }

@@ -1,0 +1,159 @@
+//! Column rules on PostgreSQL 15 and 18: a table with columns walshadow
+//! cannot decode (`point`, `circle`, `int4range`) streams once the
+//! operator says so, through every path — a `copy` load, a `base_backup`
+//! walk and the WAL — with the same columns left out, and says which:
+//!
+//! - `exclude_columns` leaves named columns out whatever their type;
+//!   `unsupported_columns = "skip"` leaves out the undecodable ones;
+//! - the ClickHouse tables lack them, `status` and `table list` name them
+//!   with why, the log warns of an exclusion naming no column;
+//! - the default still stops a table with such a column, naming the column
+//!   and both options; excluding a replica identity column stops the table
+//!   with `column_rules`.
+
+mod common;
+
+use std::time::Duration;
+use walshadow_testkit::per_major;
+
+use anyhow::{Result, ensure};
+use common::loads::wait_loaded;
+use common::{BIN, StreamHarness, same};
+use walshadow_testkit::PgMajor;
+
+const CATCH_UP: Duration = Duration::from_secs(180);
+
+const CONFIG: &str = r#"
+[backfill]
+backup_checkpoint = "fast"
+
+[table."public.shapes"]
+initial_load = "copy"
+exclude_columns = ["secret", "nope"]
+unsupported_columns = "skip"
+
+[table."public.walked"]
+initial_load = "base_backup"
+unsupported_columns = "skip"
+
+[table."public.keyed"]
+exclude_columns = ["id"]
+
+[table."public.plain"]
+"#;
+
+/// The ClickHouse columns of table `name`, in order.
+fn ch_columns(h: &StreamHarness, name: &str) -> Result<Vec<String>> {
+    let out = h.ch.query(&format!(
+        "SELECT name FROM system.columns WHERE database = 'app' AND table = '{name}' ORDER BY position"
+    ))?;
+    Ok(out.lines().map(str::to_owned).collect())
+}
+
+fn left_out(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(BIN, major, "columns", &[], CONFIG)?;
+    h.source.psql(
+        "create table shapes (id int primary key, p point, note text, r int4range, secret text, n int);
+         insert into shapes select g, point(g, -g), 'note ' || g, int4range(g, g + 10), 'pw' || g, g % 13
+           from generate_series(1, 600) g;
+         create table walked (id int primary key, c circle, v text);
+         insert into walked select g, circle(point(g, g), g), 'v' || g from generate_series(1, 400) g;
+         delete from walked where id % 10 = 0;
+         create table keyed (id int primary key, v text);
+         insert into keyed values (1, 'a');
+         create table plain (id int primary key, p point);
+         insert into plain values (1, point(1, 1));",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    wait_loaded(&mut h, "public.shapes")?;
+    wait_loaded(&mut h, "public.walked")?;
+    // Then the WAL: updates of left-out columns only, of kept ones, deletes
+    // and inserts.
+    h.source.psql(
+        "update shapes set p = point(0, 0), secret = 'changed' where id % 3 = 0;
+         update shapes set note = 'updated', r = int4range(1, 2) where id % 5 = 0;
+         delete from shapes where id % 7 = 0;
+         insert into shapes select g, point(g, g), 'late', null, 'x', g from generate_series(601, 700) g;
+         update walked set c = circle(point(0, 0), 1), v = 'w' where id % 4 = 0;
+         insert into walked values (1000, null, 'new');
+         delete from walked where id % 9 = 0;",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal(
+        "public.shapes",
+        "shapes",
+        &[same("id"), same("note"), same("n")],
+    )?;
+    ensure!(n > 600, "{n} rows of shapes");
+    h.assert_equal("public.walked", "walked", &[same("id"), same("v")])?;
+
+    let shapes = ch_columns(&h, "shapes")?;
+    for gone in ["p", "r", "secret"] {
+        ensure!(
+            !shapes.iter().any(|c| c == gone),
+            "ClickHouse table shapes has {gone}: {shapes:?}"
+        );
+    }
+    ensure!(
+        shapes.iter().any(|c| c == "note"),
+        "shapes lost note: {shapes:?}"
+    );
+    ensure!(
+        !ch_columns(&h, "walked")?.iter().any(|c| c == "c"),
+        "walked has c"
+    );
+
+    let status = h.status_json()?;
+    let shown = &status["tables"]["public.shapes"]["left_out"];
+    let names: Vec<&str> = shown
+        .as_object()
+        .map(|o| o.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    ensure!(names == ["p", "r", "secret"], "status left_out: {shown}");
+    ensure!(
+        shown["secret"] == "exclude_columns"
+            && shown["p"].as_str().is_some_and(|w| w.contains("point")),
+        "status left_out reasons: {shown}"
+    );
+    let row = h.table_state("public.walked")?;
+    ensure!(
+        row["state"] == "streaming" && row["left_out"]["c"].as_str().is_some(),
+        "table list: {row}"
+    );
+    let log = h.run_log();
+    ensure!(
+        log.contains("exclude_columns names a column the table does not have")
+            && log.contains("nope"),
+        "no warning of the unknown exclusion:\n{log}"
+    );
+
+    // The default stops the table, naming the column and the options.
+    let plain = h.table_state("public.plain")?;
+    let detail = plain["detail"].as_str().unwrap_or_default();
+    ensure!(
+        plain["state"] == "stopped"
+            && detail.contains("column p")
+            && detail.contains("exclude_columns")
+            && detail.contains("unsupported_columns"),
+        "plain: {plain}"
+    );
+    // A key column cannot be left out.
+    let keyed = h.table_state("public.keyed")?;
+    let detail = keyed["detail"].as_str().unwrap_or_default();
+    ensure!(
+        keyed["state"] == "stopped"
+            && detail.contains("replica identity")
+            && detail.contains("\"id\""),
+        "keyed: {keyed}"
+    );
+    ensure!(
+        status["tables"]["public.keyed"]["stopped"]["code"] == "column_rules",
+        "keyed's code: {}",
+        status["tables"]["public.keyed"]
+    );
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(left_out => columns_left_out_by_rules_stream_on_every_path: pg15, pg18);

@@ -1,0 +1,223 @@
+//! Columns a table's rules leave out of its replication: named in
+//! `exclude_columns`, or of a type walshadow cannot replicate when the
+//! table says `unsupported_columns = "skip"`.
+//!
+//! A column left out is marked dropped in the relation's descriptor, and
+//! every reader downstream takes that descriptor: the stream's row decoder
+//! walks past its bytes without decoding them, the ClickHouse table has no
+//! such column, a `copy` load leaves it out of its select list and a page
+//! walk out of its rows. So one function decides, the same on every path.
+//!
+//! A column of the replica identity is never left out: ClickHouse keys the
+//! rows by it. Rules that would leave one out refuse the table instead.
+
+use std::collections::BTreeSet;
+
+use walshadow_rows::RowDecoder;
+use walshadow_types::catalog::RelationDesc;
+
+use crate::types::clickhouse_type;
+
+/// One table's column rules.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ColumnRules {
+    /// Column names left out whatever their type.
+    pub exclude: BTreeSet<String>,
+    /// Columns of types walshadow cannot replicate are left out rather
+    /// than stopping the table.
+    pub skip_unsupported: bool,
+}
+
+/// A column left out, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftOut {
+    pub column: String,
+    pub reason: String,
+}
+
+/// A descriptor with the rules applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Masked {
+    /// The relation as walshadow replicates it: left-out columns dropped.
+    pub desc: RelationDesc,
+    pub left_out: Vec<LeftOut>,
+    /// `exclude` names the relation has no live column of (a typo, or a
+    /// column since dropped).
+    pub unknown: Vec<String>,
+    /// Why the rules cannot apply: a replica identity column would be left
+    /// out. The table cannot stream until the rules or the key change.
+    pub refused: Option<String>,
+}
+
+impl ColumnRules {
+    /// Whether these rules leave nothing out of any table.
+    pub fn is_empty(&self) -> bool {
+        self.exclude.is_empty() && !self.skip_unsupported
+    }
+
+    /// `desc` with the columns these rules leave out marked dropped.
+    pub fn apply(&self, mut desc: RelationDesc) -> Masked {
+        if self.is_empty() {
+            return Masked {
+                desc,
+                left_out: Vec::new(),
+                unknown: Vec::new(),
+                refused: None,
+            };
+        }
+        let undecodable: Vec<(String, String)> = if self.skip_unsupported {
+            let mut v: Vec<(String, String)> = RowDecoder::refusals(&desc)
+                .into_iter()
+                .map(|u| (u.column, format!("type {}: {}", u.type_name, u.reason)))
+                .collect();
+            let mapped: Vec<(String, String)> = desc
+                .attributes
+                .iter()
+                .filter(|a| !a.dropped && !v.iter().any(|(c, _)| *c == a.name))
+                .filter_map(|a| {
+                    clickhouse_type(a, &desc.types)
+                        .err()
+                        .map(|u| (u.column, format!("type {}: {}", u.type_name, u.reason)))
+                })
+                .collect();
+            v.extend(mapped);
+            v
+        } else {
+            Vec::new()
+        };
+        let key: BTreeSet<&str> = desc.replica_identity.iter().map(String::as_str).collect();
+        let table = format!("{}.{}", desc.schema, desc.name);
+        let mut refused = Vec::new();
+        let mut left_out = Vec::new();
+        for a in desc.attributes.iter_mut().filter(|a| !a.dropped) {
+            let reason = if self.exclude.contains(&a.name) {
+                "exclude_columns".to_owned()
+            } else if let Some((_, why)) = undecodable.iter().find(|(c, _)| *c == a.name) {
+                format!("unsupported_columns = \"skip\" ({why})")
+            } else {
+                continue;
+            };
+            // FULL identity lists every column: none can go.
+            if key.contains(a.name.as_str()) {
+                refused.push(format!("{:?} ({reason})", a.name));
+                continue;
+            }
+            a.dropped = true;
+            left_out.push(LeftOut {
+                column: a.name.clone(),
+                reason,
+            });
+        }
+        let unknown = self
+            .exclude
+            .iter()
+            .filter(|n| {
+                let live = desc.attributes.iter().any(|a| !a.dropped && a.name == **n);
+                !live && !left_out.iter().any(|l: &LeftOut| l.column == **n)
+            })
+            .cloned()
+            .collect();
+        let refused = (!refused.is_empty()).then(|| {
+            let them = if refused.len() == 1 { "it" } else { "them" };
+            format!(
+                "table {table}: the column rules would leave out {} of its replica identity, \
+                 by which ClickHouse keys its rows; take {them} out of exclude_columns, or give \
+                 the table a key without {them}",
+                refused.join(", "),
+            )
+        });
+        Masked {
+            desc,
+            left_out,
+            unknown,
+            refused,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use walshadow_types::catalog::fixtures::{attribute, relation, type_desc};
+    use walshadow_types::catalog::{AttributeDesc, RelationDesc};
+
+    use super::*;
+
+    /// `id int4` (the key), `note text`, `shape` of an unknown composite
+    /// type, `gone` (dropped).
+    fn table() -> RelationDesc {
+        relation(
+            "t",
+            vec![
+                AttributeDesc {
+                    not_null: true,
+                    len: 4,
+                    by_value: true,
+                    ..attribute(1, "id", 23)
+                },
+                attribute(2, "note", 25),
+                attribute(3, "shape", 90_001),
+                AttributeDesc {
+                    dropped: true,
+                    ..attribute(4, "gone", 25)
+                },
+            ],
+            &["id"],
+            vec![type_desc(90_001, "shape", "c", "C")],
+        )
+    }
+
+    fn rules(exclude: &[&str], skip: bool) -> ColumnRules {
+        ColumnRules {
+            exclude: exclude.iter().map(|s| s.to_string()).collect(),
+            skip_unsupported: skip,
+        }
+    }
+
+    fn live(d: &RelationDesc) -> Vec<&str> {
+        d.attributes
+            .iter()
+            .filter(|a| !a.dropped)
+            .map(|a| a.name.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn no_rules_leave_the_descriptor_as_it_is() {
+        let m = ColumnRules::default().apply(table());
+        assert_eq!(m.desc, table());
+        assert!(m.left_out.is_empty() && m.unknown.is_empty() && m.refused.is_none());
+    }
+
+    #[test]
+    fn an_excluded_column_is_dropped_and_named() {
+        let m = rules(&["note"], false).apply(table());
+        assert_eq!(live(&m.desc), ["id", "shape"]);
+        assert_eq!(m.left_out[0].column, "note");
+        assert_eq!(m.left_out[0].reason, "exclude_columns");
+        assert!(RowDecoder::new(&m.desc).is_err(), "shape still refuses");
+    }
+
+    #[test]
+    fn skip_leaves_out_exactly_the_undecodable_columns() {
+        let m = rules(&[], true).apply(table());
+        assert_eq!(live(&m.desc), ["id", "note"]);
+        assert_eq!(m.left_out.len(), 1);
+        assert!(m.left_out[0].reason.contains("shape"), "{:?}", m.left_out);
+        RowDecoder::new(&m.desc).expect("what is left decodes");
+        crate::DestTable::new(&m.desc, &crate::MetaColumns::default())
+            .expect("and maps to ClickHouse");
+    }
+
+    #[test]
+    fn unknown_names_are_reported_and_key_columns_refused() {
+        let m = rules(&["nope", "gone"], false).apply(table());
+        assert_eq!(m.unknown, ["gone", "nope"]);
+        let m = rules(&["id"], false).apply(table());
+        assert_eq!(live(&m.desc), ["id", "note", "shape"], "the key stays");
+        let why = m.refused.expect("refused");
+        assert!(
+            why.contains("\"id\"") && why.contains("replica identity"),
+            "{why}"
+        );
+    }
+}
