@@ -7,6 +7,9 @@
 //!   `unsupported_columns = "skip"` leaves out the undecodable ones;
 //! - the ClickHouse tables lack them, `status` and `table list` name them
 //!   with why, the log warns of an exclusion naming no column;
+//! - a config-table row's `exclude_columns` and `unsupported_columns` do
+//!   the same for an opted-in table, and an UPDATE of them applies at its
+//!   commit (a column no longer excluded is added, filled from then on);
 //! - the default still stops a table with such a column, naming the column
 //!   and both options; excluding a replica identity column stops the table
 //!   with `column_rules`.
@@ -127,6 +130,57 @@ fn left_out(major: PgMajor) -> Result<()> {
             && log.contains("nope"),
         "no warning of the unknown exclusion:\n{log}"
     );
+
+    // The config table's equivalent: an opt-in with rules, then the rules
+    // changed by an UPDATE of its row, applied at that commit.
+    h.source.psql(
+        "create table opted (id int primary key, r int4range, secret text, v text);
+         insert into opted select g, int4range(g, g + 1), 's' || g, 'v' || g from generate_series(1, 200) g;
+         insert into walshadow.tables (schema_name, table_name, initial_load, exclude_columns, unsupported_columns)
+           values ('public', 'opted', 'copy', '{secret}', 'skip');",
+    )?;
+    wait_loaded(&mut h, "public.opted")?;
+    h.source
+        .psql("update opted set v = 'w', secret = 'hidden' where id % 2 = 0;")?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal("public.opted", "opted", &[same("id"), same("v")])?;
+    let opted = ch_columns(&h, "opted")?;
+    ensure!(
+        !opted.iter().any(|c| c == "secret" || c == "r"),
+        "opted: {opted:?}"
+    );
+    // The row's rules outlive a restart (kept in progress.json).
+    h.stop_run()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into opted values (900, int4range(1, 3), 'after restart', 'r');")?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal("public.opted", "opted", &[same("id"), same("v")])?;
+    ensure!(
+        !ch_columns(&h, "opted")?.iter().any(|c| c == "secret"),
+        "secret came back after a restart"
+    );
+    h.source.psql(
+        "update walshadow.tables set exclude_columns = null where table_name = 'opted';
+         update opted set secret = 'shown ' || id where id <= 50;",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    let opted = ch_columns(&h, "opted")?;
+    ensure!(
+        opted.iter().any(|c| c == "secret") && !opted.iter().any(|c| c == "r"),
+        "secret is back, r still skipped: {opted:?}"
+    );
+    // Rows written since carry it; older ones wait for a resync.
+    let shown = h.ch.query(
+        "SELECT count() FROM app.opted FINAL WHERE _is_deleted = 0 AND secret LIKE 'shown %'",
+    )?;
+    ensure!(shown.trim() == "50", "{shown} rows with secret, wanted 50");
+    let status = h.status_json()?;
+    let left: Vec<&str> = status["tables"]["public.opted"]["left_out"]
+        .as_object()
+        .map(|o| o.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    ensure!(left == ["r"], "opted left_out: {left:?}");
 
     // The default stops the table, naming the column and the options.
     let plain = h.table_state("public.plain")?;

@@ -365,9 +365,13 @@ CREATE TABLE IF NOT EXISTS {s}.{t} (
     initial_load text CHECK (lower(initial_load) IN ('none', 'copy', 'base_backup', 'object_store')),
     destination  text,
     resync       bigint NOT NULL DEFAULT 0,
+    exclude_columns text[],
+    unsupported_columns text CHECK (lower(unsupported_columns) IN ('stop', 'skip')),
     PRIMARY KEY (schema_name, table_name)
 );
-COMMENT ON TABLE {s}.{t} IS 'walshadow: a row per table to stream (replicate), how to load its existing rows (initial_load: none or NULL, copy, base_backup, object_store) the ClickHouse table it streams into (destination; NULL: table_name in public, schema_name__table_name elsewhere); raising resync (walshadow table resync) loads the table again and swaps it in';"
+ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS exclude_columns text[];
+ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS unsupported_columns text CHECK (lower(unsupported_columns) IN ('stop', 'skip'));
+COMMENT ON TABLE {s}.{t} IS 'walshadow: a row per table to stream (replicate), how to load its existing rows (initial_load: none or NULL, copy, base_backup, object_store) the ClickHouse table it streams into (destination; NULL: table_name in public, schema_name__table_name elsewhere); raising resync (walshadow table resync) loads the table again and swaps it in; exclude_columns and unsupported_columns (stop or skip) leave columns out of ClickHouse';"
     )
 }
 

@@ -491,6 +491,12 @@ impl Backfills {
         }
     }
 
+    /// The tables' column rules from now on (loads started later apply
+    /// them).
+    pub fn set_column_rules(&mut self, rules: HashMap<String, ColumnRules>) {
+        self.column_rules = rules;
+    }
+
     fn start_copy(&mut self, key: String, s: Lsn, dest_name: String) {
         let cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let load = CopyLoad {

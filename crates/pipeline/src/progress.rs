@@ -81,6 +81,13 @@ pub struct TableProgress {
     /// sync.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub left_out: BTreeMap<String, String>,
+    /// An opted-in table's column rules, from its config-table row (a
+    /// pinned table's are in the config file).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::scope::RowColumnRules::is_empty"
+    )]
+    pub columns: crate::scope::RowColumnRules,
 }
 
 /// A resync (`walshadow table resync`): from its `s` the table streams into
@@ -121,6 +128,7 @@ impl TableProgress {
             waiting_for_key: None,
             loaded_at: None,
             left_out: BTreeMap::new(),
+            columns: Default::default(),
         }
     }
 }

@@ -119,6 +119,15 @@ impl Relations {
         })
     }
 
+    /// New column rules (a config-table row changed them): descriptors
+    /// resolved under the old ones are forgotten.
+    pub fn set_column_rules(&mut self, rules: HashMap<String, ColumnRules>) {
+        if rules != self.column_rules {
+            self.column_rules = rules;
+            self.by_file.clear();
+        }
+    }
+
     /// `desc` of pinned table `key` with the table's column rules applied.
     fn masked(&self, key: &str, desc: RelationDesc) -> Masked {
         match self.column_rules.get(key) {

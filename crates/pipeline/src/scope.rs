@@ -14,6 +14,8 @@
 //!     initial_load text CHECK (…), -- none (NULL) | copy | base_backup | object_store
 //!     destination  text,           -- the ClickHouse table (NULL: the default name)
 //!     resync       bigint NOT NULL DEFAULT 0, -- raised: load again, swap in
+//!     exclude_columns text[],          -- columns left out of ClickHouse
+//!     unsupported_columns text CHECK (…), -- stop (NULL) | skip
 //!     PRIMARY KEY (schema_name, table_name)
 //! );
 //! ```
@@ -57,6 +59,8 @@ pub enum ScopeChange {
         destination: Option<String>,
         /// The row's `resync` counter (absent in older config tables).
         resync: Option<i64>,
+        /// The row's `exclude_columns` and `unsupported_columns`.
+        columns: RowColumnRules,
     },
     /// The row was deleted (or its key changed away).
     Remove { key: String },
@@ -72,6 +76,31 @@ pub struct ConfigRow {
     pub initial_load: Option<String>,
     pub destination: Option<String>,
     pub resync: Option<i64>,
+    pub columns: RowColumnRules,
+}
+
+/// A config-table row's column rules (NULL or absent: none).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RowColumnRules {
+    /// `exclude_columns text[]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
+    /// `unsupported_columns = 'skip'`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skip_unsupported: bool,
+}
+
+impl RowColumnRules {
+    pub fn is_empty(&self) -> bool {
+        self.exclude.is_empty() && !self.skip_unsupported
+    }
+
+    pub fn rules(&self) -> ColumnRules {
+        ColumnRules {
+            exclude: self.exclude.iter().cloned().collect(),
+            skip_unsupported: self.skip_unsupported,
+        }
+    }
 }
 
 /// The fields of a config-table row decoded by `decoder`; `None` if the
@@ -83,6 +112,7 @@ pub fn config_row(decoder: &RowDecoder, values: &[Value]) -> Option<ConfigRow> {
     let mut initial_load = None;
     let mut destination = None;
     let mut resync = None;
+    let mut columns = RowColumnRules::default();
     for (name, v) in decoder.column_names().zip(values) {
         match (name, v) {
             ("schema_name", Value::Text(t)) => schema = Some(t.clone()),
@@ -91,6 +121,19 @@ pub fn config_row(decoder: &RowDecoder, values: &[Value]) -> Option<ConfigRow> {
             ("initial_load", Value::Text(t)) => initial_load = Some(t.clone()),
             ("destination", Value::Text(t)) if !t.is_empty() => destination = Some(t.clone()),
             ("resync", Value::Int64(n)) => resync = Some(*n),
+            ("exclude_columns", Value::Array(a)) => {
+                columns.exclude = a
+                    .elements
+                    .iter()
+                    .filter_map(|e| match e {
+                        Value::Text(t) if !t.is_empty() => Some(t.clone()),
+                        _ => None,
+                    })
+                    .collect();
+            }
+            ("unsupported_columns", Value::Text(t)) => {
+                columns.skip_unsupported = t.eq_ignore_ascii_case("skip");
+            }
             _ => {}
         }
     }
@@ -100,5 +143,6 @@ pub fn config_row(decoder: &RowDecoder, values: &[Value]) -> Option<ConfigRow> {
         initial_load,
         destination,
         resync,
+        columns,
     })
 }

@@ -349,7 +349,7 @@ impl Streamer {
                 spool_memory_bytes: settings.memory_bytes / 4,
                 toast_cache_mb: settings.toast_cache_mb,
                 dest_locks: dest_locks.clone(),
-                column_rules: settings.column_rules(),
+                column_rules: scope::column_rules(&settings, &progress),
             },
         )?;
         // A pinned table seen for the first time loads per its
@@ -1055,7 +1055,7 @@ impl Streamer {
             let relations = Relations::new(
                 catalog,
                 self.scope.pinned.clone(),
-                self.settings.column_rules(),
+                self.column_rules(),
                 self.settings.config_key().to_owned(),
                 self.progress.applied,
             )
@@ -1148,7 +1148,8 @@ async fn config_rows_now(settings: &StreamSettings) -> Vec<ScopeChange> {
         // destination column.
         // The owner check: as at runtime, only a table of walshadow's
         // role (or a superuser's) is believed.
-        "select schema_name, table_name, initial_load, to_jsonb(c)->>'destination', to_jsonb(c)->>'resync' from {}.{} c \
+        "select schema_name, table_name, initial_load, to_jsonb(c)->>'destination', to_jsonb(c)->>'resync', \
+         to_jsonb(c)->>'exclude_columns', to_jsonb(c)->>'unsupported_columns' from {}.{} c \
          where replicate and exists (select 1 from pg_catalog.pg_class k join pg_catalog.pg_roles r on r.oid = k.relowner \
          where k.oid = c.tableoid and (r.rolname = current_user or r.rolsuper))",
         quote(&schema),
@@ -1173,6 +1174,16 @@ async fn config_rows_now(settings: &StreamSettings) -> Vec<ScopeChange> {
                     initial_load: r.text(i, 2).map(str::to_owned),
                     destination: r.text(i, 3).filter(|d| !d.is_empty()).map(str::to_owned),
                     resync: r.text(i, 4).and_then(|n| n.parse().ok()),
+                    columns: crate::scope::RowColumnRules {
+                        exclude: r
+                            .text(i, 5)
+                            .and_then(|j| serde_json::from_str::<Vec<Option<String>>>(j).ok())
+                            .map(|v| v.into_iter().flatten().filter(|c| !c.is_empty()).collect())
+                            .unwrap_or_default(),
+                        skip_unsupported: r
+                            .text(i, 6)
+                            .is_some_and(|u| u.eq_ignore_ascii_case("skip")),
+                    },
                 })
             })
             .collect(),

@@ -3,6 +3,7 @@
 //! with the initial loads they start.
 
 use super::*;
+use walshadow_emitter::ColumnRules;
 
 /// See the module doc.
 #[derive(Debug)]
@@ -28,7 +29,27 @@ impl Scope {
     }
 }
 
+/// Every table's column rules: the config file's for pinned tables, the
+/// config table's (kept in progress) for opted-in ones.
+pub(super) fn column_rules(
+    settings: &super::settings::StreamSettings,
+    progress: &Progress,
+) -> HashMap<String, ColumnRules> {
+    let mut rules = settings.column_rules();
+    for (key, t) in &progress.tables {
+        if t.opted_in && !t.columns.is_empty() && !settings.tables.contains_key(key) {
+            rules.insert(key.clone(), t.columns.rules());
+        }
+    }
+    rules
+}
+
 impl Streamer {
+    /// See [`column_rules`].
+    pub(super) fn column_rules(&self) -> HashMap<String, ColumnRules> {
+        column_rules(&self.settings, &self.progress)
+    }
+
     /// Starts the loads whose `S` has been decoded, into tables whose
     /// ClickHouse table exists.
     pub(super) fn start_loads(&mut self) {
@@ -111,6 +132,7 @@ impl Streamer {
                     initial_load,
                     destination,
                     resync,
+                    columns,
                 }) = change.new.as_ref().and_then(row)
                 else {
                     tracing::warn!(lsn = %seq, "a row of the config table {} without schema_name/table_name: ignored", self.settings.config_key());
@@ -127,6 +149,7 @@ impl Streamer {
                     initial_load,
                     destination,
                     resync,
+                    columns,
                 });
             }
             ChangeKind::Delete => {
@@ -157,16 +180,18 @@ impl Streamer {
         }
         let mut changed = false;
         let mut added = false;
+        let mut rules_changed = Vec::new();
         for change in std::mem::take(&mut self.scope.changes) {
-            let (key, opt_in, load_text, destination, resync) = match change {
+            let (key, opt_in, load_text, destination, resync, columns) = match change {
                 ScopeChange::Set {
                     key,
                     replicate,
                     initial_load,
                     destination,
                     resync,
-                } => (key, replicate, initial_load, destination, resync),
-                ScopeChange::Remove { key } => (key, false, None, None, None),
+                    columns,
+                } => (key, replicate, initial_load, destination, resync, columns),
+                ScopeChange::Remove { key } => (key, false, None, None, None, Default::default()),
             };
             // A raised resync counter on a table walshadow streams (or
             // stopped): load it again and swap it in, whatever else the
@@ -238,6 +263,17 @@ impl Streamer {
                         continue;
                     }
                 };
+                if self.scope.pinned.contains(&key)
+                    && let Some(t) = self.progress.tables.get_mut(&key)
+                    && t.columns != columns
+                {
+                    // Applied at this commit: the ClickHouse table follows
+                    // (columns dropped, or added) at the refresh below.
+                    tracing::info!(table = %key, lsn = %s, "the table's column rules changed in the config table");
+                    t.columns = columns.clone();
+                    rules_changed.push(key.clone());
+                    changed = true;
+                }
                 if self.scope.pinned.contains(&key) {
                     // A duplicate request collapses, but a table that was
                     // opted in without a load and never loaded takes the
@@ -292,6 +328,7 @@ impl Streamer {
                 entry.since = s;
                 entry.stopped = None;
                 entry.resync_seen = resync_seen;
+                entry.columns = columns;
                 self.tables.insert(
                     key.clone(),
                     Table {
@@ -340,8 +377,11 @@ impl Streamer {
             return Ok(());
         }
         self.progress_dirty = true;
+        let rules = self.column_rules();
+        self.backfills.set_column_rules(rules.clone());
         if let Some(r) = self.catalog.relations.as_mut() {
             r.set_pinned(self.scope.pinned.clone());
+            r.set_column_rules(rules);
         }
         let (pinned, config) = (&self.scope.pinned, self.settings.config_key());
         self.catalog
@@ -349,6 +389,9 @@ impl Streamer {
             .retain(|k| pinned.contains(k) || k == config);
         if added {
             self.refresh_tables(s, None).await?;
+        } else if !rules_changed.is_empty() {
+            let only: BTreeSet<String> = rules_changed.into_iter().collect();
+            self.refresh_tables(s, Some(&only)).await?;
         }
         let feeder = &self.shadow.feeder;
         if let Some(r) = self.catalog.relations.as_mut() {
