@@ -26,6 +26,7 @@
 //! | `uuid` | `UUID` | |
 //! | `json`, `jsonb` | `String` | JSON text (`jsonb` as `jsonb_out` renders it) |
 //! | `inet`, `cidr`, `macaddr`, `macaddr8`, `bit`, `varbit`, `xml` | `String` | PostgreSQL's text |
+//! | `point`, `line`, `lseg`, `box`, `path`, `polygon`, `circle`, `pg_lsn` | `String` | PostgreSQL's text (`geo_ops.c`'s forms, `%X/%X`) |
 //! | enum | `LowCardinality(String)` | the label |
 //! | domain | its base type's mapping (with the domain's typmod) | |
 //! | `T[]` | `Array(Nullable(T'))` nested `max(attndims, 1)` deep | see below |
@@ -268,7 +269,15 @@ fn map_type(
         | oid::MACADDR8
         | oid::BIT
         | oid::VARBIT
-        | oid::XML => return scalar(C::String),
+        | oid::XML
+        | oid::POINT
+        | oid::LINE
+        | oid::LSEG
+        | oid::BOX
+        | oid::PATH
+        | oid::POLYGON
+        | oid::CIRCLE
+        | oid::PG_LSN => return scalar(C::String),
         _ => {}
     }
     let Some(t) = types.iter().find(|t| t.oid == type_oid) else {
@@ -426,11 +435,11 @@ mod tests {
 
     #[test]
     fn unsupported_names_column() {
-        let mut point = type_desc(600, "point", "b", "G");
-        point.schema = "pg_catalog".into();
-        let err = clickhouse_type(&attr("where", 600, -1, true), &[point]).unwrap_err();
+        let mut tsv = type_desc(3614, "tsvector", "b", "U");
+        tsv.schema = "pg_catalog".into();
+        let err = clickhouse_type(&attr("where", 3614, -1, true), &[tsv]).unwrap_err();
         assert_eq!(err.column, "where");
-        assert!(err.to_string().contains("pg_catalog.point"), "{err}");
+        assert!(err.to_string().contains("pg_catalog.tsvector"), "{err}");
         let err = clickhouse_type(&attr("x", 99999, -1, true), &[]).unwrap_err();
         assert!(err.to_string().contains("OID 99999"), "{err}");
     }

@@ -6,6 +6,7 @@ use crate::array;
 use crate::bytes::{exact, i32_at, i64_at};
 use crate::datetime;
 use crate::error::DatumError;
+use crate::geometric;
 use crate::jsonb;
 use crate::kind::{Kind, fixed_len};
 use crate::network;
@@ -116,6 +117,8 @@ fn decode_fixed(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         Kind::Uuid => Value::Uuid(exact(b, name)?),
         Kind::MacAddr => Value::MacAddr(exact(b, name)?),
         Kind::MacAddr8 => Value::MacAddr8(exact(b, name)?),
+        Kind::PgLsn => Value::Text(geometric::lsn_text(u64::from_le_bytes(exact(b, name)?))),
+        Kind::Geometric(g) => Value::Text(geometric::stored_text(*g, b)?),
         Kind::Enum(labels) => {
             let oid = u32::from_le_bytes(exact(b, name)?);
             let label = labels.labels.get(&oid).ok_or_else(|| {
@@ -235,6 +238,9 @@ mod tests {
             Kind::TimeTz,
             Kind::Interval,
             Kind::Name,
+            Kind::Geometric(crate::geometric::Geometric::Path),
+            Kind::Geometric(crate::geometric::Geometric::Polygon),
+            Kind::Geometric(crate::geometric::Geometric::Box),
             array_of(Kind::Int4, 4, Align::Int),
             array_of(Kind::Numeric, -1, Align::Int),
             array_of(Kind::Jsonb, -1, Align::Int),

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use walshadow_types::Oid;
 use walshadow_types::catalog::TypeDesc;
 
+use crate::geometric::Geometric;
+
 /// `attalign`/`typalign` (see `att_align_nominal` in tupmacs.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Align {
@@ -103,6 +105,9 @@ pub enum Kind {
     /// bit, varbit.
     Bit,
     Xml,
+    /// point, line, lseg, box, path, polygon, circle.
+    Geometric(Geometric),
+    PgLsn,
     Enum(Arc<EnumLabels>),
     Array(Box<ArrayKind>),
 }
@@ -139,6 +144,8 @@ impl Kind {
             Kind::MacAddr8 => "macaddr8",
             Kind::Bit => "bit",
             Kind::Xml => "xml",
+            Kind::Geometric(g) => g.type_name(),
+            Kind::PgLsn => "pg_lsn",
             Kind::Enum(_) => "enum",
             Kind::Array(_) => "array",
         }
@@ -150,6 +157,7 @@ fn builtin(type_oid: Oid) -> Option<(Kind, Storage)> {
     use Align::*;
     use walshadow_pg_format::type_oid as oid;
     let s = |len, align| Storage { len, align };
+    let geometric = |g: Geometric| (Kind::Geometric(g), s(g.len(), Double));
     Some(match type_oid {
         oid::BOOL => (Kind::Bool, s(1, Char)),
         oid::BYTEA => (Kind::Bytea, s(-1, Int)),
@@ -180,6 +188,14 @@ fn builtin(type_oid: Oid) -> Option<(Kind, Storage)> {
         oid::NUMERIC => (Kind::Numeric, s(-1, Int)),
         oid::UUID => (Kind::Uuid, s(16, Char)),
         oid::JSONB => (Kind::Jsonb, s(-1, Int)),
+        oid::POINT => geometric(Geometric::Point),
+        oid::LINE => geometric(Geometric::Line),
+        oid::LSEG => geometric(Geometric::Lseg),
+        oid::BOX => geometric(Geometric::Box),
+        oid::PATH => geometric(Geometric::Path),
+        oid::POLYGON => geometric(Geometric::Polygon),
+        oid::CIRCLE => geometric(Geometric::Circle),
+        oid::PG_LSN => (Kind::PgLsn, s(8, Double)),
         _ => return None,
     })
 }
@@ -327,7 +343,9 @@ pub(crate) fn fixed_len(kind: &Kind) -> Option<i16> {
         | Kind::Time
         | Kind::Timestamp
         | Kind::TimestampTz
-        | Kind::MacAddr8 => 8,
+        | Kind::MacAddr8
+        | Kind::PgLsn => 8,
+        Kind::Geometric(g) => g.len(),
         Kind::TimeTz => 12,
         Kind::Interval | Kind::Uuid => 16,
         Kind::MacAddr => 6,

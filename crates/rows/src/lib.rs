@@ -48,6 +48,7 @@ mod datum;
 mod decoder;
 mod error;
 mod float;
+mod geometric;
 mod jsonb;
 mod kind;
 mod literal;
@@ -61,6 +62,7 @@ mod varlena;
 
 pub use decoder::RowDecoder;
 pub use error::{RowError, UnsupportedType};
+pub use geometric::Geometric;
 pub use kind::{ArrayKind, EnumLabels, Kind};
 pub use toast::{NoToast, ToastChunk, ToastChunks, ToastSource};
 pub use tuple::{HEAP_HASNULL, HEAP_NATTS_MASK, SIZEOF_HEAP_TUPLE_HEADER, TupleRef};

@@ -54,6 +54,9 @@ pub(crate) fn parse_value(kind: &Kind, s: &str) -> Result<Value, String> {
         Kind::Json => Value::Json(s.to_owned()),
         Kind::Jsonb => Value::Jsonb(s.to_owned()),
         Kind::Xml => Value::Xml(s.to_owned()),
+        // attmissingval comes as the type's own output, which is what
+        // these are written as.
+        Kind::Geometric(_) | Kind::PgLsn => Value::Text(s.to_owned()),
         Kind::Enum(labels) => {
             if !labels.labels.values().any(|l| l == s) {
                 return Err(format!("{s:?} is not a label of {}", labels.type_name));

@@ -80,6 +80,14 @@ const SCALAR_COLUMNS: &[(&str, &str)] = &[
     ("mac8", "macaddr8"),
     ("bt", "bit(5)"),
     ("vb", "varbit(20)"),
+    ("pt", "point"),
+    ("ln", "line"),
+    ("ls", "lseg"),
+    ("bx", "box"),
+    ("pa", "path"),
+    ("pg", "polygon"),
+    ("ci", "circle"),
+    ("lsn", "pg_lsn"),
     ("x", "xml"),
     ("mo", "mood"),
     ("pi", "posint2"),
@@ -122,6 +130,8 @@ const ARRAY_COLUMNS: &[(&str, &str)] = &[
     ("a_bp", "char(3)[]"),
     ("a_js", "json[]"),
     ("a_x", "xml[]"),
+    ("a_pt", "point[]"),
+    ("a_lsn", "pg_lsn[]"),
 ];
 
 /// `CREATE TABLE <table>` with an `id serial primary key`, the scalar columns,
@@ -234,6 +244,16 @@ pub const TYPICAL: Row = &[
     ("a_bp", "'{a,ab,abc}'"),
     ("a_js", r#"array['{"a" : 1}'::json, '[]']"#),
     ("a_x", "array['<x/>'::xml, NULL]"),
+    ("pt", "'(1.5,-2)'"),
+    ("ln", "'{1,-1,0}'"),
+    ("ls", "'[(0,0),(1,1)]'"),
+    ("bx", "'(2,2),(0,0)'"),
+    ("pa", "'[(0,0),(1,1),(2,0)]'"),
+    ("pg", "'((0,0),(1,1),(1,0))'"),
+    ("ci", "'<(1,2),3>'"),
+    ("lsn", "'16/B374D848'"),
+    ("a_pt", r#"'{"(1,2)",NULL,"(3.25,-4)"}'"#),
+    ("a_lsn", "'{0/0,FFFFFFFF/FFFFFFFF,NULL}'"),
     ("dropped_late", "77"),
 ];
 
@@ -291,6 +311,17 @@ pub const EDGES: Row = &[
     ),
     ("a_tx", "'{}'"),
     ("a_n", "'{}'"),
+    // Special floats in every geometric type; a box's corners are stored
+    // high first whatever the input's order; a closed path; one point.
+    ("pt", "'(NaN,-Infinity)'"),
+    ("ln", "'{1e300,-1e-300,0}'"),
+    ("ls", "'[(-0,0),(Infinity,-Infinity)]'"),
+    ("bx", "'(0,0),(1e300,-1e300)'"),
+    ("pa", "'((0,0),(0.1,0.2),(-0,5e-324))'"),
+    ("pg", "'((1,1))'"),
+    ("ci", "'<(0,0),0>'"),
+    ("lsn", "'0/0'"),
+    ("a_pt", "'{}'"),
 ];
 
 /// More edges, where a column has more than EDGES can hold.
@@ -332,6 +363,16 @@ pub const MORE_EDGES: Row = &[
 
 /// Extreme magnitudes: the largest and smallest values the types hold.
 pub const HUGE: Row = &[
+    // A path and a polygon of 500 points (8 kB): compressed, or TOASTed.
+    (
+        "pa",
+        "(select ('[' || string_agg(format('(%s,%s)', g, g * 0.5), ',') || ']')::path from generate_series(1, 500) g)",
+    ),
+    (
+        "pg",
+        "(select ('(' || string_agg(format('(%s,%s)', g * 1.5, -g), ',') || ')')::polygon from generate_series(1, 500) g)",
+    ),
+    ("lsn", "'FFFFFFFF/FFFFFFFF'"),
     // The smallest subnormals.
     ("f4", "1e-45"),
     ("f8", "5e-324"),
@@ -405,26 +446,26 @@ pub fn insert_sql(table: &str, row: &[(&str, &str)], with_xml: bool) -> String {
 /// (see [`UNSUPPORTED`]), and `t_ok`, rows `(1, 'kept')` and `(2, 'also')`, whose
 /// unsupported column was dropped after the first row: no obstacle to decoding it.
 pub const UNSUPPORTED_SQL: &str = "create type pair as (a int, b text);
-     create domain pt as point;
-     create table t_bad1 (id int, p point);
+     create domain rng as int8range;
+     create table t_bad1 (id int, p tsvector);
      create table t_bad2 (id int, r int4range);
      create table t_bad3 (id int, c pair);
-     create table t_bad4 (id int, a point[]);
-     create table t_bad5 (id int, d pt);
-     create table t_ok (id int, gone point, v text);
-     insert into t_ok values (1, '(1,2)', 'kept');
+     create table t_bad4 (id int, a tsvector[]);
+     create table t_bad5 (id int, d rng);
+     create table t_ok (id int, gone tsvector, v text);
+     insert into t_ok values (1, 'a b', 'kept');
      alter table t_ok drop column gone;
      insert into t_ok values (2, 'also');";
 
 /// The tables of [`UNSUPPORTED_SQL`] a decoder must refuse: (table, column, type as
-/// the refusal names it). A geometric type, a range, a composite, an array of an
+/// the refusal names it). A text-search type, a range, a composite, an array of an
 /// unsupported type, a domain over one.
 pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
-    ("t_bad1", "p", "point"),
+    ("t_bad1", "p", "tsvector"),
     ("t_bad2", "r", "int4range"),
     ("t_bad3", "c", "pair"),
-    ("t_bad4", "a", "point[]"),
-    ("t_bad5", "d", "pt"),
+    ("t_bad4", "a", "tsvector[]"),
+    ("t_bad5", "d", "rng"),
 ];
 
 #[cfg(test)]
@@ -447,7 +488,7 @@ mod tests {
             "{sql}"
         );
         assert!(
-            sql.ends_with("  a_x xml[],\n  dropped_late int8\n);"),
+            sql.ends_with("  a_lsn pg_lsn[],\n  dropped_late int8\n);"),
             "{sql}"
         );
         assert!(sql.starts_with("create table t (\n  id serial primary key,\n  b bool,"));

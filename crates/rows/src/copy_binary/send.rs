@@ -198,6 +198,12 @@ pub(crate) fn decode(kind: &Kind, b: &[u8]) -> Result<Value, SendError> {
         Kind::Uuid => Value::Uuid(exact(kind, b)?),
         Kind::MacAddr => Value::MacAddr(exact(kind, b)?),
         Kind::MacAddr8 => Value::MacAddr8(exact(kind, b)?),
+        Kind::PgLsn => Value::Text(crate::geometric::lsn_text(u64::from_be_bytes(exact(
+            kind, b,
+        )?))),
+        Kind::Geometric(g) => {
+            Value::Text(crate::geometric::sent_text(*g, b).map_err(|e| bad(kind, e))?)
+        }
         Kind::Inet | Kind::Cidr => Value::Inet(inet(kind, b)?),
         Kind::Bit => bits(kind, b)?,
         Kind::Array(ak) => Value::Array(array(kind, ak, b)?),
@@ -682,6 +688,9 @@ mod tests {
             Kind::Date,
             Kind::Timestamp,
             Kind::Char,
+            Kind::Geometric(crate::geometric::Geometric::Path),
+            Kind::Geometric(crate::geometric::Geometric::Polygon),
+            Kind::PgLsn,
             int4_array(),
             array_of(1700),
             array_of(25),
