@@ -27,6 +27,7 @@
 //! | `json`, `jsonb` | `String` | JSON text (`jsonb` as `jsonb_out` renders it) |
 //! | `inet`, `cidr`, `macaddr`, `macaddr8`, `bit`, `varbit`, `xml` | `String` | PostgreSQL's text |
 //! | `point`, `line`, `lseg`, `box`, `path`, `polygon`, `circle`, `pg_lsn` | `String` | PostgreSQL's text (`geo_ops.c`'s forms, `%X/%X`) |
+//! | range (over a subtype the row decoder reads) | `String` | `range_out`'s text, `timestamptz` bounds in UTC |
 //! | enum | `LowCardinality(String)` | the label |
 //! | domain | its base type's mapping (with the domain's typmod) | |
 //! | `T[]` | `Array(Nullable(T'))` nested `max(attndims, 1)` deep | see below |
@@ -307,7 +308,10 @@ fn map_type(
             None => Err((type_oid, "array type without an element type".into())),
         },
         "c" => Err((type_oid, "composite types are not supported".into())),
-        "r" | "m" => Err((type_oid, "range types are not supported".into())),
+        // PostgreSQL's text, as for the geometric types; the row decoder
+        // refuses a subtype it cannot read.
+        "r" => Ok(Mapped::Scalar(ChType::String)),
+        "m" => Err((type_oid, "multirange types are not supported".into())),
         _ => Err((type_oid, "no ClickHouse mapping for this type".into())),
     }
 }

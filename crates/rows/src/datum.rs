@@ -11,6 +11,7 @@ use crate::jsonb;
 use crate::kind::{Kind, fixed_len};
 use crate::network;
 use crate::numeric;
+use crate::range;
 use crate::toast::ToastSource;
 use crate::value::Value;
 use crate::varlena;
@@ -141,6 +142,7 @@ fn decode_fixed(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         | Kind::Cidr
         | Kind::Bit
         | Kind::Xml
+        | Kind::Range(_)
         | Kind::Array(_) => return decode_body(kind, b),
     })
 }
@@ -177,6 +179,10 @@ fn decode_body(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         Kind::Array(ak) => {
             let element = |raw: &[u8]| decode_element(&ak.element, raw);
             Value::Array(array::decode(b, ak, &element)?)
+        }
+        Kind::Range(rk) => {
+            let bound = |raw: &[u8]| decode_element(&rk.subtype, raw);
+            Value::Text(range::decode_stored(b, rk, &bound)?)
         }
         _ => return decode_fixed(kind, b),
     })

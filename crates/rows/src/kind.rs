@@ -67,6 +67,13 @@ pub struct ArrayKind {
     pub(crate) element_storage: Storage,
 }
 
+/// A range's subtype, domains resolved.
+#[derive(Debug, Clone)]
+pub struct RangeKind {
+    pub subtype: Kind,
+    pub(crate) subtype_storage: Storage,
+}
+
 /// A supported type, domains resolved.
 ///
 /// Public (read-only use) so that other readers of the same columns — the
@@ -108,6 +115,8 @@ pub enum Kind {
     /// point, line, lseg, box, path, polygon, circle.
     Geometric(Geometric),
     PgLsn,
+    /// A range over a supported subtype (multiranges are not read).
+    Range(Box<RangeKind>),
     Enum(Arc<EnumLabels>),
     Array(Box<ArrayKind>),
 }
@@ -146,6 +155,7 @@ impl Kind {
             Kind::Xml => "xml",
             Kind::Geometric(g) => g.type_name(),
             Kind::PgLsn => "pg_lsn",
+            Kind::Range(_) => "range",
             Kind::Enum(_) => "enum",
             Kind::Array(_) => "array",
         }
@@ -322,7 +332,24 @@ impl<'a> TypeMap<'a> {
                 ))
             }
             "c" => Err(self.refuse(oid, "composite types are not supported")),
-            "r" => Err(self.refuse(oid, "range types are not supported")),
+            "r" => {
+                let Some(sub) = t.range_subtype else {
+                    return Err(self.refuse(oid, "range without a subtype"));
+                };
+                let (subtype, subtype_storage) = self.resolve_at(sub, depth + 1).map_err(|r| {
+                    self.refuse(oid, format!("its subtype {}: {}", r.type_name, r.reason))
+                })?;
+                if subtype_storage.len == -2 || subtype_storage.len == 0 {
+                    return Err(self.refuse(oid, "subtype storage length not supported"));
+                }
+                Ok((
+                    Kind::Range(Box::new(RangeKind {
+                        subtype,
+                        subtype_storage,
+                    })),
+                    storage,
+                ))
+            }
             "m" => Err(self.refuse(oid, "multirange types are not supported")),
             "p" => Err(self.refuse(oid, "pseudo-types cannot be decoded")),
             _ => Err(self.refuse(oid, "not among the supported types")),
@@ -359,6 +386,7 @@ pub(crate) fn fixed_len(kind: &Kind) -> Option<i16> {
         | Kind::Cidr
         | Kind::Bit
         | Kind::Xml
+        | Kind::Range(_)
         | Kind::Array(_) => -1,
     })
 }

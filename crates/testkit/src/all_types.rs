@@ -88,6 +88,12 @@ const SCALAR_COLUMNS: &[(&str, &str)] = &[
     ("pg", "polygon"),
     ("ci", "circle"),
     ("lsn", "pg_lsn"),
+    ("r4", "int4range"),
+    ("r8", "int8range"),
+    ("rn", "numrange"),
+    ("rts", "tsrange"),
+    ("rtz", "tstzrange"),
+    ("rd", "daterange"),
     ("x", "xml"),
     ("mo", "mood"),
     ("pi", "posint2"),
@@ -132,6 +138,7 @@ const ARRAY_COLUMNS: &[(&str, &str)] = &[
     ("a_x", "xml[]"),
     ("a_pt", "point[]"),
     ("a_lsn", "pg_lsn[]"),
+    ("a_rtz", "tstzrange[]"),
 ];
 
 /// `CREATE TABLE <table>` with an `id serial primary key`, the scalar columns,
@@ -254,6 +261,21 @@ pub const TYPICAL: Row = &[
     ("lsn", "'16/B374D848'"),
     ("a_pt", r#"'{"(1,2)",NULL,"(3.25,-4)"}'"#),
     ("a_lsn", "'{0/0,FFFFFFFF/FFFFFFFF,NULL}'"),
+    // Discrete ranges come back canonical ([) bounds); bounds with spaces
+    // are quoted.
+    ("r4", "'[1,10]'"),
+    ("r8", "'(,5]'"),
+    ("rn", "'[1.5,2.25]'"),
+    (
+        "rts",
+        r#"'["2024-01-01 00:00:00","2024-02-29 12:00:00.5")'"#,
+    ),
+    ("rtz", "'[2024-01-01 00:00:00+02,)'"),
+    ("rd", "'[2024-02-29,2024-03-01]'"),
+    (
+        "a_rtz",
+        r#"'{"[2024-01-01 00:00:00+00,2024-01-02 00:00:00+00)",empty,NULL}'"#,
+    ),
     ("dropped_late", "77"),
 ];
 
@@ -322,6 +344,13 @@ pub const EDGES: Row = &[
     ("ci", "'<(0,0),0>'"),
     ("lsn", "'0/0'"),
     ("a_pt", "'{}'"),
+    // Empty, unbounded both ways, NaN and infinite values as bounds.
+    ("r4", "'empty'"),
+    ("r8", "'(,)'"),
+    ("rn", "'[-1e100,NaN]'"),
+    ("rts", "'[-infinity,infinity]'"),
+    ("rtz", "'empty'"),
+    ("rd", "'[4714-11-24 BC,2000-01-01]'"),
 ];
 
 /// More edges, where a column has more than EDGES can hold.
@@ -446,9 +475,9 @@ pub fn insert_sql(table: &str, row: &[(&str, &str)], with_xml: bool) -> String {
 /// (see [`UNSUPPORTED`]), and `t_ok`, rows `(1, 'kept')` and `(2, 'also')`, whose
 /// unsupported column was dropped after the first row: no obstacle to decoding it.
 pub const UNSUPPORTED_SQL: &str = "create type pair as (a int, b text);
-     create domain rng as int8range;
+     create domain rng as tsquery;
      create table t_bad1 (id int, p tsvector);
-     create table t_bad2 (id int, r int4range);
+     create table t_bad2 (id int, r int4multirange);
      create table t_bad3 (id int, c pair);
      create table t_bad4 (id int, a tsvector[]);
      create table t_bad5 (id int, d rng);
@@ -458,11 +487,11 @@ pub const UNSUPPORTED_SQL: &str = "create type pair as (a int, b text);
      insert into t_ok values (2, 'also');";
 
 /// The tables of [`UNSUPPORTED_SQL`] a decoder must refuse: (table, column, type as
-/// the refusal names it). A text-search type, a range, a composite, an array of an
+/// the refusal names it). A text-search type, a multirange, a composite, an array of an
 /// unsupported type, a domain over one.
 pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
     ("t_bad1", "p", "tsvector"),
-    ("t_bad2", "r", "int4range"),
+    ("t_bad2", "r", "int4multirange"),
     ("t_bad3", "c", "pair"),
     ("t_bad4", "a", "tsvector[]"),
     ("t_bad5", "d", "rng"),
@@ -488,7 +517,7 @@ mod tests {
             "{sql}"
         );
         assert!(
-            sql.ends_with("  a_lsn pg_lsn[],\n  dropped_late int8\n);"),
+            sql.ends_with("  a_rtz tstzrange[],\n  dropped_late int8\n);"),
             "{sql}"
         );
         assert!(sql.starts_with("create table t (\n  id serial primary key,\n  b bool,"));

@@ -207,6 +207,13 @@ pub(crate) fn decode(kind: &Kind, b: &[u8]) -> Result<Value, SendError> {
         Kind::Inet | Kind::Cidr => Value::Inet(inet(kind, b)?),
         Kind::Bit => bits(kind, b)?,
         Kind::Array(ak) => Value::Array(array(kind, ak, b)?),
+        Kind::Range(rk) => {
+            let bound = |x: &[u8]| {
+                decode(&rk.subtype, x)
+                    .map_err(|e| format!("its {} bound: {}", e.type_name, e.detail))
+            };
+            Value::Text(crate::range::decode_sent(b, &bound).map_err(|e| bad(kind, e))?)
+        }
     })
 }
 
