@@ -351,6 +351,31 @@ async fn refusals(pg: &Cluster) -> Result<()> {
 
 per_major!(async every_type => every_type_matches_server_and_heap: pg15, pg16, pg17, pg18);
 
+/// contrib's `citext` and `ltree` (on the majors that ship contrib): COPY,
+/// the server's text and the heap decoder agree.
+async fn extensions(major: PgMajor) -> Result<()> {
+    let pg = Cluster::start(major, ClusterOptions::default().conf("autovacuum", "off"))?;
+    pg.psql(
+        "create extension citext; create extension ltree;
+         create table t_ext (id int, ci citext, lt ltree, alt ltree[]);
+         insert into t_ext values (1, 'MiXeD Case', 'Top.Science', '{a.b,NULL}'), (2, '', '', '{}'),
+           (3, null, (select string_agg('l' || g, '.')::ltree from generate_series(1, 300) g), null);",
+    )?;
+    pg.checkpoint()?;
+    let desc = describe(&pg, "t_ext").await?;
+    let decoder = CopyDecoder::new(&desc)?;
+    let columns: Vec<String> = decoder.column_names().map(str::to_owned).collect();
+    let mut c = sql_session(&pg).await?;
+    let chunks = copy_table(&mut c, &decoder, "t_ext").await?;
+    let rows = decode(&desc, chunks.iter().map(|b| &b[..]))?;
+    ensure!(rows.len() == 3, "{} rows", rows.len());
+    let theirs = server_text(&pg, "t_ext", &columns)?;
+    assert_same_text("t_ext", &columns, &rows, Value::to_pg_text, &theirs)?;
+    same_rows("COPY vs heap", &rows, &heap_rows(&pg, &desc, "t_ext")?)
+}
+
+per_major!(async extensions => extension_types_match_server_and_heap: pg15, pg17, pg18);
+
 /// Decoding speed over a 100k-row mixed table (the COPY is read into
 /// memory first: only the decoder is timed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,6 +10,8 @@
 //! - a config-table row's `exclude_columns` and `unsupported_columns` do
 //!   the same for an opted-in table, and an UPDATE of them applies at its
 //!   commit (a column no longer excluded is added, filled from then on);
+//! - contrib's `citext` and `ltree` (known by their extension) stream as
+//!   their text through a `copy` load and the WAL;
 //! - the default still stops a table with such a column, naming the column
 //!   and both options; excluding a replica identity column stops the table
 //!   with `column_rules`.
@@ -43,6 +45,9 @@ unsupported_columns = "skip"
 exclude_columns = ["id"]
 
 [table."public.plain"]
+
+[table."public.tagged"]
+initial_load = "copy"
 "#;
 
 /// The ClickHouse columns of table `name`, in order.
@@ -56,7 +61,10 @@ fn ch_columns(h: &StreamHarness, name: &str) -> Result<Vec<String>> {
 fn left_out(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(BIN, major, "columns", &[], CONFIG)?;
     h.source.psql(
-        "create type pair as (a int, b text);
+        "create extension citext; create extension ltree;
+         create table tagged (id int primary key, ci citext, lt ltree);
+         insert into tagged select g, 'Name ' || g, ('top.n' || g)::ltree from generate_series(1, 50) g;
+         create type pair as (a int, b text);
          create table shapes (id int primary key, p tsvector, note text, r int4multirange, secret text, n int);
          insert into shapes select g, to_tsvector('simple', 'w' || g), 'note ' || g, int4multirange(int4range(g, g + 10)), 'pw' || g, g % 13
            from generate_series(1, 600) g;
@@ -72,6 +80,7 @@ fn left_out(major: PgMajor) -> Result<()> {
     h.start_run()?;
     wait_loaded(&mut h, "public.shapes")?;
     wait_loaded(&mut h, "public.walked")?;
+    wait_loaded(&mut h, "public.tagged")?;
     // Then the WAL: updates of left-out columns only, of kept ones, deletes
     // and inserts.
     h.source.psql(
@@ -81,7 +90,8 @@ fn left_out(major: PgMajor) -> Result<()> {
          insert into shapes select g, 'late', 'late', null, 'x', g from generate_series(601, 700) g;
          update walked set c = row(0, 'y')::pair, v = 'w' where id % 4 = 0;
          insert into walked values (1000, null, 'new');
-         delete from walked where id % 9 = 0;",
+         delete from walked where id % 9 = 0;
+         update tagged set ci = upper(ci::text), lt = lt || 'leaf' where id % 2 = 0;",
     )?;
     h.wait_caught_up(CATCH_UP)?;
     let n = h.assert_equal(
@@ -91,6 +101,13 @@ fn left_out(major: PgMajor) -> Result<()> {
     )?;
     ensure!(n > 600, "{n} rows of shapes");
     h.assert_equal("public.walked", "walked", &[same("id"), same("v")])?;
+    // Extension types (known to the shadow by their extension) stream as
+    // their text, through the load and the WAL.
+    h.assert_equal(
+        "public.tagged",
+        "tagged",
+        &[same("id"), same("ci"), same("lt")],
+    )?;
 
     let shapes = ch_columns(&h, "shapes")?;
     for gone in ["p", "r", "secret"] {

@@ -27,6 +27,7 @@
 //! | `json`, `jsonb` | `String` | JSON text (`jsonb` as `jsonb_out` renders it) |
 //! | `inet`, `cidr`, `macaddr`, `macaddr8`, `bit`, `varbit`, `xml` | `String` | PostgreSQL's text |
 //! | `point`, `line`, `lseg`, `box`, `path`, `polygon`, `circle`, `pg_lsn` | `String` | PostgreSQL's text (`geo_ops.c`'s forms, `%X/%X`) |
+//! | `citext`, `ltree` (by extension and name, see `TypeDesc::is_extension_type`) | `String` | the text |
 //! | range (over a subtype the row decoder reads) | `String` | `range_out`'s text, `timestamptz` bounds in UTC |
 //! | enum | `LowCardinality(String)` | the label |
 //! | domain | its base type's mapping (with the domain's typmod) | |
@@ -287,6 +288,9 @@ fn map_type(
             "the type is not in the relation's catalog description".into(),
         ));
     };
+    if t.is_extension_type("citext", "citext") || t.is_extension_type("ltree", "ltree") {
+        return Ok(Mapped::Scalar(ChType::String));
+    }
     match t.typtype.as_str() {
         "d" => {
             let base = t.base_type.ok_or_else(|| {

@@ -143,6 +143,7 @@ fn decode_fixed(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         | Kind::Bit
         | Kind::Xml
         | Kind::Range(_)
+        | Kind::Ltree
         | Kind::Array(_) => return decode_body(kind, b),
     })
 }
@@ -184,6 +185,7 @@ fn decode_body(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
             let bound = |raw: &[u8]| decode_element(&rk.subtype, raw);
             Value::Text(range::decode_stored(b, rk, &bound)?)
         }
+        Kind::Ltree => Value::Text(crate::extension::ltree_stored(b)?),
         _ => return decode_fixed(kind, b),
     })
 }

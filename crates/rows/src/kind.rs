@@ -115,6 +115,8 @@ pub enum Kind {
     /// point, line, lseg, box, path, polygon, circle.
     Geometric(Geometric),
     PgLsn,
+    /// `ltree` (extension ltree): labels joined by dots.
+    Ltree,
     /// A range over a supported subtype (multiranges are not read).
     Range(Box<RangeKind>),
     Enum(Arc<EnumLabels>),
@@ -156,6 +158,7 @@ impl Kind {
             Kind::Geometric(g) => g.type_name(),
             Kind::PgLsn => "pg_lsn",
             Kind::Range(_) => "range",
+            Kind::Ltree => "ltree",
             Kind::Enum(_) => "enum",
             Kind::Array(_) => "array",
         }
@@ -281,6 +284,15 @@ impl<'a> TypeMap<'a> {
         let Some(storage) = own_storage else {
             return Err(self.refuse(oid, format!("unknown alignment {:?}", t.align)));
         };
+        // Extension types, known by extension and name (their OIDs differ
+        // from one database to the next).
+        if t.is_extension_type("citext", "citext") {
+            // Stored, sent and written exactly as text (citext.c).
+            return Ok((Kind::Text, storage));
+        }
+        if t.is_extension_type("ltree", "ltree") {
+            return Ok((Kind::Ltree, storage));
+        }
         match t.typtype.as_str() {
             "d" => {
                 let Some(base) = t.base_type else {
@@ -387,6 +399,7 @@ pub(crate) fn fixed_len(kind: &Kind) -> Option<i16> {
         | Kind::Bit
         | Kind::Xml
         | Kind::Range(_)
+        | Kind::Ltree
         | Kind::Array(_) => -1,
     })
 }

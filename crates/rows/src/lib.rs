@@ -47,6 +47,7 @@ mod datetime;
 mod datum;
 mod decoder;
 mod error;
+mod extension;
 mod float;
 mod geometric;
 mod jsonb;

@@ -56,7 +56,9 @@ pub(crate) fn parse_value(kind: &Kind, s: &str) -> Result<Value, String> {
         Kind::Xml => Value::Xml(s.to_owned()),
         // attmissingval comes as the type's own output, which is what
         // these are written as.
-        Kind::Geometric(_) | Kind::PgLsn | Kind::Range(_) => Value::Text(s.to_owned()),
+        Kind::Geometric(_) | Kind::PgLsn | Kind::Range(_) | Kind::Ltree => {
+            Value::Text(s.to_owned())
+        }
         Kind::Enum(labels) => {
             if !labels.labels.values().any(|l| l == s) {
                 return Err(format!("{s:?} is not a label of {}", labels.type_name));

@@ -195,3 +195,34 @@ async fn numbers(major: PgMajor) -> Result<()> {
 
 per_major!(async types => every_type_matches_server_text: pg15, pg16, pg17, pg18);
 per_major!(async numbers => random_numbers_match_server_text: pg15, pg16, pg17, pg18);
+
+/// Extension types (contrib's `citext` and `ltree`, on the majors that
+/// ship contrib), known by their extension: a look-alike type of the same
+/// name in another schema is not read as one.
+async fn extensions(major: PgMajor) -> Result<()> {
+    let cluster = Cluster::start(major, ClusterOptions::default().conf("autovacuum", "off"))?;
+    cluster.psql(
+        "create extension citext; create extension ltree;
+         create table t_ext (id int, ci citext, lt ltree, alt ltree[], aci citext[]);
+         insert into t_ext values
+           (1, 'MiXeD Case', 'Top.Science.Astronomy', '{a.b,NULL,c}', '{A,b,NULL}'),
+           (2, '', '', '{}', '{}'),
+           (3, repeat('é', 3000), (select string_agg('l' || g, '.')::ltree from generate_series(1, 300) g),
+              array['x_y.z1'::ltree], array[repeat('Q', 50)::citext]),
+           (4, null, null, null, null);
+         create schema fake;
+         create type fake.citext as (a int);
+         create table t_fake (id int, c fake.citext);",
+    )?;
+    cluster.checkpoint()?;
+    let (rows, _) = common::check_table(&cluster, "t_ext").await?;
+    ensure!(rows == 4, "{rows} rows");
+    let desc = common::describe(&cluster, "t_fake").await?;
+    let err = RowDecoder::new(&desc)
+        .err()
+        .ok_or_else(|| anyhow::anyhow!("a composite named citext was read as citext"))?;
+    ensure!(err.column == "c", "{err}");
+    Ok(())
+}
+
+per_major!(async extensions => extension_types_match_server_text: pg15, pg17, pg18);

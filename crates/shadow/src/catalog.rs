@@ -535,7 +535,10 @@ impl ShadowCatalog {
                         (select string_agg(e.enumlabel, E'\\n' order by e.enumsortorder)
                            from pg_enum e where e.enumtypid = t.oid),
                         (select string_agg(e.oid::text, ',' order by e.enumsortorder)
-                           from pg_enum e where e.enumtypid = t.oid)
+                           from pg_enum e where e.enumtypid = t.oid),
+                        (select x.extname from pg_depend d join pg_extension x on x.oid = d.refobjid
+                          where d.classid = 'pg_type'::regclass and d.objid = t.oid
+                            and d.refclassid = 'pg_extension'::regclass and d.deptype = 'e')
                    from pg_type t join pg_namespace n on n.oid = t.typnamespace where t.oid = {oid}"
             ))
             .await?;
@@ -567,6 +570,7 @@ impl ShadowCatalog {
                 .text(0, 15)
                 .map(|s| s.split(',').filter_map(|o| o.parse().ok()).collect())
                 .unwrap_or_default(),
+            extension: r.text(0, 16).map(str::to_owned),
         }))
     }
 

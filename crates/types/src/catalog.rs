@@ -61,6 +61,18 @@ pub struct TypeDesc {
     pub composite_relid: Option<Oid>,
     /// Ranges: the subtype.
     pub range_subtype: Option<Oid>,
+    /// The extension the type belongs to (`pg_depend` deptype `e`): types
+    /// such as `citext` are known by their extension and name, never by
+    /// name alone (anyone may create a type called `citext`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extension: Option<String>,
+}
+
+impl TypeDesc {
+    /// Whether this is type `name` of extension `extension`.
+    pub fn is_extension_type(&self, extension: &str, name: &str) -> bool {
+        self.extension.as_deref() == Some(extension) && self.name == name
+    }
 }
 
 /// A relation as the decoders need it.
@@ -142,6 +154,7 @@ pub mod fixtures {
             enum_oids: vec![],
             composite_relid: None,
             range_subtype: None,
+            extension: None,
         }
     }
 
