@@ -376,6 +376,31 @@ async fn extensions(major: PgMajor) -> Result<()> {
 
 per_major!(async extensions => extension_types_match_server_and_heap: pg15, pg17, pg18);
 
+/// pgvector's `vector` (16 and 18 ship it here): COPY, the server's text
+/// and the heap decoder agree.
+async fn vectors(major: PgMajor) -> Result<()> {
+    let pg = Cluster::start(major, ClusterOptions::default().conf("autovacuum", "off"))?;
+    pg.psql(
+        "create extension vector;
+         create table t_vec (id int, v vector);
+         insert into t_vec values (1, '[1,2.5,-3]'), (2, null),
+           (3, (select array_agg(g::real / 3)::vector from generate_series(1, 2000) g));",
+    )?;
+    pg.checkpoint()?;
+    let desc = describe(&pg, "t_vec").await?;
+    let decoder = CopyDecoder::new(&desc)?;
+    let columns: Vec<String> = decoder.column_names().map(str::to_owned).collect();
+    let mut c = sql_session(&pg).await?;
+    let chunks = copy_table(&mut c, &decoder, "t_vec").await?;
+    let rows = decode(&desc, chunks.iter().map(|b| &b[..]))?;
+    ensure!(rows.len() == 3, "{} rows", rows.len());
+    let theirs = server_text(&pg, "t_vec", &columns)?;
+    assert_same_text("t_vec", &columns, &rows, Value::to_pg_text, &theirs)?;
+    same_rows("COPY vs heap", &rows, &heap_rows(&pg, &desc, "t_vec")?)
+}
+
+per_major!(async vectors => pgvector_matches_server_and_heap: pg16, pg18);
+
 /// Decoding speed over a 100k-row mixed table (the COPY is read into
 /// memory first: only the decoder is timed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

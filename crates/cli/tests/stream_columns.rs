@@ -23,7 +23,7 @@ use walshadow_testkit::per_major;
 
 use anyhow::{Result, ensure};
 use common::loads::wait_loaded;
-use common::{BIN, StreamHarness, same};
+use common::{BIN, StreamHarness, col, same};
 use walshadow_testkit::PgMajor;
 
 const CATCH_UP: Duration = Duration::from_secs(180);
@@ -230,3 +230,44 @@ fn left_out(major: PgMajor) -> Result<()> {
 }
 
 per_major!(left_out => columns_left_out_by_rules_stream_on_every_path: pg15, pg18);
+
+/// pgvector's `vector` (16 and 18 ship it here) into `Array(Float32)`,
+/// through a `copy` load and the WAL; a NULL vector is `[]`.
+fn vectors(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(
+        BIN,
+        major,
+        "vectors",
+        &[],
+        "[table.\"public.emb\"]\ninitial_load = \"copy\"\n",
+    )?;
+    h.source.psql(
+        "create extension vector;
+         create table emb (id int primary key, v vector(3), w vector);
+         insert into emb select g, format('[%s,%s,-1]', g, g * 0.5)::vector, null from generate_series(1, 100) g;",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    wait_loaded(&mut h, "public.emb")?;
+    h.source.psql(
+        "update emb set v = '[0,0,0]', w = '[1.5,2.5]' where id % 3 = 0;
+         insert into emb values (500, '[7,8,9]', (select array_agg(g * 0.25)::vector from generate_series(1, 1000) g));
+         delete from emb where id % 10 = 0;",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    let text = |c: &str| {
+        col(
+            &format!("coalesce(array_to_string({c}::real[], ','), '')"),
+            &format!("arrayStringConcat(arrayMap(x -> toString(x), {c}), ',')"),
+        )
+    };
+    h.assert_equal("public.emb", "emb", &[same("id"), text("v"), text("w")])?;
+    let ty = h.ch.query(
+        "SELECT type FROM system.columns WHERE database = 'app' AND table = 'emb' AND name = 'v'",
+    )?;
+    ensure!(ty.trim() == "Array(Float32)", "v is {ty}");
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(vectors => pgvector_streams_as_float32_arrays: pg16, pg18);

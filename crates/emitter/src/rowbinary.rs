@@ -252,6 +252,7 @@ pub(crate) fn variant_name(v: &Value) -> &'static str {
         Value::MacAddr(_) => "macaddr",
         Value::MacAddr8(_) => "macaddr8",
         Value::Bits { .. } => "bit",
+        Value::Vector(_) => "vector",
         Value::Xml(_) => "xml",
         Value::Enum(_) => "enum",
         Value::Array(_) => "array",
@@ -289,6 +290,12 @@ pub(crate) fn encode_value(
         // ClickHouse has no nullable arrays: NULL is written as [].
         (ChType::Array(_), Value::Null) => out.push(0),
         (ChType::Array(_), Value::Array(a)) => encode_array(out, ty, a)?,
+        (ChType::Array(inner), Value::Vector(v)) if **inner == ChType::Float32 => {
+            write_leb128(out, v.len() as u64);
+            for f in v {
+                out.extend_from_slice(&f.to_le_bytes());
+            }
+        }
         (_, Value::Null) => return Err(EncodeErrorKind::NullInNotNull),
         (ChType::Bool, Value::Bool(b)) => out.push(u8::from(*b)),
         (ChType::Int16, Value::Int16(n)) => out.extend_from_slice(&n.to_le_bytes()),

@@ -28,6 +28,7 @@
 //! | `inet`, `cidr`, `macaddr`, `macaddr8`, `bit`, `varbit`, `xml` | `String` | PostgreSQL's text |
 //! | `point`, `line`, `lseg`, `box`, `path`, `polygon`, `circle`, `pg_lsn` | `String` | PostgreSQL's text (`geo_ops.c`'s forms, `%X/%X`) |
 //! | `citext`, `ltree` (by extension and name, see `TypeDesc::is_extension_type`) | `String` | the text |
+//! | `vector` (pgvector, by extension and name) | `Array(Float32)` | never `Nullable` (a NULL vector is `[]`); an array of vectors is refused |
 //! | range (over a subtype the row decoder reads) | `String` | `range_out`'s text, `timestamptz` bounds in UTC |
 //! | enum | `LowCardinality(String)` | the label |
 //! | domain | its base type's mapping (with the domain's typmod) | |
@@ -189,8 +190,13 @@ pub struct UnsupportedType {
 /// dimensions are applied.
 enum Mapped {
     Scalar(ChType),
+    /// Taken as it is: never wrapped in `Nullable`.
+    Plain(ChType),
     Enum,
-    Array { element: Oid, typmod: i32 },
+    Array {
+        element: Oid,
+        typmod: i32,
+    },
 }
 
 /// The ClickHouse type of one column (see the module doc for the table).
@@ -206,6 +212,7 @@ pub fn clickhouse_type(
     let mapped =
         map_type(attr.type_oid, attr.typmod, types, 0).map_err(|(o, r)| unsupported(o, r))?;
     Ok(match mapped {
+        Mapped::Plain(t) => t,
         Mapped::Scalar(t) if attr.not_null => t,
         Mapped::Scalar(t) => ChType::nullable(t),
         Mapped::Enum if attr.not_null => ChType::low_cardinality(ChType::String),
@@ -221,6 +228,9 @@ pub fn clickhouse_type(
                         "an array whose elements are themselves arrays (a domain over an array)"
                             .into(),
                     ));
+                    }
+                    Mapped::Plain(_) => {
+                        return Err(unsupported(element, "an array of vectors".into()));
                     }
                 };
             for _ in 0..attr.ndims.max(1) {
@@ -290,6 +300,10 @@ fn map_type(
     };
     if t.is_extension_type("citext", "citext") || t.is_extension_type("ltree", "ltree") {
         return Ok(Mapped::Scalar(ChType::String));
+    }
+    if t.is_extension_type("vector", "vector") {
+        // ClickHouse has no Nullable(Array): a NULL vector is [].
+        return Ok(Mapped::Plain(ChType::array(ChType::Float32)));
     }
     match t.typtype.as_str() {
         "d" => {

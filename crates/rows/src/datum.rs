@@ -144,6 +144,7 @@ fn decode_fixed(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         | Kind::Xml
         | Kind::Range(_)
         | Kind::Ltree
+        | Kind::Vector
         | Kind::Array(_) => return decode_body(kind, b),
     })
 }
@@ -186,6 +187,9 @@ fn decode_body(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
             Value::Text(range::decode_stored(b, rk, &bound)?)
         }
         Kind::Ltree => Value::Text(crate::extension::ltree_stored(b)?),
+        Kind::Vector => {
+            Value::Vector(crate::extension::vector(b, false).map_err(|e| DatumError::bad(name, e))?)
+        }
         _ => return decode_fixed(kind, b),
     })
 }

@@ -2,6 +2,11 @@
 //! `TypeDesc::is_extension_type`). `citext` needs nothing here: it is
 //! stored and sent as `text`.
 //!
+//! `vector` (pgvector's vector.h): after the varlena header an int16
+//! dimension count, an int16 that is always zero, then the float4 values;
+//! `vector_send` is the same fields in network order (`vector_recv`
+//! refuses a non-zero `unused`, NaN and infinities).
+//!
 //! `ltree` (contrib/ltree/ltree.h): after the varlena header a uint16 level
 //! count and padding to 8 bytes (`LTREE_HDRSIZE`), then each level as a
 //! uint16 length and its label, padded to 8 bytes (`LEVEL_NEXT`, MAXALIGN
@@ -57,6 +62,55 @@ pub(crate) fn ltree_sent(b: &[u8]) -> Result<String, String> {
     }
 }
 
+/// A `vector`'s float4 values, from its stored body (little-endian) or
+/// its `_send` form (big-endian).
+pub(crate) fn vector(b: &[u8], sent: bool) -> Result<Vec<f32>, String> {
+    let head = b.first_chunk::<4>().ok_or("shorter than its header")?;
+    let (dim, unused) = if sent {
+        (
+            i16::from_be_bytes([head[0], head[1]]),
+            i16::from_be_bytes([head[2], head[3]]),
+        )
+    } else {
+        (
+            i16::from_le_bytes([head[0], head[1]]),
+            i16::from_le_bytes([head[2], head[3]]),
+        )
+    };
+    let values = b.get(4..).unwrap_or_default();
+    let dim = usize::try_from(dim).map_err(|_| format!("{dim} dimensions"))?;
+    if unused != 0 || values.len() != dim * 4 {
+        return Err(format!(
+            "{dim} dimensions (unused {unused}) in {} bytes",
+            values.len()
+        ));
+    }
+    Ok(values
+        .chunks_exact(4)
+        .filter_map(|c| c.first_chunk::<4>())
+        .map(|&a| {
+            if sent {
+                f32::from_be_bytes(a)
+            } else {
+                f32::from_le_bytes(a)
+            }
+        })
+        .collect())
+}
+
+/// `vector_in`'s text (`[1,2.5,-3]`), for a column's stored default.
+pub(crate) fn parse_vector(s: &str) -> Result<Vec<f32>, String> {
+    let inner = s
+        .trim()
+        .strip_prefix('[')
+        .and_then(|r| r.strip_suffix(']'))
+        .ok_or_else(|| format!("{s:?} is not a vector"))?;
+    inner
+        .split(',')
+        .map(|v| crate::float::parse_f32(v.trim()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +145,26 @@ mod tests {
         assert!(ltree_stored(&[5]).is_err());
         assert_eq!(ltree_sent(b"\x01a.b").unwrap(), "a.b");
         assert!(ltree_sent(b"\x02a").is_err());
+    }
+
+    #[test]
+    fn vectors() {
+        let mut b = 2i16.to_le_bytes().to_vec();
+        b.extend([0, 0]);
+        b.extend(1.5f32.to_le_bytes());
+        b.extend((-2f32).to_le_bytes());
+        assert_eq!(vector(&b, false).unwrap(), [1.5, -2.0]);
+        let mut s = 1i16.to_be_bytes().to_vec();
+        s.extend([0, 0]);
+        s.extend(0.25f32.to_be_bytes());
+        assert_eq!(vector(&s, true).unwrap(), [0.25]);
+        assert!(vector(&b[..b.len() - 1], false).is_err());
+        assert!(
+            vector(&[0xff, 0xff, 0, 0], false).is_err(),
+            "negative dimensions"
+        );
+        assert!(vector(&[0, 0, 1, 0], false).is_err(), "unused is not zero");
+        assert_eq!(parse_vector("[1,2.5,-3]").unwrap(), [1.0, 2.5, -3.0]);
+        assert!(parse_vector("{1}").is_err());
     }
 }

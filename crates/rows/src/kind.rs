@@ -117,6 +117,8 @@ pub enum Kind {
     PgLsn,
     /// `ltree` (extension ltree): labels joined by dots.
     Ltree,
+    /// `vector` (extension pgvector): float4 dimensions.
+    Vector,
     /// A range over a supported subtype (multiranges are not read).
     Range(Box<RangeKind>),
     Enum(Arc<EnumLabels>),
@@ -159,6 +161,7 @@ impl Kind {
             Kind::PgLsn => "pg_lsn",
             Kind::Range(_) => "range",
             Kind::Ltree => "ltree",
+            Kind::Vector => "vector",
             Kind::Enum(_) => "enum",
             Kind::Array(_) => "array",
         }
@@ -293,6 +296,9 @@ impl<'a> TypeMap<'a> {
         if t.is_extension_type("ltree", "ltree") {
             return Ok((Kind::Ltree, storage));
         }
+        if t.is_extension_type("vector", "vector") {
+            return Ok((Kind::Vector, storage));
+        }
         match t.typtype.as_str() {
             "d" => {
                 let Some(base) = t.base_type else {
@@ -400,6 +406,7 @@ pub(crate) fn fixed_len(kind: &Kind) -> Option<i16> {
         | Kind::Xml
         | Kind::Range(_)
         | Kind::Ltree
+        | Kind::Vector
         | Kind::Array(_) => -1,
     })
 }

@@ -91,6 +91,17 @@ impl Value {
                 }
             }
             Value::Array(a) => array::write_array(out, a),
+            // vector_out: shortest float4 text, as float4out writes it.
+            Value::Vector(v) => {
+                out.push('[');
+                for (i, f) in v.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    crate::float::write_f32(out, *f);
+                }
+                out.push(']');
+            }
         }
         true
     }

@@ -100,4 +100,6 @@ pub enum Value {
     /// An enum's label.
     Enum(String),
     Array(ArrayValue),
+    /// pgvector's `vector`: its dimensions.
+    Vector(Vec<f32>),
 }

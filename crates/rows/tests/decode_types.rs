@@ -226,3 +226,24 @@ async fn extensions(major: PgMajor) -> Result<()> {
 }
 
 per_major!(async extensions => extension_types_match_server_text: pg15, pg17, pg18);
+
+/// pgvector's `vector` (on the majors whose test install ships it): the
+/// shortest float4 text `vector_out` writes, a vector long enough to be
+/// compressed or TOASTed, NULL.
+async fn vectors(major: PgMajor) -> Result<()> {
+    let cluster = Cluster::start(major, ClusterOptions::default().conf("autovacuum", "off"))?;
+    cluster.psql(
+        "create extension vector;
+         create table t_vec (id int, v vector, v3 vector(3));
+         insert into t_vec values
+           (1, '[1,2.5,-3]', '[0.1,1e-30,3.4e38]'),
+           (2, (select array_agg(g::real / 3)::vector from generate_series(1, 2000) g), null),
+           (3, null, '[-0,0,1]');",
+    )?;
+    cluster.checkpoint()?;
+    let (rows, _) = common::check_table(&cluster, "t_vec").await?;
+    ensure!(rows == 3, "{rows} rows");
+    Ok(())
+}
+
+per_major!(async vectors => pgvector_matches_server_text: pg16, pg18);

@@ -208,6 +208,7 @@ pub(crate) fn decode(kind: &Kind, b: &[u8]) -> Result<Value, SendError> {
         Kind::Bit => bits(kind, b)?,
         Kind::Array(ak) => Value::Array(array(kind, ak, b)?),
         Kind::Ltree => Value::Text(crate::extension::ltree_sent(b).map_err(|e| bad(kind, e))?),
+        Kind::Vector => Value::Vector(crate::extension::vector(b, true).map_err(|e| bad(kind, e))?),
         Kind::Range(rk) => {
             let bound = |x: &[u8]| {
                 decode(&rk.subtype, x)
