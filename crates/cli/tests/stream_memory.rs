@@ -19,7 +19,7 @@ use walshadow_testkit::PgMajor;
 /// table (16 MiB each: one filling while one is inserted), decoder and
 /// filter buffers, the binary itself (~30 MB), and what glibc's malloc keeps
 /// of freed memory (the heap in use peaked at 73 MB under heaptrack while
-/// resident memory stood 60–90 MB higher).
+/// resident memory stood about 90 MB higher, binary included).
 const OVERHEAD_MB: u64 = 112;
 
 fn env_mb(name: &str, default: u64) -> u64 {
