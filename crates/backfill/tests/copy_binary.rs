@@ -386,6 +386,19 @@ async fn vectors(major: PgMajor) -> Result<()> {
          insert into t_vec values (1, '[1,2.5,-3]'), (2, null),
            (3, (select array_agg(g::real / 3)::vector from generate_series(1, 2000) g));",
     )?;
+    // halfvec came with pgvector 0.7 (pgserver's 16 has an older one).
+    if pg
+        .query_one("select to_regtype('halfvec') is not null")?
+        .trim()
+        == "t"
+    {
+        pg.psql(
+            "alter table t_vec add column h halfvec;
+             update t_vec set h = case id when 1 then '[0.333,-65504]'
+               when 3 then (select array_agg(g::real / 3)::halfvec from generate_series(1, 1000) g) end;
+             vacuum full t_vec;",
+        )?;
+    }
     pg.checkpoint()?;
     let desc = describe(&pg, "t_vec").await?;
     let decoder = CopyDecoder::new(&desc)?;

@@ -231,7 +231,7 @@ fn left_out(major: PgMajor) -> Result<()> {
 
 per_major!(left_out => columns_left_out_by_rules_stream_on_every_path: pg15, pg18);
 
-/// pgvector's `vector` (16 and 18 ship it here) into `Array(Float32)`,
+/// pgvector's `vector` and `halfvec` (16 and 18 ship it here) into `Array(Float32)`,
 /// through a `copy` load and the WAL; a NULL vector is `[]`.
 fn vectors(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(
@@ -261,7 +261,21 @@ fn vectors(major: PgMajor) -> Result<()> {
             &format!("arrayStringConcat(arrayMap(x -> toString(x), {c}), ',')"),
         )
     };
-    h.assert_equal("public.emb", "emb", &[same("id"), text("v"), text("w")])?;
+    let mut cols = vec![same("id"), text("v"), text("w")];
+    // halfvec came with pgvector 0.7 (pgserver's 16 has an older one).
+    if h.source
+        .query_one("select to_regtype('halfvec') is not null")?
+        .trim()
+        == "t"
+    {
+        h.source.psql(
+            "alter table emb add column hv halfvec;
+             update emb set hv = '[0.5,-2,1024]' where id % 4 = 0;",
+        )?;
+        h.wait_caught_up(CATCH_UP)?;
+        cols.push(text("hv"));
+    }
+    h.assert_equal("public.emb", "emb", &cols)?;
     let ty = h.ch.query(
         "SELECT type FROM system.columns WHERE database = 'app' AND table = 'emb' AND name = 'v'",
     )?;

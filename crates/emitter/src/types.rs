@@ -28,7 +28,7 @@
 //! | `inet`, `cidr`, `macaddr`, `macaddr8`, `bit`, `varbit`, `xml` | `String` | PostgreSQL's text |
 //! | `point`, `line`, `lseg`, `box`, `path`, `polygon`, `circle`, `pg_lsn` | `String` | PostgreSQL's text (`geo_ops.c`'s forms, `%X/%X`) |
 //! | `citext`, `ltree` (by extension and name, see `TypeDesc::is_extension_type`) | `String` | the text |
-//! | `vector` (pgvector, by extension and name) | `Array(Float32)` | never `Nullable` (a NULL vector is `[]`); an array of vectors is refused |
+//! | `vector`, `halfvec` (pgvector, by extension and name) | `Array(Float32)` | never `Nullable` (a NULL vector is `[]`); an array of vectors is refused |
 //! | range (over a subtype the row decoder reads) | `String` | `range_out`'s text, `timestamptz` bounds in UTC |
 //! | enum | `LowCardinality(String)` | the label |
 //! | domain | its base type's mapping (with the domain's typmod) | |
@@ -301,7 +301,7 @@ fn map_type(
     if t.is_extension_type("citext", "citext") || t.is_extension_type("ltree", "ltree") {
         return Ok(Mapped::Scalar(ChType::String));
     }
-    if t.is_extension_type("vector", "vector") {
+    if t.is_extension_type("vector", "vector") || t.is_extension_type("vector", "halfvec") {
         // ClickHouse has no Nullable(Array): a NULL vector is [].
         return Ok(Mapped::Plain(ChType::array(ChType::Float32)));
     }

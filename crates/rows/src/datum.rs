@@ -145,6 +145,7 @@ fn decode_fixed(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         | Kind::Range(_)
         | Kind::Ltree
         | Kind::Vector
+        | Kind::HalfVec
         | Kind::Array(_) => return decode_body(kind, b),
     })
 }
@@ -190,6 +191,9 @@ fn decode_body(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         Kind::Vector => {
             Value::Vector(crate::extension::vector(b, false).map_err(|e| DatumError::bad(name, e))?)
         }
+        Kind::HalfVec => Value::Vector(
+            crate::extension::halfvec(b, false).map_err(|e| DatumError::bad(name, e))?,
+        ),
         _ => return decode_fixed(kind, b),
     })
 }

@@ -5,7 +5,9 @@
 //! `vector` (pgvector's vector.h): after the varlena header an int16
 //! dimension count, an int16 that is always zero, then the float4 values;
 //! `vector_send` is the same fields in network order (`vector_recv`
-//! refuses a non-zero `unused`, NaN and infinities).
+//! refuses a non-zero `unused`, NaN and infinities). `halfvec`
+//! (halfvec.h) is the same with IEEE half-precision values, written as
+//! float4 (`halfvec_out` converts each to float4 first).
 //!
 //! `ltree` (contrib/ltree/ltree.h): after the varlena header a uint16 level
 //! count and padding to 8 bytes (`LTREE_HDRSIZE`), then each level as a
@@ -65,6 +67,51 @@ pub(crate) fn ltree_sent(b: &[u8]) -> Result<String, String> {
 /// A `vector`'s float4 values, from its stored body (little-endian) or
 /// its `_send` form (big-endian).
 pub(crate) fn vector(b: &[u8], sent: bool) -> Result<Vec<f32>, String> {
+    dimensions::<4>(b, sent, |a| {
+        if sent {
+            f32::from_be_bytes(a)
+        } else {
+            f32::from_le_bytes(a)
+        }
+    })
+}
+
+/// A `halfvec`'s values as float4, stored or sent.
+pub(crate) fn halfvec(b: &[u8], sent: bool) -> Result<Vec<f32>, String> {
+    dimensions::<2>(b, sent, |a| {
+        half_to_f32(if sent {
+            u16::from_be_bytes(a)
+        } else {
+            u16::from_le_bytes(a)
+        })
+    })
+}
+
+/// IEEE 754 binary16 to binary32 (exact: every half is a float).
+fn half_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h >> 15) << 31;
+    let exp = u32::from((h >> 10) & 0x1f);
+    let mant = u32::from(h & 0x3ff);
+    let bits = match (exp, mant) {
+        (0, 0) => sign,
+        // Subnormal: mant × 2^-24, normalised for binary32.
+        (0, m) => {
+            let shift = m.leading_zeros() - 21;
+            sign | ((113 - shift) << 23) | (((m << shift) & 0x3ff) << 13)
+        }
+        (0x1f, m) => sign | 0x7f80_0000 | (m << 13),
+        (e, m) => sign | ((e + 112) << 23) | (m << 13),
+    };
+    f32::from_bits(bits)
+}
+
+/// The pgvector header (int16 dim, int16 unused = 0) and `dim` values of
+/// `N` bytes each.
+fn dimensions<const N: usize>(
+    b: &[u8],
+    sent: bool,
+    value: impl Fn([u8; N]) -> f32,
+) -> Result<Vec<f32>, String> {
     let head = b.first_chunk::<4>().ok_or("shorter than its header")?;
     let (dim, unused) = if sent {
         (
@@ -79,22 +126,16 @@ pub(crate) fn vector(b: &[u8], sent: bool) -> Result<Vec<f32>, String> {
     };
     let values = b.get(4..).unwrap_or_default();
     let dim = usize::try_from(dim).map_err(|_| format!("{dim} dimensions"))?;
-    if unused != 0 || values.len() != dim * 4 {
+    if unused != 0 || values.len() != dim * N {
         return Err(format!(
             "{dim} dimensions (unused {unused}) in {} bytes",
             values.len()
         ));
     }
     Ok(values
-        .chunks_exact(4)
-        .filter_map(|c| c.first_chunk::<4>())
-        .map(|&a| {
-            if sent {
-                f32::from_be_bytes(a)
-            } else {
-                f32::from_le_bytes(a)
-            }
-        })
+        .chunks_exact(N)
+        .filter_map(|c| c.first_chunk::<N>())
+        .map(|&a| value(a))
         .collect())
 }
 
@@ -126,6 +167,17 @@ mod tests {
             b.resize(start + padded, 0);
         }
         b
+    }
+
+    #[test]
+    fn halves() {
+        assert_eq!(half_to_f32(0x3c00), 1.0);
+        assert_eq!(half_to_f32(0x7bff), 65504.0);
+        assert_eq!(half_to_f32(0x0400), 2f32.powi(-14));
+        assert_eq!(half_to_f32(0x03ff), 1023.0 * 2f32.powi(-24));
+        assert_eq!(half_to_f32(0x8000).to_bits(), (-0.0f32).to_bits());
+        assert!(half_to_f32(0x7c00).is_infinite() && half_to_f32(0x7e00).is_nan());
+        assert_eq!(half_to_f32(0x3555), 0.333_251_95);
     }
 
     #[test]
@@ -165,6 +217,12 @@ mod tests {
         );
         assert!(vector(&[0, 0, 1, 0], false).is_err(), "unused is not zero");
         assert_eq!(parse_vector("[1,2.5,-3]").unwrap(), [1.0, 2.5, -3.0]);
+        let mut h = 3i16.to_le_bytes().to_vec();
+        h.extend([0, 0]);
+        for half in [0x3c00u16, 0xc000, 0x0001] {
+            h.extend(half.to_le_bytes());
+        }
+        assert_eq!(halfvec(&h, false).unwrap(), [1.0, -2.0, 2f32.powi(-24)]);
         assert!(parse_vector("{1}").is_err());
     }
 }

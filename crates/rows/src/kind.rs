@@ -119,6 +119,8 @@ pub enum Kind {
     Ltree,
     /// `vector` (extension pgvector): float4 dimensions.
     Vector,
+    /// `halfvec` (extension pgvector): half-precision dimensions.
+    HalfVec,
     /// A range over a supported subtype (multiranges are not read).
     Range(Box<RangeKind>),
     Enum(Arc<EnumLabels>),
@@ -162,6 +164,7 @@ impl Kind {
             Kind::Range(_) => "range",
             Kind::Ltree => "ltree",
             Kind::Vector => "vector",
+            Kind::HalfVec => "halfvec",
             Kind::Enum(_) => "enum",
             Kind::Array(_) => "array",
         }
@@ -299,6 +302,9 @@ impl<'a> TypeMap<'a> {
         if t.is_extension_type("vector", "vector") {
             return Ok((Kind::Vector, storage));
         }
+        if t.is_extension_type("vector", "halfvec") {
+            return Ok((Kind::HalfVec, storage));
+        }
         match t.typtype.as_str() {
             "d" => {
                 let Some(base) = t.base_type else {
@@ -407,6 +413,7 @@ pub(crate) fn fixed_len(kind: &Kind) -> Option<i16> {
         | Kind::Range(_)
         | Kind::Ltree
         | Kind::Vector
+        | Kind::HalfVec
         | Kind::Array(_) => -1,
     })
 }

@@ -59,7 +59,7 @@ pub(crate) fn parse_value(kind: &Kind, s: &str) -> Result<Value, String> {
         Kind::Geometric(_) | Kind::PgLsn | Kind::Range(_) | Kind::Ltree => {
             Value::Text(s.to_owned())
         }
-        Kind::Vector => Value::Vector(crate::extension::parse_vector(s)?),
+        Kind::Vector | Kind::HalfVec => Value::Vector(crate::extension::parse_vector(s)?),
         Kind::Enum(labels) => {
             if !labels.labels.values().any(|l| l == s) {
                 return Err(format!("{s:?} is not a label of {}", labels.type_name));

@@ -227,7 +227,8 @@ async fn extensions(major: PgMajor) -> Result<()> {
 
 per_major!(async extensions => extension_types_match_server_text: pg15, pg17, pg18);
 
-/// pgvector's `vector` (on the majors whose test install ships it): the
+/// pgvector's `vector` and `halfvec` (on the majors whose test install
+/// ships it): the
 /// shortest float4 text `vector_out` writes, a vector long enough to be
 /// compressed or TOASTed, NULL.
 async fn vectors(major: PgMajor) -> Result<()> {
@@ -240,6 +241,21 @@ async fn vectors(major: PgMajor) -> Result<()> {
            (2, (select array_agg(g::real / 3)::vector from generate_series(1, 2000) g), null),
            (3, null, '[-0,0,1]');",
     )?;
+    // halfvec came with pgvector 0.7 (pgserver's 16 has an older one).
+    if cluster
+        .query_one("select to_regtype('halfvec') is not null")?
+        .trim()
+        == "t"
+    {
+        cluster.psql(
+            "alter table t_vec add column h halfvec;
+             update t_vec set h = case id
+               when 1 then '[0.333,65504,-0.0001]'
+               when 2 then (select array_agg(g::real / 3)::halfvec from generate_series(1, 1000) g)
+               else '[0.00000006,-0]' end;
+             vacuum full t_vec;",
+        )?;
+    }
     cluster.checkpoint()?;
     let (rows, _) = common::check_table(&cluster, "t_vec").await?;
     ensure!(rows == 3, "{rows} rows");
