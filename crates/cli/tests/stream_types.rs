@@ -208,6 +208,7 @@ fn type_columns(with_xml: bool) -> Vec<TypeColumn> {
         c("r4", "int4range", "Nullable(String)", output_text("r4")),
         c("rn", "numrange", "Nullable(String)", output_text("rn")),
         c("rtz", "tstzrange", "Nullable(String)", output_text("rtz")),
+        c("tsv", "tsvector", "Nullable(String)", output_text("tsv")),
         c(
             "apt",
             "point[]",
@@ -370,6 +371,10 @@ fn type_rows() -> Vec<Vec<(&'static str, &'static str)>> {
             ("r4", "'[1,10]'"),
             ("rn", "'[1.5,2.25)'"),
             ("rtz", "'[2024-01-01 00:00:00+02,)'"),
+            (
+                "tsv",
+                "setweight(to_tsvector('simple', 'the quick fox'), 'B') || 'it''s:3A plain'::tsvector",
+            ),
             ("apt", r#"'{"(1,2)",NULL,"(3.25,-4)"}'"#),
             ("x", r#"'<a b="1">t</a>'"#),
             ("e", "'ok'"),
@@ -437,6 +442,7 @@ fn type_rows() -> Vec<Vec<(&'static str, &'static str)>> {
             ("r4", "'empty'"),
             ("rn", "'(,NaN]'"),
             ("rtz", "'[-infinity,infinity]'"),
+            ("tsv", "''"),
             ("apt", "'{}'"),
             ("x", "''"),
             ("e", "'sad'"),
@@ -1017,7 +1023,7 @@ per_major!(pinned_later => table_created_mid_stream_is_streamed: pg15, pg18);
 
 const STOPS_SCHEMA: &str = "
 create table public.good (id int primary key, v text);
-create table public.geo (id int primary key, p tsvector, v text);
+create table public.geo (id int primary key, p tsquery, v text);
 create table public.retype (id int primary key, n int, v text);
 create table public.toasty (id int primary key, big text, small int);
 -- Uncompressed out of line, so the value is surely in TOAST chunks.
@@ -1047,7 +1053,7 @@ fn stops_alone(major: PgMajor) -> Result<()> {
     h.start_run()?;
     h.source.psql(
         "insert into good select g, 'g' || g from generate_series(1, 20) g;
-         insert into geo values (1, 'a b', 'x');
+         insert into geo values (1, 'a & b', 'x');
          insert into retype select g, g, 'r' || g from generate_series(1, 10) g;
          insert into toasty values (1, (select string_agg(md5(g::text), '') from generate_series(1, 2000) g), 1);",
     )?;
@@ -1063,12 +1069,12 @@ fn stops_alone(major: PgMajor) -> Result<()> {
     h.assert_equal("public.retype", "retype", &retype)?;
     h.assert_equal("public.toasty", "toasty", &toasty)?;
 
-    // (a) tsvector: refused from the start, naming the column and its type.
+    // (a) tsquery: refused from the start, naming the column and its type.
     let status = h.status_json()?;
     let geo = stopped_json(&status, "public.geo")?;
     let reason = geo["reason"].as_str().unwrap_or_default();
     ensure!(
-        reason.contains("column p") && reason.contains("tsvector"),
+        reason.contains("column p") && reason.contains("tsquery"),
         "geo's reason names neither the column nor the type: {reason}"
     );
     ensure!(
@@ -1145,7 +1151,7 @@ fn stops_alone(major: PgMajor) -> Result<()> {
     let text = status_text(&h)?;
     eprintln!("{text}");
     for (key, words) in [
-        ("public.geo", ["column p", "tsvector"]),
+        ("public.geo", ["column p", "tsquery"]),
         ("public.retype", ["\"n\"", "changed type"]),
     ] {
         let line = text

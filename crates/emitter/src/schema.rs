@@ -574,7 +574,7 @@ pub(crate) mod tests {
             Err(SchemaError::MetaNameClash { .. })
         ));
 
-        let d = rel(vec![attr(1, "p", 3614, true)], &["p"], "d", vec![]);
+        let d = rel(vec![attr(1, "p", 3615, true)], &["p"], "d", vec![]);
         let e = DestTable::new(&d, &MetaColumns::default()).unwrap_err();
         assert!(
             e.to_string().contains("public.t") && e.to_string().contains("\"p\""),

@@ -29,6 +29,7 @@
 //! | `point`, `line`, `lseg`, `box`, `path`, `polygon`, `circle`, `pg_lsn` | `String` | PostgreSQL's text (`geo_ops.c`'s forms, `%X/%X`) |
 //! | `citext`, `ltree` (by extension and name, see `TypeDesc::is_extension_type`) | `String` | the text |
 //! | `vector`, `halfvec` (pgvector, by extension and name) | `Array(Float32)` | never `Nullable` (a NULL vector is `[]`); an array of vectors is refused |
+//! | `tsvector` | `String` | `tsvectorout`'s text |
 //! | range (over a subtype the row decoder reads) | `String` | `range_out`'s text, `timestamptz` bounds in UTC |
 //! | enum | `LowCardinality(String)` | the label |
 //! | domain | its base type's mapping (with the domain's typmod) | |
@@ -289,7 +290,8 @@ fn map_type(
         | oid::PATH
         | oid::POLYGON
         | oid::CIRCLE
-        | oid::PG_LSN => return scalar(C::String),
+        | oid::PG_LSN
+        | oid::TSVECTOR => return scalar(C::String),
         _ => {}
     }
     let Some(t) = types.iter().find(|t| t.oid == type_oid) else {
@@ -457,11 +459,11 @@ mod tests {
 
     #[test]
     fn unsupported_names_column() {
-        let mut tsv = type_desc(3614, "tsvector", "b", "U");
-        tsv.schema = "pg_catalog".into();
-        let err = clickhouse_type(&attr("where", 3614, -1, true), &[tsv]).unwrap_err();
+        let mut tsq = type_desc(3615, "tsquery", "b", "U");
+        tsq.schema = "pg_catalog".into();
+        let err = clickhouse_type(&attr("where", 3615, -1, true), &[tsq]).unwrap_err();
         assert_eq!(err.column, "where");
-        assert!(err.to_string().contains("pg_catalog.tsvector"), "{err}");
+        assert!(err.to_string().contains("pg_catalog.tsquery"), "{err}");
         let err = clickhouse_type(&attr("x", 99999, -1, true), &[]).unwrap_err();
         assert!(err.to_string().contains("OID 99999"), "{err}");
     }

@@ -42,4 +42,5 @@ pub const VARBIT: Oid = 1562;
 pub const NUMERIC: Oid = 1700;
 pub const UUID: Oid = 2950;
 pub const PG_LSN: Oid = 3220;
+pub const TSVECTOR: Oid = 3614;
 pub const JSONB: Oid = 3802;

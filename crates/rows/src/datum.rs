@@ -144,6 +144,7 @@ fn decode_fixed(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         | Kind::Xml
         | Kind::Range(_)
         | Kind::Ltree
+        | Kind::TsVector
         | Kind::Vector
         | Kind::HalfVec
         | Kind::Array(_) => return decode_body(kind, b),
@@ -188,6 +189,9 @@ fn decode_body(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
             Value::Text(range::decode_stored(b, rk, &bound)?)
         }
         Kind::Ltree => Value::Text(crate::extension::ltree_stored(b)?),
+        Kind::TsVector => {
+            Value::Text(crate::tsvector::stored_text(b).map_err(|e| DatumError::bad(name, e))?)
+        }
         Kind::Vector => {
             Value::Vector(crate::extension::vector(b, false).map_err(|e| DatumError::bad(name, e))?)
         }

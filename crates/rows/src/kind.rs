@@ -115,6 +115,7 @@ pub enum Kind {
     /// point, line, lseg, box, path, polygon, circle.
     Geometric(Geometric),
     PgLsn,
+    TsVector,
     /// `ltree` (extension ltree): labels joined by dots.
     Ltree,
     /// `vector` (extension pgvector): float4 dimensions.
@@ -163,6 +164,7 @@ impl Kind {
             Kind::PgLsn => "pg_lsn",
             Kind::Range(_) => "range",
             Kind::Ltree => "ltree",
+            Kind::TsVector => "tsvector",
             Kind::Vector => "vector",
             Kind::HalfVec => "halfvec",
             Kind::Enum(_) => "enum",
@@ -215,6 +217,7 @@ fn builtin(type_oid: Oid) -> Option<(Kind, Storage)> {
         oid::POLYGON => geometric(Geometric::Polygon),
         oid::CIRCLE => geometric(Geometric::Circle),
         oid::PG_LSN => (Kind::PgLsn, s(8, Double)),
+        oid::TSVECTOR => (Kind::TsVector, s(-1, Int)),
         _ => return None,
     })
 }
@@ -412,6 +415,7 @@ pub(crate) fn fixed_len(kind: &Kind) -> Option<i16> {
         | Kind::Xml
         | Kind::Range(_)
         | Kind::Ltree
+        | Kind::TsVector
         | Kind::Vector
         | Kind::HalfVec
         | Kind::Array(_) => -1,

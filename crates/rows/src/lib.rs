@@ -58,6 +58,7 @@ mod numeric;
 mod range;
 mod render;
 mod toast;
+mod tsvector;
 mod tuple;
 mod value;
 mod varlena;

@@ -56,7 +56,7 @@ pub(crate) fn parse_value(kind: &Kind, s: &str) -> Result<Value, String> {
         Kind::Xml => Value::Xml(s.to_owned()),
         // attmissingval comes as the type's own output, which is what
         // these are written as.
-        Kind::Geometric(_) | Kind::PgLsn | Kind::Range(_) | Kind::Ltree => {
+        Kind::Geometric(_) | Kind::PgLsn | Kind::Range(_) | Kind::Ltree | Kind::TsVector => {
             Value::Text(s.to_owned())
         }
         Kind::Vector | Kind::HalfVec => Value::Vector(crate::extension::parse_vector(s)?),

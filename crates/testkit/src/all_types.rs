@@ -94,6 +94,7 @@ const SCALAR_COLUMNS: &[(&str, &str)] = &[
     ("rts", "tsrange"),
     ("rtz", "tstzrange"),
     ("rd", "daterange"),
+    ("tsv", "tsvector"),
     ("x", "xml"),
     ("mo", "mood"),
     ("pi", "posint2"),
@@ -272,6 +273,11 @@ pub const TYPICAL: Row = &[
     ),
     ("rtz", "'[2024-01-01 00:00:00+02,)'"),
     ("rd", "'[2024-02-29,2024-03-01]'"),
+    // Weights, a quote and a backslash in lexemes, a lexeme without positions.
+    (
+        "tsv",
+        r"setweight(to_tsvector('simple', 'the quick brown fox'), 'A') || 'it''s:3B,7C back\slash plain'::tsvector",
+    ),
     (
         "a_rtz",
         r#"'{"[2024-01-01 00:00:00+00,2024-01-02 00:00:00+00)",empty,NULL}'"#,
@@ -351,6 +357,8 @@ pub const EDGES: Row = &[
     ("rts", "'[-infinity,infinity]'"),
     ("rtz", "'empty'"),
     ("rd", "'[4714-11-24 BC,2000-01-01]'"),
+    // Empty, and the largest position.
+    ("tsv", "''"),
 ];
 
 /// More edges, where a column has more than EDGES can hold.
@@ -402,6 +410,11 @@ pub const HUGE: Row = &[
         "(select ('(' || string_agg(format('(%s,%s)', g * 1.5, -g), ',') || ')')::polygon from generate_series(1, 500) g)",
     ),
     ("lsn", "'FFFFFFFF/FFFFFFFF'"),
+    // 2,000 lexemes with positions: compressed, or TOASTed.
+    (
+        "tsv",
+        "(select string_agg(format('w%s:%s', g, g % 16383 + 1), ' ') from generate_series(1, 2000) g)::tsvector",
+    ),
     // The smallest subnormals.
     ("f4", "1e-45"),
     ("f8", "5e-324"),
@@ -475,25 +488,25 @@ pub fn insert_sql(table: &str, row: &[(&str, &str)], with_xml: bool) -> String {
 /// (see [`UNSUPPORTED`]), and `t_ok`, rows `(1, 'kept')` and `(2, 'also')`, whose
 /// unsupported column was dropped after the first row: no obstacle to decoding it.
 pub const UNSUPPORTED_SQL: &str = "create type pair as (a int, b text);
-     create domain rng as tsquery;
-     create table t_bad1 (id int, p tsvector);
+     create domain rng as int4multirange;
+     create table t_bad1 (id int, p tsquery);
      create table t_bad2 (id int, r int4multirange);
      create table t_bad3 (id int, c pair);
-     create table t_bad4 (id int, a tsvector[]);
+     create table t_bad4 (id int, a tsquery[]);
      create table t_bad5 (id int, d rng);
-     create table t_ok (id int, gone tsvector, v text);
-     insert into t_ok values (1, 'a b', 'kept');
+     create table t_ok (id int, gone tsquery, v text);
+     insert into t_ok values (1, 'a & b', 'kept');
      alter table t_ok drop column gone;
      insert into t_ok values (2, 'also');";
 
 /// The tables of [`UNSUPPORTED_SQL`] a decoder must refuse: (table, column, type as
-/// the refusal names it). A text-search type, a multirange, a composite, an array of an
+/// the refusal names it). A text-search query, a multirange, a composite, an array of an
 /// unsupported type, a domain over one.
 pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
-    ("t_bad1", "p", "tsvector"),
+    ("t_bad1", "p", "tsquery"),
     ("t_bad2", "r", "int4multirange"),
     ("t_bad3", "c", "pair"),
-    ("t_bad4", "a", "tsvector[]"),
+    ("t_bad4", "a", "tsquery[]"),
     ("t_bad5", "d", "rng"),
 ];
 

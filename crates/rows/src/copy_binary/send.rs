@@ -208,6 +208,7 @@ pub(crate) fn decode(kind: &Kind, b: &[u8]) -> Result<Value, SendError> {
         Kind::Bit => bits(kind, b)?,
         Kind::Array(ak) => Value::Array(array(kind, ak, b)?),
         Kind::Ltree => Value::Text(crate::extension::ltree_sent(b).map_err(|e| bad(kind, e))?),
+        Kind::TsVector => Value::Text(crate::tsvector::sent_text(b).map_err(|e| bad(kind, e))?),
         Kind::Vector => Value::Vector(crate::extension::vector(b, true).map_err(|e| bad(kind, e))?),
         Kind::HalfVec => {
             Value::Vector(crate::extension::halfvec(b, true).map_err(|e| bad(kind, e))?)
