@@ -308,6 +308,8 @@ struct Target {
     /// it resumed.
     rows: u64,
     rows_before: u64,
+    /// Values the `out_of_range` policies replaced in this attempt's rows.
+    replaced: u64,
     inserts: u64,
     /// The attempt, unique across restarts: insert tokens must not repeat
     /// one an earlier run used on a staging table kept since.
@@ -637,6 +639,7 @@ impl BackupPass {
                 key: dest.columns.iter().map(|c| c.key).collect(),
                 rows: 0,
                 rows_before,
+                replaced: 0,
                 inserts: 0,
                 attempt: format!("{attempt}-{}", attempt_nonce()),
                 paused: false,
@@ -804,7 +807,11 @@ impl BackupPass {
         };
         for target in &walker.targets {
             let rows = target.rows_before + target.rows;
-            if let Err(e) = self.update_one(&target.table, |p| p.rows = rows) {
+            let replaced = target.replaced;
+            if let Err(e) = self.update_one(&target.table, |p| {
+                p.rows = rows;
+                p.values_replaced = replaced;
+            }) {
                 tracing::warn!(table = %target.table.key, "recording the rows loaded in the ledger: {e}");
             }
         }
@@ -1361,7 +1368,7 @@ impl BackupPass {
             let (schema, name) = walshadow_types::split_table_key(&t.key).unwrap_or_default();
             let desc = self.describe(&mut catalog, &schema, &name, t).await?;
             dests.push(
-                DestTable::new(&desc, &self.meta)
+                DestTable::with_values(&desc, &self.meta, &t.columns.values)
                     .map_err(|e| AttemptError::Failed(format!("{}: {e}", t.key)))?,
             );
         }
@@ -2101,6 +2108,7 @@ impl Target {
         };
         sealed.insert(ch, &token, &policy).await?;
         self.rows += sealed.rows as u64;
+        self.replaced += sealed.replaced;
         Ok(())
     }
 }

@@ -309,10 +309,10 @@ impl CopyLoad {
         if let Some(why) = masked.refused {
             return Err(AttemptError::Failed(why));
         }
-        let desc = masked.desc;
+        let (desc, values) = (masked.desc, masked.values);
         let leader = catalog.into_client();
         let decoder = CopyDecoder::new(&desc).map_err(|e| AttemptError::Failed(e.to_string()))?;
-        let dest = DestTable::new(&desc, &self.meta).map_err(|e| match e {
+        let dest = DestTable::with_values(&desc, &self.meta, &values).map_err(|e| match e {
             // The stream loads it again once it has a key.
             walshadow_emitter::SchemaError::NoKey { .. } => AttemptError::Waiting(e.to_string()),
             e => AttemptError::Failed(e.to_string()),
@@ -728,9 +728,12 @@ impl CopyLoad {
                     AttemptError::Failed(e.to_string())
                 }
             })?;
-        let rows = sealed.rows as u64;
-        self.update(|p| p.rows += rows)
-            .map_err(|e| AttemptError::Failed(e.to_string()))?;
+        let (rows, replaced) = (sealed.rows as u64, sealed.replaced);
+        self.update(|p| {
+            p.rows += rows;
+            p.values_replaced += replaced;
+        })
+        .map_err(|e| AttemptError::Failed(e.to_string()))?;
         Ok(())
     }
 

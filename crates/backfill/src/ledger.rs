@@ -64,6 +64,10 @@ pub struct RelationMarks {
     pub ranges: Vec<BlockRange>,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// One pass.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pass {
@@ -83,6 +87,10 @@ pub struct Pass {
     pub rows: u64,
     #[serde(default)]
     pub bytes: u64,
+    /// Values the columns' `out_of_range` policies replaced (NULL or the
+    /// nearest value) in the rows inserted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub values_replaced: u64,
     /// The last attempt's error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -123,6 +131,7 @@ impl Pass {
             resumes: 0,
             rows: 0,
             bytes: 0,
+            values_replaced: 0,
             error: None,
             relations: BTreeMap::new(),
             swap: None,

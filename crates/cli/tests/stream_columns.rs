@@ -285,3 +285,196 @@ fn vectors(major: PgMajor) -> Result<()> {
 }
 
 per_major!(vectors => pgvector_streams_as_float32_arrays: pg16, pg18);
+
+const VALUES_CONFIG: &str = r#"
+[backfill]
+backup_checkpoint = "fast"
+
+[table."public.odd"]
+initial_load = "copy"
+out_of_range = "null"
+out_of_range_columns = { born = "clamp", amount = "string" }
+
+[table."public.walked_odd"]
+initial_load = "base_backup"
+out_of_range = "clamp"
+out_of_range_columns = { seen = "null" }
+
+[table."public.strict"]
+
+[table."public.null_key"]
+out_of_range = "null"
+"#;
+
+/// `date` clamped into `Date32`'s 1900–2299, as PostgreSQL text.
+const BORN_CLAMPED: &str = "least(greatest(born, '1900-01-01'::date), '2299-12-31'::date)";
+/// `seen` where `DateTime64` holds it, else NULL, as ClickHouse prints it.
+const SEEN_OR_NULL: &str = "case when seen between '1900-01-01 00:00:00+00' and '2299-12-31 23:59:59.999999+00' \
+     then to_char(seen at time zone 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') end";
+
+/// Values ClickHouse cannot hold (date and timestamp infinities, years
+/// outside 1900–2299, numeric NaN) written as each column's
+/// `out_of_range` says — clamped, NULL (array elements too), or
+/// PostgreSQL's text — the same through a `copy` load, a `base_backup`
+/// walk and the WAL; `status` and `table list` count them; the default
+/// still stops a table naming the column and the options; `null` on a key
+/// column is refused; a config-table row's policies apply to an opted-in
+/// table and its check refuses a bad one.
+fn out_of_range_values(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(BIN, major, "outofrange", &[], VALUES_CONFIG)?;
+    let odd_rows = |from: i32, to: i32| {
+        format!(
+            "insert into odd select g,
+               case g % 5 when 0 then 'infinity' when 1 then '-infinity' when 2 then '1899-12-31'
+                 when 3 then '2300-01-01' else '2020-02-29' end::date,
+               case g % 4 when 0 then 'infinity' when 1 then '1800-01-01 00:00:00+00' when 2 then null
+                 else '2021-06-01 12:34:56.789+00' end::timestamptz,
+               case when g % 3 = 0 then 'NaN' else g * 1.25 end,
+               array['2000-01-01', case when g % 2 = 0 then 'infinity' else '2010-05-05' end, null]::date[],
+               case when g % 6 = 0 then 'NaN'::numeric else g / 10.0 end
+             from generate_series({from}, {to}) g;"
+        )
+    };
+    h.source.psql(&format!(
+        "create table odd (id int primary key, born date not null, seen timestamptz,
+           amount numeric(10,2), days date[], n numeric(6,1));
+         {}
+         create table walked_odd (id int primary key, born date not null, seen timestamp);
+         insert into walked_odd select g,
+           case g % 3 when 0 then 'infinity' when 1 then '0044-03-15 BC' else '1999-12-31' end::date,
+           case g % 2 when 0 then '-infinity' else '2024-01-01 00:00:00' end::timestamp
+         from generate_series(1, 300) g;
+         create table strict (id int primary key, d date);
+         insert into strict values (1, '2020-01-01');
+         create table null_key (d date primary key, v text);
+         insert into null_key values ('2020-01-01', 'a');",
+        odd_rows(1, 300)
+    ))?;
+    h.init()?;
+    h.start_run()?;
+    wait_loaded(&mut h, "public.odd")?;
+    wait_loaded(&mut h, "public.walked_odd")?;
+    h.source.psql(&format!(
+        "update odd set born = '3000-01-01', seen = '-infinity', days = '{{infinity}}' where id % 7 = 0;
+         {}
+         delete from odd where id % 11 = 0;
+         update walked_odd set born = '-infinity', seen = 'infinity' where id % 5 = 0;
+         insert into strict values (2, 'infinity');",
+        odd_rows(301, 400)
+    ))?;
+    h.wait_caught_up(CATCH_UP)?;
+    let seen = col(SEEN_OR_NULL, "seen");
+    let days = col(
+        "array_to_string(array(select coalesce(case when d between '1900-01-01' and '2299-12-31' \
+           then d::text end, 'NULL') from unnest(days) with ordinality u(d, i) order by i), ',')",
+        "arrayStringConcat(arrayMap(x -> ifNull(toString(x), 'NULL'), days), ',')",
+    );
+    let n = h.assert_equal(
+        "public.odd",
+        "odd",
+        &[
+            same("id"),
+            col(BORN_CLAMPED, "born"),
+            seen.clone(),
+            // string: PostgreSQL's own text, NaN included.
+            col("amount::text", "amount"),
+            days,
+            col("nullif(n, 'NaN')", "toDecimalString(n, 1)"),
+        ],
+    )?;
+    ensure!(n > 300, "{n} rows of odd");
+    h.assert_equal(
+        "public.walked_odd",
+        "walked_odd",
+        &[
+            same("id"),
+            col(BORN_CLAMPED, "born"),
+            col(
+                &SEEN_OR_NULL
+                    .replace("+00'", "'")
+                    .replace("seen at time zone 'UTC'", "seen"),
+                "seen",
+            ),
+        ],
+    )?;
+    let types = h.ch.query(
+        "SELECT name, type FROM system.columns WHERE database = 'app' AND table = 'odd' \
+         AND name IN ('born', 'amount', 'n') ORDER BY name FORMAT TSVRaw",
+    )?;
+    ensure!(
+        types == "amount\tNullable(String)\nborn\tDate32\nn\tNullable(Decimal(6, 1))\n",
+        "odd's types: {types}"
+    );
+
+    // Counted where an operator looks.
+    let status = h.status_json()?;
+    let replaced = status["tables"]["public.odd"]["values_replaced"]
+        .as_u64()
+        .unwrap_or(0);
+    ensure!(
+        replaced > 0,
+        "status counts no replaced values: {}",
+        status["tables"]["public.odd"]
+    );
+    let row = h.table_state("public.walked_odd")?;
+    ensure!(
+        row["values_replaced"].as_u64().unwrap_or(0) > 0,
+        "table list counts none for the walked table: {row}"
+    );
+    ensure!(
+        h.run_log().contains("out_of_range policies"),
+        "no log line says values were replaced"
+    );
+
+    // The default stops the table at the value, naming the column and the
+    // options; null on a key column is refused.
+    let strict = h.table_state("public.strict")?;
+    let detail = strict["detail"].as_str().unwrap_or_default();
+    ensure!(
+        strict["state"] == "stopped"
+            && detail.contains("\"d\"")
+            && detail.contains("out_of_range_columns"),
+        "strict: {strict}"
+    );
+    let null_key = h.table_state("public.null_key")?;
+    ensure!(
+        null_key["state"] == "stopped"
+            && null_key["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("replica identity") && d.contains("clamp")),
+        "null_key: {null_key}"
+    );
+
+    // The config table's equivalent; its check refuses a policy it does
+    // not know; an UPDATE of the row's policies applies at its commit.
+    ensure!(
+        h.source
+            .psql("insert into walshadow.tables (schema_name, table_name, out_of_range_columns) values ('public', 'bad', '{\"d\": \"zero\"}');")
+            .is_err(),
+        "the config table took an unknown policy"
+    );
+    h.source.psql(
+        "create table opted_odd (id int primary key, d date);
+         insert into opted_odd values (1, 'infinity'), (2, '2020-01-01');
+         insert into walshadow.tables (schema_name, table_name, initial_load, out_of_range_columns)
+           values ('public', 'opted_odd', 'copy', '{\"d\": \"clamp\"}');",
+    )?;
+    wait_loaded(&mut h, "public.opted_odd")?;
+    h.source.psql(
+        "insert into opted_odd values (3, '-infinity');
+         update walshadow.tables set out_of_range = 'null', out_of_range_columns = null where table_name = 'opted_odd';
+         insert into opted_odd values (4, 'infinity'), (5, '1999-01-01');",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    let got = h.ch.query(
+        "SELECT id, ifNull(toString(d), 'NULL') FROM app.opted_odd FINAL WHERE _is_deleted = 0 ORDER BY id FORMAT TSVRaw",
+    )?;
+    ensure!(
+        got == "1\t2299-12-31\n2\t2020-01-01\n3\t1900-01-01\n4\tNULL\n5\t1999-01-01\n",
+        "opted_odd: {got}"
+    );
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(out_of_range_values => values_clickhouse_cannot_hold_follow_each_columns_policy: pg15, pg18);

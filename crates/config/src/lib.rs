@@ -59,6 +59,8 @@
 //! # initial_load = "copy"                   # none (default) | copy | base_backup | object_store: load its rows first
 //! # exclude_columns = ["blob"]              # columns left out of ClickHouse and of every load
 //! # unsupported_columns = "stop"            # a column walshadow cannot decode: stop the table, or "skip" the column
+//! # out_of_range = "stop"                   # a value ClickHouse cannot hold (numeric NaN, dates outside 1900-2299, infinity): stop | null | clamp | string
+//! # out_of_range_columns = { born = "clamp" } # the same per column, over the table's
 //! ```
 //!
 //! Unknown keys are errors (a typo must not silently fall back to a
@@ -325,6 +327,31 @@ pub struct TableConfig {
     /// (default, naming the column) or `skip` the column.
     #[serde(default)]
     pub unsupported_columns: UnsupportedColumns,
+    /// A value the column's ClickHouse type cannot hold (numeric NaN in a
+    /// `Decimal`, a date or timestamp that is infinite or outside
+    /// 1900–2299): what every column of the table writes.
+    #[serde(default)]
+    pub out_of_range: OutOfRange,
+    /// The same per column, over `out_of_range`.
+    #[serde(default)]
+    pub out_of_range_columns: std::collections::BTreeMap<String, OutOfRange>,
+}
+
+/// `out_of_range`: what a column writes for a value its ClickHouse type
+/// cannot hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutOfRange {
+    /// The table stops; the message names the column and these options.
+    #[default]
+    Stop,
+    /// NULL (the ClickHouse column is Nullable).
+    Null,
+    /// The nearest value the type holds (1900-01-01, 2299-12-31, ±99…9);
+    /// NaN has none and still stops.
+    Clamp,
+    /// The column is a String of PostgreSQL's text.
+    String,
 }
 
 /// `unsupported_columns`: what a column of a type walshadow cannot
@@ -367,13 +394,24 @@ CREATE TABLE IF NOT EXISTS {s}.{t} (
     resync       bigint NOT NULL DEFAULT 0,
     exclude_columns text[],
     unsupported_columns text CHECK (lower(unsupported_columns) IN ('stop', 'skip')),
+    out_of_range text CHECK ({OUT_OF_RANGE_CHECK}),
+    out_of_range_columns jsonb CHECK ({OUT_OF_RANGE_COLUMNS_CHECK}),
     PRIMARY KEY (schema_name, table_name)
 );
 ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS exclude_columns text[];
 ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS unsupported_columns text CHECK (lower(unsupported_columns) IN ('stop', 'skip'));
-COMMENT ON TABLE {s}.{t} IS 'walshadow: a row per table to stream (replicate), how to load its existing rows (initial_load: none or NULL, copy, base_backup, object_store) the ClickHouse table it streams into (destination; NULL: table_name in public, schema_name__table_name elsewhere); raising resync (walshadow table resync) loads the table again and swaps it in; exclude_columns and unsupported_columns (stop or skip) leave columns out of ClickHouse';"
+ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS out_of_range text CHECK ({OUT_OF_RANGE_CHECK});
+ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS out_of_range_columns jsonb CHECK ({OUT_OF_RANGE_COLUMNS_CHECK});
+COMMENT ON TABLE {s}.{t} IS 'walshadow: a row per table to stream (replicate), how to load its existing rows (initial_load: none or NULL, copy, base_backup, object_store) the ClickHouse table it streams into (destination; NULL: table_name in public, schema_name__table_name elsewhere); raising resync (walshadow table resync) loads the table again and swaps it in; exclude_columns and unsupported_columns (stop or skip) leave columns out of ClickHouse; out_of_range (stop, null, clamp, string) and out_of_range_columns (a JSON object of column to the same) say what a value ClickHouse cannot hold is written as';"
     )
 }
+
+/// The config table's check of `out_of_range`.
+const OUT_OF_RANGE_CHECK: &str = "lower(out_of_range) IN ('stop', 'null', 'clamp', 'string')";
+/// The config table's check of `out_of_range_columns`: an object whose
+/// every value is one of the policies (`jsonb_path_exists` is immutable,
+/// so a check may call it).
+const OUT_OF_RANGE_COLUMNS_CHECK: &str = "jsonb_typeof(out_of_range_columns) = 'object' AND NOT jsonb_path_exists(out_of_range_columns, '$.* ? (@.type() != \"string\" || (@ != \"stop\" && @ != \"null\" && @ != \"clamp\" && @ != \"string\"))')";
 
 /// How a table's rows from before its opt-in are loaded (`initial_load`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -1009,6 +1047,14 @@ impl Config {
                     ));
                 }
             }
+            if let Some(bad) = t.out_of_range_columns.keys().find(|c| c.is_empty()) {
+                return Err(invalid(
+                    "table.out_of_range_columns",
+                    format!(
+                        "[table.{key:?}] out_of_range_columns has an empty column name {bad:?}: name columns as the source spells them"
+                    ),
+                ));
+            }
             if let Some(bad) = t.exclude_columns.iter().find(|c| c.is_empty()) {
                 return Err(invalid(
                     "table.exclude_columns",
@@ -1369,6 +1415,31 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("exclude_columns"), "{err}");
+        let t = parse(&format!(
+            "{GOOD}{ch}[table.\"public.t\"]\nout_of_range = \"null\"\nout_of_range_columns = {{ born = \"clamp\", amount = \"string\" }}\n"
+        ))
+        .unwrap()
+        .tables["public.t"]
+        .clone();
+        assert_eq!(t.out_of_range, OutOfRange::Null);
+        assert_eq!(
+            t.out_of_range_columns,
+            [
+                ("amount".to_owned(), OutOfRange::String),
+                ("born".to_owned(), OutOfRange::Clamp)
+            ]
+            .into()
+        );
+        for bad in [
+            "out_of_range = \"nul\"",
+            "out_of_range_columns = { born = \"zero\" }",
+            "out_of_range_columns = { \"\" = \"null\" }",
+        ] {
+            let err = parse(&format!("{GOOD}{ch}[table.\"public.t\"]\n{bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("out_of_range"), "{bad}: {err}");
+        }
         // One spelling per table: a quoted part that needs no quotes would
         // never match the rows' keys.
         let err = parse(&format!("{GOOD}{ch}[table.'\"public\".t']\n"))

@@ -74,6 +74,8 @@ pub struct TableBatch {
     config: BatchConfig,
     buf: Vec<u8>,
     rows: usize,
+    /// Values the columns' `out_of_range` policies replaced in `buf`.
+    replaced: u64,
     opened: Option<Instant>,
     first: Option<(Lsn, Lsn)>,
     last: Option<(Lsn, Lsn)>,
@@ -92,6 +94,7 @@ impl TableBatch {
             config,
             buf: Vec::new(),
             rows: 0,
+            replaced: 0,
             opened: None,
             first: None,
             last: None,
@@ -128,7 +131,8 @@ impl TableBatch {
     /// Encode and add one row (see [`RowBinaryEncoder::encode_row`]); a row
     /// that does not encode leaves the batch as it was.
     pub fn push(&mut self, values: &[Value], meta: &RowMeta) -> Result<(), EncodeError> {
-        self.encoder.encode_row(&mut self.buf, values, meta)?;
+        let replaced = self.encoder.encode_row(&mut self.buf, values, meta)?;
+        self.replaced += u64::from(replaced);
         self.rows += 1;
         self.opened.get_or_insert_with(Instant::now);
         self.first.get_or_insert((meta.lsn, meta.seq));
@@ -148,6 +152,7 @@ impl TableBatch {
             columns: self.encoder.columns(),
             body,
             rows: self.rows,
+            replaced: std::mem::take(&mut self.replaced),
             first: self.first.take().unwrap_or_default(),
             last: self.last.take().unwrap_or_default(),
         };
@@ -187,6 +192,9 @@ pub struct SealedBatch {
     pub columns: Vec<String>,
     pub body: Bytes,
     pub rows: usize,
+    /// Values the columns' `out_of_range` policies replaced (NULL or the
+    /// nearest value), for the table's count once the rows are in.
+    pub replaced: u64,
     /// `(lsn, seq)` of the first and last row.
     pub first: (Lsn, Lsn),
     pub last: (Lsn, Lsn),

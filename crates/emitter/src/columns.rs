@@ -10,8 +10,14 @@
 //!
 //! A column of the replica identity is never left out: ClickHouse keys the
 //! rows by it. Rules that would leave one out refuse the table instead.
+//!
+//! The rules also say what a column writes for a value its ClickHouse type
+//! cannot hold ([`ValuePolicy`], `out_of_range`): the policy travels in the
+//! destination layout ([`crate::DestTable`]), so the encoder every path
+//! shares applies it the same way to the stream, a `copy` load and a page
+//! walk, in array elements too.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use walshadow_rows::RowDecoder;
 use walshadow_types::catalog::RelationDesc;
@@ -26,6 +32,68 @@ pub struct ColumnRules {
     /// Columns of types walshadow cannot replicate are left out rather
     /// than stopping the table.
     pub skip_unsupported: bool,
+    /// What columns write for values ClickHouse cannot hold.
+    pub values: ValueRules,
+}
+
+/// What a column writes for a value its ClickHouse type cannot hold:
+/// `numeric` NaN or an infinity in a `Decimal`, a `date` or `timestamp`
+/// that is infinite or outside `Date32`/`DateTime64`'s 1900–2299.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ValuePolicy {
+    /// Stop the table, the message naming the column and these options.
+    #[default]
+    Stop,
+    /// NULL (the column becomes `Nullable`; array elements already are).
+    Null,
+    /// The nearest value the type holds: 1900-01-01 or 2299-12-31 (and
+    /// their timestamps), ±99…9 for a `Decimal`. NaN has none: it stops.
+    Clamp,
+    /// The column becomes a `String` of PostgreSQL's text for every value.
+    String,
+}
+
+impl ValuePolicy {
+    /// The spelling in the config file and the config table.
+    pub fn name(self) -> &'static str {
+        match self {
+            ValuePolicy::Stop => "stop",
+            ValuePolicy::Null => "null",
+            ValuePolicy::Clamp => "clamp",
+            ValuePolicy::String => "string",
+        }
+    }
+
+    /// Case-insensitive [`ValuePolicy::name`].
+    pub fn parse(s: &str) -> Option<ValuePolicy> {
+        [
+            ValuePolicy::Stop,
+            ValuePolicy::Null,
+            ValuePolicy::Clamp,
+            ValuePolicy::String,
+        ]
+        .into_iter()
+        .find(|p| p.name().eq_ignore_ascii_case(s.trim()))
+    }
+}
+
+/// One table's value policies: its own (`out_of_range`) and per column
+/// (`out_of_range_columns`, which win).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ValueRules {
+    pub table: ValuePolicy,
+    pub columns: BTreeMap<String, ValuePolicy>,
+}
+
+impl ValueRules {
+    pub fn is_empty(&self) -> bool {
+        self.table == ValuePolicy::Stop && self.columns.is_empty()
+    }
+
+    /// The policy of the column named `name`.
+    pub fn for_column(&self, name: &str) -> ValuePolicy {
+        self.columns.get(name).copied().unwrap_or(self.table)
+    }
 }
 
 /// A column left out, and why.
@@ -41,18 +109,20 @@ pub struct Masked {
     /// The relation as walshadow replicates it: left-out columns dropped.
     pub desc: RelationDesc,
     pub left_out: Vec<LeftOut>,
-    /// `exclude` names the relation has no live column of (a typo, or a
-    /// column since dropped).
+    /// Names in `exclude` or the value policies that the relation has no
+    /// live column of (a typo, or a column since dropped).
     pub unknown: Vec<String>,
     /// Why the rules cannot apply: a replica identity column would be left
     /// out. The table cannot stream until the rules or the key change.
     pub refused: Option<String>,
+    /// The value policies, for [`crate::DestTable::with_values`].
+    pub values: ValueRules,
 }
 
 impl ColumnRules {
     /// Whether these rules leave nothing out of any table.
     pub fn is_empty(&self) -> bool {
-        self.exclude.is_empty() && !self.skip_unsupported
+        self.exclude.is_empty() && !self.skip_unsupported && self.values.is_empty()
     }
 
     /// `desc` with the columns these rules leave out marked dropped.
@@ -63,6 +133,7 @@ impl ColumnRules {
                 left_out: Vec::new(),
                 unknown: Vec::new(),
                 refused: None,
+                values: self.values.clone(),
             };
         }
         let undecodable: Vec<(String, String)> = if self.skip_unsupported {
@@ -111,6 +182,9 @@ impl ColumnRules {
         let unknown = self
             .exclude
             .iter()
+            .chain(self.values.columns.keys())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
             .filter(|n| {
                 let live = desc.attributes.iter().any(|a| !a.dropped && a.name == **n);
                 !live && !left_out.iter().any(|l: &LeftOut| l.column == **n)
@@ -131,6 +205,7 @@ impl ColumnRules {
             left_out,
             unknown,
             refused,
+            values: self.values.clone(),
         }
     }
 }
@@ -170,6 +245,7 @@ mod tests {
         ColumnRules {
             exclude: exclude.iter().map(|s| s.to_string()).collect(),
             skip_unsupported: skip,
+            values: ValueRules::default(),
         }
     }
 

@@ -38,6 +38,25 @@ pub(crate) fn datetime64(pg_micros: i64) -> Option<i64> {
         .then_some(micros)
 }
 
+/// [`date32`], or the nearest end of the range (`out_of_range =
+/// "clamp"`): PostgreSQL's epoch lies inside it, so the sign says which.
+pub(crate) fn date32_clamped(pg_days: i32) -> i32 {
+    date32(pg_days).unwrap_or(if pg_days < 0 {
+        DATE32_MIN as i32
+    } else {
+        DATE32_MAX as i32
+    })
+}
+
+/// [`datetime64`], or the nearest end of the range.
+pub(crate) fn datetime64_clamped(pg_micros: i64) -> i64 {
+    datetime64(pg_micros).unwrap_or(if pg_micros < 0 {
+        DATETIME64_MIN
+    } else {
+        DATETIME64_MAX
+    })
+}
+
 /// A PostgreSQL date in ISO form for messages (`infinity` as PostgreSQL
 /// writes it; years before 1 as negative years, not `BC`).
 pub(crate) fn pg_date_text(pg_days: i32) -> String {

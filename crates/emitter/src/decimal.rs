@@ -75,6 +75,20 @@ impl U256 {
     }
 }
 
+/// The unscaled integer of the largest (or, `negative`, the smallest)
+/// value a `Decimal(precision, s)` holds: ±(10^precision − 1), as
+/// [`unscaled`] lays it out. What `out_of_range = "clamp"` writes.
+pub(crate) fn extreme(precision: u8, negative: bool) -> [u8; 32] {
+    let mut acc = U256::default();
+    for _ in 0..precision {
+        acc.mul10_add(9);
+    }
+    if negative {
+        acc.negate();
+    }
+    acc.to_le_bytes()
+}
+
 /// The unscaled integer of a finite numeric at `scale`, as 32 little-endian
 /// two's-complement bytes; the first [`decimal_width`] of them are the
 /// ClickHouse value (the precision check guarantees it fits).

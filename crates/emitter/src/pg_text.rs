@@ -1,24 +1,16 @@
-//! PostgreSQL's text output for the values that map to a ClickHouse
-//! `String` but are not text already (numeric without typmod, interval,
-//! timetz, inet/cidr, macaddr/macaddr8, bit/varbit): the row decoder's
-//! renderer (`Value::to_pg_text`), which is tested byte for byte against
-//! the server's output functions.
+//! PostgreSQL's text output for the values written to a ClickHouse
+//! `String` that are not text already (numeric without typmod, interval,
+//! timetz, inet/cidr, macaddr/macaddr8, bit/varbit, and any value of a
+//! column under `out_of_range = "string"`): the row decoder's renderer
+//! (`Value::to_pg_text`), which is tested byte for byte against the
+//! server's output functions.
 
 use walshadow_rows::{Numeric, Value};
 
-/// PostgreSQL's text for `value`, or `None` for values that are written as
-/// they are (text, bytes, JSON) or are not strings at all.
+/// PostgreSQL's text for `value` (`None` for NULL). Text, JSON and bytes
+/// a `String` column holds as they are never come here.
 pub(crate) fn pg_text(value: &Value) -> Option<String> {
-    match value {
-        Value::Numeric(_)
-        | Value::Interval { .. }
-        | Value::TimeTz { .. }
-        | Value::Inet(_)
-        | Value::MacAddr(_)
-        | Value::MacAddr8(_)
-        | Value::Bits { .. } => value.to_pg_text(),
-        _ => None,
-    }
+    value.to_pg_text()
 }
 
 /// `numeric_out`.

@@ -34,6 +34,7 @@ use std::fmt;
 use walshadow_rows::{ArrayValue, Numeric, Value};
 use walshadow_types::{Lsn, Xid};
 
+use crate::columns::ValuePolicy;
 use crate::datetime;
 use crate::decimal::{self, decimal_width};
 use crate::pg_text;
@@ -66,17 +67,28 @@ pub struct EncodeError {
 impl fmt::Display for EncodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.column {
-            Some(c) => write!(f, "table {}, column {c:?}: {}", self.table, self.kind),
-            None => write!(f, "table {}: {}", self.table, self.kind),
+            Some(c) => write!(f, "table {}, column {c:?}: {}", self.table, self.kind)?,
+            None => write!(f, "table {}: {}", self.table, self.kind)?,
         }
+        if let (Some(c), true) = (&self.column, self.kind.is_out_of_range()) {
+            write!(
+                f,
+                "; or say what the column writes instead: out_of_range_columns = \
+                 {{ {c:?} = \"null\" | \"clamp\" | \"string\" }} in [table.\"{}\"] (or the \
+                 config table's out_of_range_columns), then `walshadow table resync {}`",
+                self.table, self.table
+            )?;
+        }
+        Ok(())
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EncodeErrorKind {
     #[error(
-        "numeric {value} cannot be stored in {ch_type}, which has no NaN or infinity; \
-         declare the column as unconstrained numeric (replicated as String) and load the table again"
+        "numeric {value} cannot be stored in {ch_type}, which has no NaN or infinity (and NaN no \
+         nearest value); declare the column as unconstrained numeric (replicated as String) and \
+         load the table again"
     )]
     NotFinite { value: String, ch_type: String },
     #[error("numeric {value} does not fit {ch_type}: {reason}")]
@@ -114,6 +126,26 @@ pub enum EncodeErrorKind {
     },
 }
 
+impl EncodeErrorKind {
+    /// A value the column's type has no room for, which its
+    /// `out_of_range` policy may replace.
+    pub fn is_out_of_range(&self) -> bool {
+        matches!(
+            self,
+            EncodeErrorKind::NotFinite { .. }
+                | EncodeErrorKind::DecimalRange { .. }
+                | EncodeErrorKind::OutOfRange { .. }
+        )
+    }
+}
+
+/// A column's `out_of_range` policy while one of its values is encoded,
+/// and how many values (the column's, or its array elements) it replaced.
+struct OnRange {
+    policy: ValuePolicy,
+    replaced: u32,
+}
+
 /// Encodes rows of one destination table.
 #[derive(Debug, Clone)]
 pub struct RowBinaryEncoder {
@@ -138,14 +170,15 @@ impl RowBinaryEncoder {
 
     /// Append one row to `out`. `values` holds either one value per
     /// attribute of the relation descriptor (dropped ones included and
-    /// ignored) or one per live column, in attnum order. On error `out` is
-    /// left as it was.
+    /// ignored) or one per live column, in attnum order. Returns how many
+    /// values the columns' `out_of_range` policies replaced (NULL or the
+    /// nearest value). On error `out` is left as it was.
     pub fn encode_row(
         &self,
         out: &mut Vec<u8>,
         values: &[Value],
         meta: &RowMeta,
-    ) -> Result<(), EncodeError> {
+    ) -> Result<u32, EncodeError> {
         let start = out.len();
         let result = self.encode_row_inner(out, values, meta);
         if result.is_err() {
@@ -159,8 +192,9 @@ impl RowBinaryEncoder {
         out: &mut Vec<u8>,
         values: &[Value],
         meta: &RowMeta,
-    ) -> Result<(), EncodeError> {
+    ) -> Result<u32, EncodeError> {
         let t = &self.table;
+        let mut replaced = 0;
         let by_position = if values.len() == t.attribute_count {
             true
         } else if values.len() == t.columns.len() {
@@ -188,7 +222,12 @@ impl RowBinaryEncoder {
             }
             let index = if by_position { c.position } else { live_index };
             let value = values.get(index).unwrap_or(&Value::Null);
-            encode_value(out, &c.ch_type, value).map_err(at)?;
+            let mut on_range = OnRange {
+                policy: c.out_of_range,
+                replaced: 0,
+            };
+            encode_under(out, &c.ch_type, value, &mut on_range).map_err(at)?;
+            replaced += on_range.replaced;
         }
         out.extend_from_slice(&meta.lsn.0.to_le_bytes());
         out.extend_from_slice(&meta.seq.0.to_le_bytes());
@@ -203,7 +242,7 @@ impl RowBinaryEncoder {
         })?;
         out.extend_from_slice(&commit.to_le_bytes());
         out.push(u8::from(meta.deleted));
-        Ok(())
+        Ok(replaced)
     }
 }
 
@@ -270,11 +309,27 @@ fn out_of_range(value: String, ty: &ChType) -> EncodeErrorKind {
     }
 }
 
-/// Encode `v` as `ty`.
+/// Encode `v` as `ty`; a value `ty` cannot hold is an error.
 pub(crate) fn encode_value(
     out: &mut Vec<u8>,
     ty: &ChType,
     v: &Value,
+) -> Result<(), EncodeErrorKind> {
+    let mut stop = OnRange {
+        policy: ValuePolicy::Stop,
+        replaced: 0,
+    };
+    encode_under(out, ty, v, &mut stop)
+}
+
+/// Encode `v` as `ty`, a value `ty` cannot hold handled by `on`'s policy:
+/// `null` at the nearest `Nullable` (the column, or the array element),
+/// `clamp` where the value is written.
+fn encode_under(
+    out: &mut Vec<u8>,
+    ty: &ChType,
+    v: &Value,
+    on: &mut OnRange,
 ) -> Result<(), EncodeErrorKind> {
     let mismatch = || EncodeErrorKind::Mismatch {
         ch_type: ty.to_string(),
@@ -283,13 +338,21 @@ pub(crate) fn encode_value(
     match (ty, v) {
         (ChType::Nullable(_), Value::Null) => out.push(1),
         (ChType::Nullable(inner), v) => {
+            let mark = out.len();
             out.push(0);
-            encode_value(out, inner, v)?;
+            match encode_under(out, inner, v, on) {
+                Err(e) if on.policy == ValuePolicy::Null && e.is_out_of_range() => {
+                    out.truncate(mark);
+                    out.push(1);
+                    on.replaced += 1;
+                }
+                r => r?,
+            }
         }
-        (ChType::LowCardinality(inner), v) => encode_value(out, inner, v)?,
+        (ChType::LowCardinality(inner), v) => encode_under(out, inner, v, on)?,
         // ClickHouse has no nullable arrays: NULL is written as [].
         (ChType::Array(_), Value::Null) => out.push(0),
-        (ChType::Array(_), Value::Array(a)) => encode_array(out, ty, a)?,
+        (ChType::Array(_), Value::Array(a)) => encode_array(out, ty, a, on)?,
         (ChType::Array(inner), Value::Vector(v)) if **inner == ChType::Float32 => {
             write_leb128(out, v.len() as u64);
             for f in v {
@@ -305,7 +368,7 @@ pub(crate) fn encode_value(
         (ChType::Float32, Value::Float32(f)) => out.extend_from_slice(&f.to_le_bytes()),
         (ChType::Float64, Value::Float64(f)) => out.extend_from_slice(&f.to_le_bytes()),
         (ChType::Decimal { precision, scale }, Value::Numeric(n)) => {
-            encode_numeric(out, *precision, *scale, n, ty)?;
+            encode_numeric(out, *precision, *scale, n, ty, on)?;
         }
         (ChType::Decimal { precision, scale }, Value::Money(cents)) => {
             // The stored int8 is in the currency's smallest unit; the
@@ -336,13 +399,25 @@ pub(crate) fn encode_value(
             None => return Err(mismatch()),
         },
         (ChType::Date32, Value::Date(d)) => {
-            let days =
-                datetime::date32(*d).ok_or_else(|| out_of_range(datetime::pg_date_text(*d), ty))?;
+            let days = match datetime::date32(*d) {
+                Some(days) => days,
+                None if on.policy == ValuePolicy::Clamp => {
+                    on.replaced += 1;
+                    datetime::date32_clamped(*d)
+                }
+                None => return Err(out_of_range(datetime::pg_date_text(*d), ty)),
+            };
             out.extend_from_slice(&days.to_le_bytes());
         }
         (ChType::DateTime64Utc, Value::Timestamp(t) | Value::TimestampTz(t)) => {
-            let us = datetime::datetime64(*t)
-                .ok_or_else(|| out_of_range(datetime::pg_timestamp_text(*t), ty))?;
+            let us = match datetime::datetime64(*t) {
+                Some(us) => us,
+                None if on.policy == ValuePolicy::Clamp => {
+                    on.replaced += 1;
+                    datetime::datetime64_clamped(*t)
+                }
+                None => return Err(out_of_range(datetime::pg_timestamp_text(*t), ty)),
+            };
             out.extend_from_slice(&us.to_le_bytes());
         }
         (ChType::Time64, Value::Time(us)) => out.extend_from_slice(&us.to_le_bytes()),
@@ -362,8 +437,19 @@ fn encode_numeric(
     scale: u8,
     n: &Numeric,
     ty: &ChType,
+    on: &mut OnRange,
 ) -> Result<(), EncodeErrorKind> {
+    let width = decimal_width(precision);
+    let mut clamp = |out: &mut Vec<u8>, negative: bool| {
+        on.replaced += 1;
+        let bytes = decimal::extreme(precision, negative);
+        out.extend_from_slice(bytes.get(..width).unwrap_or(&bytes));
+    };
     match n {
+        Numeric::PosInfinity | Numeric::NegInfinity if on.policy == ValuePolicy::Clamp => {
+            clamp(out, matches!(n, Numeric::NegInfinity));
+            Ok(())
+        }
         Numeric::NaN | Numeric::PosInfinity | Numeric::NegInfinity => {
             Err(EncodeErrorKind::NotFinite {
                 value: pg_text::numeric_text(n),
@@ -375,22 +461,32 @@ fn encode_numeric(
             weight,
             digits,
             ..
-        } => {
-            let bytes =
-                decimal::unscaled(*negative, *weight, digits, precision, scale).map_err(|e| {
-                    EncodeErrorKind::DecimalRange {
-                        value: pg_text::numeric_text(n),
-                        ch_type: ty.to_string(),
-                        reason: e.to_string(),
-                    }
-                })?;
-            out.extend_from_slice(bytes.get(..decimal_width(precision)).unwrap_or(&bytes));
-            Ok(())
-        }
+        } => match decimal::unscaled(*negative, *weight, digits, precision, scale) {
+            Ok(bytes) => {
+                out.extend_from_slice(bytes.get(..width).unwrap_or(&bytes));
+                Ok(())
+            }
+            // Too large: the nearest value is the type's end. (Too many
+            // fractional digits would be rounding, not clamping.)
+            Err(decimal::DecimalError::TooManyDigits) if on.policy == ValuePolicy::Clamp => {
+                clamp(out, *negative);
+                Ok(())
+            }
+            Err(e) => Err(EncodeErrorKind::DecimalRange {
+                value: pg_text::numeric_text(n),
+                ch_type: ty.to_string(),
+                reason: e.to_string(),
+            }),
+        },
     }
 }
 
-fn encode_array(out: &mut Vec<u8>, ty: &ChType, a: &ArrayValue) -> Result<(), EncodeErrorKind> {
+fn encode_array(
+    out: &mut Vec<u8>,
+    ty: &ChType,
+    a: &ArrayValue,
+    on: &mut OnRange,
+) -> Result<(), EncodeErrorKind> {
     let malformed = || EncodeErrorKind::MalformedArray {
         lens: a.dims.iter().map(|(l, _)| *l).collect(),
         elements: a.elements.len(),
@@ -427,7 +523,7 @@ fn encode_array(out: &mut Vec<u8>, ty: &ChType, a: &ArrayValue) -> Result<(), En
     while let ChType::Array(inner) = elem_ty {
         elem_ty = inner;
     }
-    encode_level(out, &lens, &a.elements, elem_ty)
+    encode_level(out, &lens, &a.elements, elem_ty, on)
 }
 
 /// One dimension: its length, then each sub-array (or element).
@@ -436,6 +532,7 @@ fn encode_level(
     lens: &[usize],
     elems: &[Value],
     elem_ty: &ChType,
+    on: &mut OnRange,
 ) -> Result<(), EncodeErrorKind> {
     let Some((&n, rest)) = lens.split_first() else {
         return Ok(());
@@ -443,13 +540,13 @@ fn encode_level(
     write_leb128(out, n as u64);
     if rest.is_empty() {
         for e in elems {
-            encode_value(out, elem_ty, e)?;
+            encode_under(out, elem_ty, e, on)?;
         }
         return Ok(());
     }
     let stride: usize = rest.iter().product::<usize>().max(1);
     for chunk in elems.chunks(stride) {
-        encode_level(out, rest, chunk, elem_ty)?;
+        encode_level(out, rest, chunk, elem_ty, on)?;
     }
     Ok(())
 }
@@ -478,6 +575,7 @@ mod tests {
     use walshadow_rows::InetValue;
 
     use super::*;
+    use crate::columns::ValueRules;
     use crate::schema::tests::{attr, rel};
     use crate::schema::{DestTable, MetaColumns};
     use crate::types::oid;
@@ -679,6 +777,12 @@ mod tests {
         );
     }
 
+    /// A one-dimensional array of `elements`.
+    fn arr_of(elements: Vec<Value>) -> Value {
+        let n = elements.len() as i32;
+        arr(&[n], elements)
+    }
+
     fn arr(dims: &[i32], elements: Vec<Value>) -> Value {
         Value::Array(ArrayValue {
             element_type: oid::INT4,
@@ -717,6 +821,189 @@ mod tests {
             err(&a1, &arr(&[-1], vec![])),
             EncodeErrorKind::MalformedArray { .. }
         ));
+    }
+
+    fn under(
+        ty: &ChType,
+        v: &Value,
+        policy: ValuePolicy,
+    ) -> Result<(Vec<u8>, u32), EncodeErrorKind> {
+        let mut out = Vec::new();
+        let mut on = OnRange {
+            policy,
+            replaced: 0,
+        };
+        encode_under(&mut out, ty, v, &mut on)?;
+        Ok((out, on.replaced))
+    }
+
+    #[test]
+    fn clamp_writes_the_ends_of_the_range() {
+        use crate::datetime::{DATE32_MAX, DATE32_MIN, DATETIME64_MAX, DATETIME64_MIN};
+        let clamp = ValuePolicy::Clamp;
+        for (pg, want) in [
+            (i32::MAX, DATE32_MAX),
+            (i32::MIN, DATE32_MIN),
+            (-36_525, DATE32_MIN), // 1899-12-31
+            (109_573, DATE32_MAX), // 2300-01-01
+        ] {
+            let (out, n) = under(&ChType::Date32, &Value::Date(pg), clamp).unwrap();
+            assert_eq!((out, n), ((want as i32).to_le_bytes().to_vec(), 1), "{pg}");
+        }
+        let (out, n) = under(&ChType::Date32, &Value::Date(0), clamp).unwrap();
+        assert_eq!((out, n), (10_957i32.to_le_bytes().to_vec(), 0), "in range");
+        for (pg, want) in [(i64::MAX, DATETIME64_MAX), (i64::MIN, DATETIME64_MIN)] {
+            let (out, n) = under(&ChType::DateTime64Utc, &Value::TimestampTz(pg), clamp).unwrap();
+            assert_eq!((out, n), (want.to_le_bytes().to_vec(), 1));
+        }
+        let d = ChType::Decimal {
+            precision: 5,
+            scale: 2,
+        };
+        let (out, _) = under(&d, &Value::Numeric(Numeric::NegInfinity), clamp).unwrap();
+        assert_eq!(out, (-99_999i32).to_le_bytes(), "-999.99");
+        let (out, _) = under(&d, &finite(false, 1, 0, &[1, 0]), clamp).unwrap();
+        assert_eq!(out, 99_999i32.to_le_bytes(), "10000 is past 999.99");
+        let wide = ChType::Decimal {
+            precision: 76,
+            scale: 0,
+        };
+        let (out, _) = under(&wide, &Value::Numeric(Numeric::PosInfinity), clamp).unwrap();
+        assert_eq!(out, crate::decimal::extreme(76, false), "Decimal256");
+        // NaN has no nearest value.
+        assert!(matches!(
+            under(&d, &Value::Numeric(Numeric::NaN), clamp),
+            Err(EncodeErrorKind::NotFinite { .. })
+        ));
+        // Array elements clamp one by one.
+        let a = ChType::array(ChType::nullable(ChType::Date32));
+        let (out, n) = under(
+            &a,
+            &arr_of(vec![Value::Date(0), Value::Date(i32::MAX)]),
+            clamp,
+        )
+        .unwrap();
+        let mut want = vec![2, 0];
+        want.extend_from_slice(&10_957i32.to_le_bytes());
+        want.push(0);
+        want.extend_from_slice(&(DATE32_MAX as i32).to_le_bytes());
+        assert_eq!((out, n), (want, 1));
+    }
+
+    #[test]
+    fn null_replaces_at_the_nearest_nullable() {
+        let null = ValuePolicy::Null;
+        let nd = ChType::nullable(ChType::Date32);
+        assert_eq!(
+            under(&nd, &Value::Date(i32::MAX), null).unwrap(),
+            (vec![1], 1)
+        );
+        assert_eq!(
+            under(
+                &ChType::nullable(ChType::Decimal {
+                    precision: 10,
+                    scale: 2
+                }),
+                &Value::Numeric(Numeric::NaN),
+                null
+            )
+            .unwrap(),
+            (vec![1], 1)
+        );
+        let a = ChType::array(ChType::nullable(ChType::DateTime64Utc));
+        let (out, n) = under(
+            &a,
+            &arr_of(vec![Value::Timestamp(i64::MIN), Value::Timestamp(0)]),
+            null,
+        )
+        .unwrap();
+        let mut want = vec![2, 1, 0];
+        want.extend_from_slice(&946_684_800_000_000i64.to_le_bytes());
+        assert_eq!((out, n), (want, 1));
+        // Not a range problem: still an error.
+        assert_eq!(
+            under(&nd, &Value::Int32(1), null).unwrap_err(),
+            EncodeErrorKind::Mismatch {
+                ch_type: "Date32".into(),
+                value: "int4"
+            }
+        );
+        // Without a Nullable around it, null cannot act (the layout makes
+        // one; this guards the encoder).
+        assert!(under(&ChType::Date32, &Value::Date(i32::MAX), null).is_err());
+    }
+
+    #[test]
+    fn string_writes_postgres_text_of_any_value() {
+        let s = ChType::String;
+        assert_eq!(enc(&s, &Value::Date(i32::MAX)), b"\x08infinity");
+        assert_eq!(enc(&s, &Value::Date(109_573)), b"\x0a2300-01-01");
+        assert_eq!(
+            enc(&s, &arr_of(vec![Value::Date(0), Value::Date(i32::MIN)])),
+            b"\x16{2000-01-01,-infinity}"
+        );
+    }
+
+    #[test]
+    fn a_range_error_names_the_policy_options() {
+        let e = EncodeError {
+            table: "public.t".into(),
+            column: Some("born".into()),
+            kind: err(&ChType::Date32, &Value::Date(i32::MAX)),
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains(
+                "out_of_range_columns = { \"born\" = \"null\" | \"clamp\" | \"string\" }"
+            ) && text.contains("[table.\"public.t\"]"),
+            "{text}"
+        );
+        let e = EncodeError {
+            kind: EncodeErrorKind::NullInNotNull,
+            ..e
+        };
+        assert!(!e.to_string().contains("out_of_range"), "{e}");
+    }
+
+    #[test]
+    fn rows_count_the_values_their_policies_replaced() {
+        let d = rel(
+            vec![
+                attr(1, "id", oid::INT4, true),
+                attr(2, "born", oid::DATE, true),
+                attr(3, "seen", oid::TIMESTAMPTZ, false),
+            ],
+            &["id"],
+            "d",
+            vec![],
+        );
+        let values = ValueRules {
+            table: ValuePolicy::Clamp,
+            columns: [("born".to_owned(), ValuePolicy::Null)].into(),
+        };
+        let t = DestTable::with_values(&d, &MetaColumns::default(), &values).unwrap();
+        assert_eq!(
+            t.column("born").unwrap().ch_type,
+            ChType::nullable(ChType::Date32),
+            "NOT NULL, but null says NULL"
+        );
+        let e = RowBinaryEncoder::new(&t);
+        let mut out = Vec::new();
+        let n = e
+            .encode_row(
+                &mut out,
+                &[
+                    Value::Int32(1),
+                    Value::Date(i32::MIN),
+                    Value::TimestampTz(i64::MAX),
+                ],
+                &meta(false),
+            )
+            .unwrap();
+        assert_eq!(n, 2);
+        let mut want = vec![1, 0, 0, 0, 1, 0];
+        want.extend_from_slice(&crate::datetime::DATETIME64_MAX.to_le_bytes());
+        assert_eq!(out.get(..want.len()), Some(&want[..]));
     }
 
     fn meta(deleted: bool) -> RowMeta {

@@ -19,6 +19,7 @@ use std::collections::HashSet;
 
 use walshadow_types::catalog::{AttributeDesc, RelationDesc};
 
+use crate::columns::{ValuePolicy, ValueRules};
 use crate::types::{ChType, UnsupportedType, clickhouse_type};
 
 /// Names of the metadata columns every destination table carries.
@@ -86,6 +87,9 @@ pub struct DestColumn {
     pub ch_type: ChType,
     /// Part of the sorting key (the replica identity).
     pub key: bool,
+    /// What the column writes for a value `ch_type` cannot hold; `Stop`
+    /// for a type that holds every value.
+    pub out_of_range: ValuePolicy,
     /// Index in `RelationDesc::attributes` (dropped columns included).
     pub(crate) position: usize,
 }
@@ -135,6 +139,12 @@ pub enum SchemaError {
         column: String,
         reason: String,
     },
+    #[error(
+        "table {table}: column {column:?} is part of the replica identity, by which ClickHouse \
+         keys the rows, and a key cannot be NULL: give it out_of_range = \"clamp\" or \"string\" \
+         in out_of_range_columns"
+    )]
+    NullKey { table: String, column: String },
     #[error("metadata column names must be distinct and non-empty, got {names:?}")]
     BadMetaNames { names: Vec<String> },
     #[error(
@@ -157,8 +167,19 @@ pub enum SchemaError {
 }
 
 impl DestTable {
-    /// The destination layout of `desc`, or why it cannot be replicated.
+    /// The destination layout of `desc`, or why it cannot be replicated;
+    /// every column stops on a value its type cannot hold.
     pub fn new(desc: &RelationDesc, meta: &MetaColumns) -> Result<DestTable, SchemaError> {
+        DestTable::with_values(desc, meta, &ValueRules::default())
+    }
+
+    /// [`DestTable::new`] with the table's value policies: a column under
+    /// `null` becomes `Nullable`, one under `string` a `String`.
+    pub fn with_values(
+        desc: &RelationDesc,
+        meta: &MetaColumns,
+        values: &ValueRules,
+    ) -> Result<DestTable, SchemaError> {
         let table = format!("{}.{}", desc.schema, desc.name);
         let names = meta.names();
         let distinct: HashSet<&str> = names.iter().copied().collect();
@@ -187,11 +208,32 @@ impl DestTable {
                     table: table.clone(),
                     source,
                 })?;
+            let key = key_names.contains(&attr.name);
+            let out_of_range = if ch_type.has_limited_range() {
+                values.for_column(&attr.name)
+            } else {
+                ValuePolicy::Stop
+            };
+            let ch_type = match out_of_range {
+                ValuePolicy::Stop | ValuePolicy::Clamp => ch_type,
+                ValuePolicy::String if attr.not_null => ChType::String,
+                ValuePolicy::String => ChType::nullable(ChType::String),
+                // Array elements are Nullable already.
+                ValuePolicy::Null if matches!(ch_type, ChType::Array(_)) => ch_type,
+                ValuePolicy::Null if key => {
+                    return Err(SchemaError::NullKey {
+                        table,
+                        column: attr.name.clone(),
+                    });
+                }
+                ValuePolicy::Null => ch_type.to_nullable(),
+            };
             columns.push(DestColumn {
                 attnum: attr.attnum,
                 name: attr.name.clone(),
                 ch_type,
-                key: key_names.contains(&attr.name),
+                key,
+                out_of_range,
                 position,
             });
         }
@@ -471,6 +513,15 @@ pub(crate) mod tests {
         }
     }
 
+    impl DestTable {
+        fn with_policy(mut self, column: &str, policy: ValuePolicy) -> DestTable {
+            for c in self.columns.iter_mut().filter(|c| c.name == column) {
+                c.out_of_range = policy;
+            }
+            self
+        }
+    }
+
     fn dest(desc: &RelationDesc) -> DestTable {
         DestTable::new(desc, &MetaColumns::default()).unwrap()
     }
@@ -506,6 +557,66 @@ pub(crate) mod tests {
             ]
         );
         assert!(!t.has_nullable_key());
+    }
+
+    #[test]
+    fn value_policies_shape_the_columns_they_can_act_on() {
+        let d = rel(
+            vec![
+                attr(1, "day", oid::DATE, true),
+                attr(2, "amount", oid::NUMERIC, true),
+                attr(3, "note", oid::TEXT, true),
+                attr(4, "at", oid::TIMESTAMPTZ, false),
+            ],
+            &["day"],
+            "d",
+            vec![],
+        );
+        let rules = |table: ValuePolicy, columns: &[(&str, ValuePolicy)]| ValueRules {
+            table,
+            columns: columns.iter().map(|(c, p)| (c.to_string(), *p)).collect(),
+        };
+        let t = DestTable::with_values(
+            &d,
+            &MetaColumns::default(),
+            &rules(ValuePolicy::String, &[("day", ValuePolicy::Clamp)]),
+        )
+        .unwrap();
+        let shape = |t: &DestTable| -> Vec<(ChType, ValuePolicy)> {
+            t.columns
+                .iter()
+                .map(|c| (c.ch_type.clone(), c.out_of_range))
+                .collect()
+        };
+        assert_eq!(
+            shape(&t),
+            [
+                (ChType::Date32, ValuePolicy::Clamp),
+                // Unconstrained numeric is a String already: no policy.
+                (ChType::String, ValuePolicy::Stop),
+                (ChType::String, ValuePolicy::Stop),
+                (ChType::nullable(ChType::String), ValuePolicy::String),
+            ]
+        );
+        // null on the key: refused, naming the column and the other options.
+        let e = DestTable::with_values(&d, &MetaColumns::default(), &rules(ValuePolicy::Null, &[]))
+            .unwrap_err();
+        assert!(
+            matches!(&e, SchemaError::NullKey { column, .. } if column == "day")
+                && e.to_string().contains("\"clamp\""),
+            "{e}"
+        );
+        let t = DestTable::with_values(
+            &d,
+            &MetaColumns::default(),
+            &rules(ValuePolicy::Stop, &[("at", ValuePolicy::Null)]),
+        )
+        .unwrap();
+        assert_eq!(
+            t,
+            dest(&d).with_policy("at", ValuePolicy::Null),
+            "already Nullable"
+        );
     }
 
     #[test]

@@ -140,6 +140,20 @@ impl ChType {
     }
 
     /// Array nesting depth (0 for a scalar).
+    /// Whether some value of the PostgreSQL type mapped here has no
+    /// ClickHouse value: `Decimal` (NaN, infinities), `Date32` and
+    /// `DateTime64` (infinities, years outside 1900–2299), also as a
+    /// nullable, array or low-cardinality element.
+    pub fn has_limited_range(&self) -> bool {
+        match self {
+            ChType::Decimal { .. } | ChType::Date32 | ChType::DateTime64Utc => true,
+            ChType::Nullable(i) | ChType::Array(i) | ChType::LowCardinality(i) => {
+                i.has_limited_range()
+            }
+            _ => false,
+        }
+    }
+
     pub fn array_depth(&self) -> usize {
         match self {
             ChType::Array(inner) => 1 + inner.array_depth(),

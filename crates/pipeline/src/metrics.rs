@@ -19,6 +19,7 @@
 //! | `walshadow_lag_seconds` | gauge | now minus the last applied commit's time; 0 when caught up |
 //! | `walshadow_applied_commit_time_seconds` | gauge | that commit time, Unix seconds |
 //! | `walshadow_rows_written_total{table}` | counter | rows written to ClickHouse by the stream |
+//! | `walshadow_values_replaced_total{table}` | counter | values the stream wrote as the columns' `out_of_range` policies say (NULL or the nearest value) |
 //! | `walshadow_table_stopped{table}` | gauge | 1 while the table is stopped by a definite error |
 //! | `walshadow_table_stop_reason{table,reason}` | gauge | 1 while the table is stopped, `reason` its stop code (the operator guide's stop table) |
 //! | `walshadow_table_reloads_total{table,reason}` | counter | tables walshadow loaded again by itself after a change ClickHouse cannot follow in place (`reason`: `full_identity_columns`, `partial_truncate`, `partitions_changed`) |
@@ -168,6 +169,7 @@ struct Inner {
     registry: Registry,
     positions: Arc<Positions>,
     rows_written: Family<TableLabels, Counter>,
+    values_replaced: Family<TableLabels, Counter>,
     table_stopped: Family<TableLabels, U64Gauge>,
     table_stop_reason: Family<StopLabels, U64Gauge>,
     /// The reason series shown per stopped table, to remove it when the
@@ -256,6 +258,12 @@ impl Metrics {
             "walshadow_rows_written",
             "Rows written to ClickHouse by the stream (inserts, updates, delete markers), per source table",
             rows_written.clone(),
+        );
+        let values_replaced = Family::default();
+        r.register(
+            "walshadow_values_replaced",
+            "Values the stream wrote as the columns' out_of_range policies say (NULL or the nearest value) instead of stopping the table, per source table",
+            values_replaced.clone(),
         );
         let table_stopped = Family::default();
         r.register(
@@ -450,6 +458,7 @@ impl Metrics {
                 registry: r,
                 positions,
                 rows_written,
+                values_replaced,
                 table_stopped,
                 table_stop_reason,
                 stop_reasons: Default::default(),
@@ -569,6 +578,13 @@ impl Metrics {
             .inc_by(n);
     }
 
+    pub fn add_values_replaced(&self, table: &str, n: u64) {
+        self.inner
+            .values_replaced
+            .get_or_create(&table_labels(table))
+            .inc_by(n);
+    }
+
     /// Whether `table` is stopped, and its stop code.
     pub fn set_table_stopped(&self, table: &str, reason: Option<&str>) {
         self.inner
@@ -638,6 +654,7 @@ impl Metrics {
     pub fn forget_table(&self, table: &str) {
         let labels = table_labels(table);
         self.inner.rows_written.remove(&labels);
+        self.inner.values_replaced.remove(&labels);
         self.inner.table_stopped.remove(&labels);
         self.set_table_stopped(table, None);
         self.inner.table_stopped.remove(&labels);
@@ -1099,6 +1116,7 @@ mod tests {
         m.set_positions(0x3000, 0x2800, 0x2000, Some(0x4000));
         m.set_applied_commit_time(1.7e9);
         m.add_rows("public.t", 1);
+        m.add_values_replaced("public.t", 1);
         m.set_table_stopped("public.t", Some("type_change"));
         m.set_config_table_ignored(false);
         m.set_archive(false, 1);

@@ -81,6 +81,10 @@ pub struct TableProgress {
     /// sync.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub left_out: BTreeMap<String, String>,
+    /// Values the stream wrote as the columns' `out_of_range` policies say
+    /// (NULL or the nearest value) instead of stopping the table.
+    #[serde(default, skip_serializing_if = "crate::progress::is_zero")]
+    pub values_replaced: u64,
     /// An opted-in table's column rules, from its config-table row (a
     /// pinned table's are in the config file).
     #[serde(
@@ -88,6 +92,10 @@ pub struct TableProgress {
         skip_serializing_if = "crate::scope::RowColumnRules::is_empty"
     )]
     pub columns: crate::scope::RowColumnRules,
+}
+
+pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A resync (`walshadow table resync`): from its `s` the table streams into
@@ -128,6 +136,7 @@ impl TableProgress {
             waiting_for_key: None,
             loaded_at: None,
             left_out: BTreeMap::new(),
+            values_replaced: 0,
             columns: Default::default(),
         }
     }

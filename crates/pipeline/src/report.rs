@@ -288,11 +288,16 @@ impl fmt::Display for StatusReport {
         for (key, t) in &self.tables {
             // Rows the stream wrote, and those its last load wrote.
             let loaded = self.backfills.get(key).map_or(0, |p| p.rows);
-            let rows = if loaded > 0 {
+            let mut rows = if loaded > 0 {
                 format!("{} rows streamed, {loaded} loaded", t.rows)
             } else {
                 format!("{} rows", t.rows)
             };
+            let replaced =
+                t.values_replaced + self.backfills.get(key).map_or(0, |p| p.values_replaced);
+            if replaced > 0 {
+                rows.push_str(&format!(" ({replaced} values as out_of_range says)"));
+            }
             // Names and reasons come from the source: a newline or an
             // escape in them must not forge a line.
             let (key, dest) = (printable(key), printable(&t.destination));

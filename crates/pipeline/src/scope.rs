@@ -16,6 +16,8 @@
 //!     resync       bigint NOT NULL DEFAULT 0, -- raised: load again, swap in
 //!     exclude_columns text[],          -- columns left out of ClickHouse
 //!     unsupported_columns text CHECK (…), -- stop (NULL) | skip
+//!     out_of_range text CHECK (…),     -- stop (NULL) | null | clamp | string
+//!     out_of_range_columns jsonb CHECK (…), -- {"column": policy, …}
 //!     PRIMARY KEY (schema_name, table_name)
 //! );
 //! ```
@@ -27,8 +29,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use walshadow_config::{TableConfig, UnsupportedColumns};
-use walshadow_emitter::ColumnRules;
+use walshadow_config::{OutOfRange, TableConfig, UnsupportedColumns};
+use walshadow_emitter::{ColumnRules, ValuePolicy, ValueRules};
 use walshadow_rows::{RowDecoder, Value};
 
 /// The column rules of the pinned tables that have any.
@@ -36,9 +38,23 @@ pub fn column_rules(tables: &BTreeMap<String, TableConfig>) -> HashMap<String, C
     tables
         .iter()
         .map(|(key, t)| {
+            let policy = |p: OutOfRange| match p {
+                OutOfRange::Stop => ValuePolicy::Stop,
+                OutOfRange::Null => ValuePolicy::Null,
+                OutOfRange::Clamp => ValuePolicy::Clamp,
+                OutOfRange::String => ValuePolicy::String,
+            };
             let rules = ColumnRules {
                 exclude: t.exclude_columns.iter().cloned().collect(),
                 skip_unsupported: t.unsupported_columns == UnsupportedColumns::Skip,
+                values: ValueRules {
+                    table: policy(t.out_of_range),
+                    columns: t
+                        .out_of_range_columns
+                        .iter()
+                        .map(|(c, p)| (c.clone(), policy(*p)))
+                        .collect(),
+                },
             };
             (key.clone(), rules)
         })
@@ -59,7 +75,7 @@ pub enum ScopeChange {
         destination: Option<String>,
         /// The row's `resync` counter (absent in older config tables).
         resync: Option<i64>,
-        /// The row's `exclude_columns` and `unsupported_columns`.
+        /// The row's column rules.
         columns: RowColumnRules,
     },
     /// The row was deleted (or its key changed away).
@@ -88,17 +104,58 @@ pub struct RowColumnRules {
     /// `unsupported_columns = 'skip'`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub skip_unsupported: bool,
+    /// `out_of_range` (a [`ValuePolicy::name`]; absent: stop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_of_range: Option<String>,
+    /// `out_of_range_columns`: column name to policy name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub out_of_range_columns: BTreeMap<String, String>,
 }
 
 impl RowColumnRules {
     pub fn is_empty(&self) -> bool {
-        self.exclude.is_empty() && !self.skip_unsupported
+        self.exclude.is_empty()
+            && !self.skip_unsupported
+            && self.out_of_range.is_none()
+            && self.out_of_range_columns.is_empty()
     }
 
+    /// From the row's `out_of_range` text.
+    pub fn set_out_of_range(&mut self, text: &str) {
+        self.out_of_range = ValuePolicy::parse(text)
+            .filter(|p| *p != ValuePolicy::Stop)
+            .map(|p| p.name().to_owned());
+    }
+
+    /// From the row's `out_of_range_columns` JSON, which the config
+    /// table's check keeps an object of policy names.
+    pub fn set_out_of_range_columns(&mut self, json: &str) {
+        self.out_of_range_columns =
+            serde_json::from_str::<BTreeMap<String, serde_json::Value>>(json)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|(c, p)| {
+                    let p = ValuePolicy::parse(p.as_str()?)?;
+                    Some((c, p.name().to_owned()))
+                })
+                .collect();
+    }
+
+    /// The rules; a policy name the config table's checks would refuse
+    /// (a row written before them) reads as `stop`.
     pub fn rules(&self) -> ColumnRules {
+        let policy = |name: &str| ValuePolicy::parse(name).unwrap_or_default();
         ColumnRules {
             exclude: self.exclude.iter().cloned().collect(),
             skip_unsupported: self.skip_unsupported,
+            values: ValueRules {
+                table: self.out_of_range.as_deref().map(policy).unwrap_or_default(),
+                columns: self
+                    .out_of_range_columns
+                    .iter()
+                    .map(|(c, p)| (c.clone(), policy(p)))
+                    .collect(),
+            },
         }
     }
 }
@@ -134,6 +191,8 @@ pub fn config_row(decoder: &RowDecoder, values: &[Value]) -> Option<ConfigRow> {
             ("unsupported_columns", Value::Text(t)) => {
                 columns.skip_unsupported = t.eq_ignore_ascii_case("skip");
             }
+            ("out_of_range", Value::Text(t)) => columns.set_out_of_range(t),
+            ("out_of_range_columns", Value::Jsonb(j)) => columns.set_out_of_range_columns(j),
             _ => {}
         }
     }

@@ -28,6 +28,9 @@ pub struct TableStatus {
     /// `unsupported_columns = "skip"`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub left_out: BTreeMap<String, String>,
+    /// Values written as the columns' `out_of_range` policies say.
+    #[serde(default, skip_serializing_if = "crate::progress::is_zero")]
+    pub values_replaced: u64,
 }
 
 /// How far a table's load is.
@@ -60,6 +63,7 @@ impl TableStatus {
                     waiting: None,
                     load: None,
                     left_out: t.left_out.clone(),
+                    values_replaced: t.values_replaced,
                 };
                 (k.clone(), status)
             })

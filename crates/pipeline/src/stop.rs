@@ -103,7 +103,7 @@ impl StopKind {
                 "run `walshadow table resync SCHEMA.TABLE`: the table is made again from the source's catalog, loaded and swapped in"
             }
             StopKind::ValueOutOfRange => {
-                "change the value (or the column) on the source, then run `walshadow table resync SCHEMA.TABLE`"
+                "say what the column writes instead: out_of_range_columns = { COLUMN = \"clamp\" } (or \"null\", \"string\") in [table.\"SCHEMA.TABLE\"] (restart walshadow) or the config table row's out_of_range_columns; or change the value on the source; then run `walshadow table resync SCHEMA.TABLE`"
             }
             StopKind::RowsRefused => {
                 "fix what ClickHouse names (the column, or the source value), then run `walshadow table resync SCHEMA.TABLE`"
@@ -127,7 +127,7 @@ impl StopKind {
                 "if it should stream, add a pattern for it to [source] config_table_allow (or pin it in the config file) and restart; otherwise delete its config table row"
             }
             StopKind::ColumnRules => {
-                "take the replica identity column out of exclude_columns in [table.\"SCHEMA.TABLE\"] (or give the source table a key without it) and restart walshadow, then run `walshadow table resync SCHEMA.TABLE`"
+                "take the replica identity column out of exclude_columns in [table.\"SCHEMA.TABLE\"], or give it out_of_range \"clamp\" or \"string\" rather than \"null\" (or give the source table a key without it), and restart walshadow (an opted-in table: update its config table row), then run `walshadow table resync SCHEMA.TABLE`"
             }
         }
     }

@@ -67,6 +67,10 @@ pub struct TableRow {
     /// `unsupported_columns = "skip"`).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub left_out: std::collections::BTreeMap<String, String>,
+    /// Values written as the columns' `out_of_range` policies say, by the
+    /// stream and the last load.
+    #[serde(skip_serializing_if = "crate::progress::is_zero")]
+    pub values_replaced: u64,
 }
 
 /// The tables of the state directory, in key order.
@@ -152,6 +156,8 @@ pub fn list(config: &Config) -> Result<Vec<TableRow>, AdminError> {
             rows_streamed: t.map_or(0, |t| t.rows),
             rows_loaded: pass.map_or(0, |p| p.rows),
             left_out: t.map(|t| t.left_out.clone()).unwrap_or_default(),
+            values_replaced: t.map_or(0, |t| t.values_replaced)
+                + pass.map_or(0, |p| p.values_replaced),
         });
     }
     Ok(out)
@@ -178,6 +184,13 @@ impl fmt::Display for TableList {
             }
             for (column, why) in &t.left_out {
                 writeln!(f, "    column {column} left out: {why}")?;
+            }
+            if t.values_replaced > 0 {
+                writeln!(
+                    f,
+                    "    {} values written as out_of_range says (NULL or the nearest value)",
+                    t.values_replaced
+                )?;
             }
         }
         Ok(())

@@ -257,8 +257,20 @@ impl Streamer {
     fn inserted(&mut self, key: &str, sealed: &SealedBatch) {
         if let Some(t) = self.progress.tables.get_mut(key) {
             t.rows += sealed.rows as u64;
+            if sealed.replaced > 0 {
+                if t.values_replaced == 0 {
+                    // Once per table (the count is in status and the
+                    // metrics): the policy is the operator's choice, but
+                    // the first time it acts is news.
+                    tracing::warn!(table = %key, values = sealed.replaced, "values ClickHouse cannot hold were written as the columns' out_of_range policies say (NULL or the nearest value), not as the source has them");
+                }
+                t.values_replaced += sealed.replaced;
+            }
         }
         self.metrics.add_rows(key, sealed.rows as u64);
+        if sealed.replaced > 0 {
+            self.metrics.add_values_replaced(key, sealed.replaced);
+        }
     }
 
     /// A definite refusal stops the table at the batch's first row.

@@ -1149,7 +1149,8 @@ async fn config_rows_now(settings: &StreamSettings) -> Vec<ScopeChange> {
         // The owner check: as at runtime, only a table of walshadow's
         // role (or a superuser's) is believed.
         "select schema_name, table_name, initial_load, to_jsonb(c)->>'destination', to_jsonb(c)->>'resync', \
-         to_jsonb(c)->>'exclude_columns', to_jsonb(c)->>'unsupported_columns' from {}.{} c \
+         to_jsonb(c)->>'exclude_columns', to_jsonb(c)->>'unsupported_columns', \
+         to_jsonb(c)->>'out_of_range', to_jsonb(c)->>'out_of_range_columns' from {}.{} c \
          where replicate and exists (select 1 from pg_catalog.pg_class k join pg_catalog.pg_roles r on r.oid = k.relowner \
          where k.oid = c.tableoid and (r.rolname = current_user or r.rolsuper))",
         quote(&schema),
@@ -1174,15 +1175,27 @@ async fn config_rows_now(settings: &StreamSettings) -> Vec<ScopeChange> {
                     initial_load: r.text(i, 2).map(str::to_owned),
                     destination: r.text(i, 3).filter(|d| !d.is_empty()).map(str::to_owned),
                     resync: r.text(i, 4).and_then(|n| n.parse().ok()),
-                    columns: crate::scope::RowColumnRules {
-                        exclude: r
-                            .text(i, 5)
-                            .and_then(|j| serde_json::from_str::<Vec<Option<String>>>(j).ok())
-                            .map(|v| v.into_iter().flatten().filter(|c| !c.is_empty()).collect())
-                            .unwrap_or_default(),
-                        skip_unsupported: r
-                            .text(i, 6)
-                            .is_some_and(|u| u.eq_ignore_ascii_case("skip")),
+                    columns: {
+                        let mut columns = crate::scope::RowColumnRules {
+                            exclude: r
+                                .text(i, 5)
+                                .and_then(|j| serde_json::from_str::<Vec<Option<String>>>(j).ok())
+                                .map(|v| {
+                                    v.into_iter().flatten().filter(|c| !c.is_empty()).collect()
+                                })
+                                .unwrap_or_default(),
+                            skip_unsupported: r
+                                .text(i, 6)
+                                .is_some_and(|u| u.eq_ignore_ascii_case("skip")),
+                            ..Default::default()
+                        };
+                        if let Some(t) = r.text(i, 7) {
+                            columns.set_out_of_range(t);
+                        }
+                        if let Some(j) = r.text(i, 8) {
+                            columns.set_out_of_range_columns(j);
+                        }
+                        columns
                     },
                 })
             })

@@ -66,6 +66,7 @@ impl Streamer {
                 left_out,
                 unknown,
                 refused,
+                values,
             } = masked;
             if let Some(why) = refused {
                 self.stop_table(&key, lsn, crate::stop::StopKind::ColumnRules, why);
@@ -90,7 +91,7 @@ impl Streamer {
                 .tables
                 .get(&key)
                 .and_then(|t| t.schema.clone());
-            let new = match DestTable::new(&desc, &self.settings.meta) {
+            let new = match DestTable::with_values(&desc, &self.settings.meta, &values) {
                 Ok(d) => d,
                 // Created without a key, given one by a later transaction
                 // (a table made, then its primary key or replica identity
@@ -106,11 +107,19 @@ impl Streamer {
                     }
                     continue;
                 }
+                Err(e @ walshadow_emitter::SchemaError::NullKey { .. }) => {
+                    self.stop_table(&key, lsn, crate::stop::StopKind::ColumnRules, e.to_string());
+                    continue;
+                }
                 Err(e) => {
                     self.stop_table(&key, lsn, crate::stop::StopKind::NoKey, e.to_string());
                     continue;
                 }
             };
+            // The layout rows go into now: a change of the value policies
+            // alone (a config-table row updated) changes it with the
+            // descriptor as it was.
+            let current = self.tables.get(&key).and_then(|t| t.dest.clone());
             let dest_name = self.dest_of(&key);
             let statements = match &old_schema {
                 None => {
@@ -122,9 +131,17 @@ impl Streamer {
                     tracing::info!(table = %key, destination = %dest_name, "creating the ClickHouse table");
                     vec![sql]
                 }
-                Some(old_desc) if *old_desc == *desc => Vec::new(),
+                Some(old_desc)
+                    if *old_desc == *desc
+                        && current.as_ref().is_none_or(|c| c.columns == new.columns) =>
+                {
+                    Vec::new()
+                }
                 Some(old_desc) => {
-                    let old = match DestTable::new(old_desc, &self.settings.meta) {
+                    let old = match current.map_or_else(
+                        || DestTable::with_values(old_desc, &self.settings.meta, &values),
+                        Ok,
+                    ) {
                         Ok(d) => d,
                         Err(e) => {
                             self.stop_table(
