@@ -1093,7 +1093,7 @@ fn stops_alone(major: PgMajor) -> Result<()> {
     let retype_before = h.source_rows("public.retype", &retype)?;
     let before_alter = h.source.current_lsn()?;
     h.source.psql(
-        "begin; alter table retype alter column n type bigint; insert into good values (100, 'same txn as the alter'); commit;
+        "begin; alter table retype alter column n type numeric(20, 0); insert into good values (100, 'same txn as the alter'); commit;
          insert into retype values (11, 11, 'after the alter');
          update retype set v = 'after' where id = 1;
          insert into good values (101, 'after the alter');",
@@ -1126,7 +1126,9 @@ fn stops_alone(major: PgMajor) -> Result<()> {
     let rt = stopped_json(&status, "public.retype")?;
     let reason = rt["reason"].as_str().unwrap_or_default();
     ensure!(
-        reason.contains("\"n\"") && reason.contains("changed type") && reason.contains("Int64"),
+        reason.contains("\"n\"")
+            && reason.contains("changed type")
+            && reason.contains("Decimal(20, 0)"),
         "retype's reason does not name the change: {reason}"
     );
     ensure!(
@@ -1246,3 +1248,93 @@ fn truncate_partition(major: PgMajor) -> Result<()> {
 }
 
 per_major!(truncate_partition => truncate_of_one_partition_keeps_the_others: pg15, pg18);
+
+/// Type changes ClickHouse can follow in place (wider integers, `float4`
+/// to `float8`, `numeric(p,s)` with more digits, an integer to `text`,
+/// arrays of them, NOT NULL on the way out) are followed with `MODIFY
+/// COLUMN` — the table rewritten by the source keeps streaming, rows
+/// before and after equal — while the same change of a key column stops
+/// its table naming the resync.
+fn widening(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(BIN, major, "widen", &["public.w", "public.kw"], "")?;
+    h.source.psql(
+        "create table w (id int primary key, a int2, b int4 not null, c numeric(10,2), d real,
+           e int4[], f int4);
+         create table kw (id int primary key, v text);",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    h.source.psql(
+        "insert into w select g, g, g * 1000, g * 1.25, g / 3.0, array[g, -g], g from generate_series(1, 200) g;
+         insert into kw select g, 'k' || g from generate_series(1, 20) g;",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    let cols = || {
+        vec![
+            same("id"),
+            same("a"),
+            same("b"),
+            col("trim_scale(c)", "c"),
+            float_bits("d", 8),
+            array_flat("e"),
+            same("f"),
+        ]
+    };
+    // Before: d is float4.
+    let mut before = cols();
+    before[4] = float_bits("d", 4);
+    h.assert_equal("public.w", "w", &before)?;
+    h.source.psql(
+        "alter table w alter column a type int4;
+         begin;
+         alter table w alter column a type int8, alter column b type int8, alter column b drop not null,
+           alter column c type numeric(14,4), alter column d type float8, alter column e type int8[],
+           alter column f type text;
+         update w set b = b + 5000000000, a = -a where id % 3 = 0;
+         commit;
+         insert into w values (1000, 9000000000000000000, null, 1234567890.1234, 1e300, '{9000000000000}', 'text now');
+         update w set c = c + 0.0001, f = f || '!' where id % 5 = 0;
+         delete from w where id % 7 = 0;
+         alter table kw alter column id type bigint;
+         insert into kw values (5000000000, 'big');",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("public.w", "w", &cols())?;
+    ensure!(n > 170, "{n} rows of w");
+    let types = clickhouse_types(&h, "w")?;
+    let want = [
+        ("id", "Int32"),
+        ("a", "Nullable(Int64)"),
+        ("b", "Nullable(Int64)"),
+        ("c", "Nullable(Decimal(14, 4))"),
+        ("d", "Nullable(Float64)"),
+        ("e", "Array(Nullable(Int64))"),
+        ("f", "Nullable(String)"),
+    ];
+    for (name, ty) in want {
+        ensure!(
+            types.iter().any(|(n, t)| n == name && t == ty),
+            "w.{name} is not {ty}: {types:?}"
+        );
+    }
+    let status = h.status_json()?;
+    ensure!(
+        status["tables"]["public.w"]["stopped"].is_null(),
+        "w stopped: {}",
+        status["tables"]["public.w"]
+    );
+    let kw = stopped_json(&status, "public.kw")?;
+    let reason = kw["reason"].as_str().unwrap_or_default();
+    ensure!(
+        kw["code"] == "schema_change"
+            && reason.contains("\"id\"")
+            && kw["remedy"]
+                .as_str()
+                .is_some_and(|r| r.contains("walshadow table resync public.kw")),
+        "kw: {kw}"
+    );
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(widening => widening_type_changes_are_followed_in_place: pg15, pg18);

@@ -287,6 +287,11 @@ impl SchemaDiff {
                 | SchemaChange::MakeNotNull { name, ch_type } => {
                     out.extend(modify_nullability_sql(database, table, name, ch_type))
                 }
+                SchemaChange::Widen { name, to, .. } => out.push(format!(
+                    "{} MODIFY COLUMN {} {to}",
+                    alter(database, table),
+                    quote_ident(name)
+                )),
                 SchemaChange::AddColumn { column, after } => {
                     let default = default_of(column);
                     let sql =

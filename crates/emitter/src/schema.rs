@@ -11,9 +11,10 @@
 //! them apart in WAL either).
 //!
 //! Schema changes that ClickHouse can follow in place (add, drop, rename a
-//! non-key column, drop NOT NULL) become `ALTER TABLE` statements; a type
-//! change or a key change cannot be applied to rows already written and is a
-//! definite error whose remedy is to load the table again.
+//! non-key column, drop NOT NULL, widen a non-key column's type) become
+//! `ALTER TABLE` statements; another type change or a key change cannot be
+//! applied to rows already written and is a definite error whose remedy is
+//! to load the table again.
 
 use std::collections::HashSet;
 
@@ -148,9 +149,9 @@ pub enum SchemaError {
     #[error("metadata column names must be distinct and non-empty, got {names:?}")]
     BadMetaNames { names: Vec<String> },
     #[error(
-        "table {table}: column {column:?} changed type from {from} to {to} in ClickHouse terms; \
-         rows already written cannot follow, so load the table again \
-         (drop the ClickHouse table and re-add it with an initial load)"
+        "table {table}: column {column:?} changed type from {from} to {to} in ClickHouse terms, \
+         which ClickHouse cannot convert the rows already written to exactly (a sorting key \
+         column, or not a widening); load the table again: walshadow table resync {table}"
     )]
     TypeChange {
         table: String,
@@ -160,8 +161,7 @@ pub enum SchemaError {
     },
     #[error(
         "table {table}: the replica identity changed ({reason}); ClickHouse's sorting key \
-         cannot change in place, so load the table again (drop the ClickHouse table and \
-         re-add it with an initial load)"
+         cannot change in place; load the table again: walshadow table resync {table}"
     )]
     KeyChange { table: String, reason: String },
 }
@@ -376,6 +376,13 @@ pub enum SchemaChange {
         name: String,
         ch_type: ChType,
     },
+    /// `ALTER COLUMN … TYPE` to a type every stored value converts to
+    /// exactly ([`ChType::widens_to`]).
+    Widen {
+        name: String,
+        from: ChType,
+        to: ChType,
+    },
     /// `SET NOT NULL`: the column loses `Nullable`. Rows already written may
     /// hold NULL (deletes carry NULL in non-key columns); they become the
     /// type's default, which only deleted or superseded rows can have.
@@ -448,6 +455,14 @@ impl SchemaDiff {
                                 name: n.name.clone(),
                                 ch_type: n.ch_type.clone(),
                             });
+                        } else if o.ch_type.widens_to(&n.ch_type) && !o.key {
+                            // ClickHouse forbids changing a sorting key
+                            // column's type.
+                            changes.push(SchemaChange::Widen {
+                                name: n.name.clone(),
+                                from: o.ch_type.clone(),
+                                to: n.ch_type.clone(),
+                            });
                         } else {
                             return Err(SchemaError::TypeChange {
                                 table,
@@ -477,7 +492,9 @@ impl SchemaDiff {
         changes.sort_by_key(|c| match c {
             SchemaChange::DropColumn { .. } => 0,
             SchemaChange::RenameColumn { .. } => 1,
-            SchemaChange::MakeNullable { .. } | SchemaChange::MakeNotNull { .. } => 2,
+            SchemaChange::MakeNullable { .. }
+            | SchemaChange::MakeNotNull { .. }
+            | SchemaChange::Widen { .. } => 2,
             SchemaChange::AddColumn { .. } => 3,
         });
         Ok(SchemaDiff { changes })
@@ -753,11 +770,37 @@ pub(crate) mod tests {
             ]
         );
 
+        // int8 to text: ClickHouse converts the digits as PostgreSQL does.
+        let mut widened = old.clone();
+        widened.attributes[2].type_oid = oid::TEXT;
+        let d = SchemaDiff::between(&dest(&old), &dest(&widened)).unwrap();
+        assert_eq!(
+            d.changes,
+            [SchemaChange::Widen {
+                name: "b".into(),
+                from: ChType::Int64,
+                to: ChType::String
+            }]
+        );
+        let sql = d.ddl("db", "t", |_| None).unwrap();
+        assert_eq!(sql, ["ALTER TABLE `db`.`t` MODIFY COLUMN `b` String"]);
+
         let mut retyped = old.clone();
-        retyped.attributes[2].type_oid = oid::TEXT;
+        retyped.attributes[2].type_oid = oid::FLOAT8;
         let e = SchemaDiff::between(&dest(&old), &dest(&retyped)).unwrap_err();
         assert!(matches!(e, SchemaError::TypeChange { .. }), "{e}");
-        assert!(e.to_string().contains("load the table again"));
+        assert!(
+            e.to_string()
+                .contains("load the table again: walshadow table resync public.t"),
+            "{e}"
+        );
+        // A key column cannot change type in ClickHouse, widening or not.
+        let mut key_widened = old.clone();
+        key_widened.attributes[0].type_oid = oid::INT8;
+        assert!(matches!(
+            SchemaDiff::between(&dest(&old), &dest(&key_widened)),
+            Err(SchemaError::TypeChange { .. })
+        ));
 
         let mut rekeyed = old.clone();
         rekeyed.replica_identity = vec!["id".into(), "b".into()];

@@ -154,6 +154,39 @@ impl ChType {
         }
     }
 
+    /// Whether ClickHouse's `MODIFY COLUMN` from `self` to `new` keeps
+    /// every stored value exactly as PostgreSQL's own conversion gives it,
+    /// so a source `ALTER COLUMN … TYPE` can be followed in place: wider
+    /// integers, `float4` to `float8`, a `Decimal` with room for at least
+    /// the same integer and fractional digits, an integer to a `String`
+    /// (both sides write the digits), the same inside `Nullable` and
+    /// `Array`, and a column that becomes nullable on the way. Not
+    /// `Decimal` to `String` (ClickHouse drops trailing zeros PostgreSQL
+    /// keeps) nor anything to do with dates (`timestamptz` from `date`
+    /// depends on the session's time zone).
+    pub fn widens_to(&self, new: &ChType) -> bool {
+        use ChType as C;
+        match (self, new) {
+            (C::Nullable(a), C::Nullable(b)) | (C::Array(a), C::Array(b)) => a.widens_to(b),
+            (a, C::Nullable(b)) if !a.is_nullable() => a == &**b || a.widens_to(b),
+            (C::Int16, C::Int32 | C::Int64) | (C::Int32, C::Int64) | (C::Float32, C::Float64) => {
+                true
+            }
+            (C::Int16 | C::Int32 | C::Int64, C::String) => true,
+            (
+                C::Decimal {
+                    precision: p,
+                    scale: s,
+                },
+                C::Decimal {
+                    precision: p2,
+                    scale: s2,
+                },
+            ) => s2 >= s && p2.saturating_sub(*s2) >= p.saturating_sub(*s) && (p2, s2) != (p, s),
+            _ => false,
+        }
+    }
+
     pub fn array_depth(&self) -> usize {
         match self {
             ChType::Array(inner) => 1 + inner.array_depth(),
@@ -379,6 +412,45 @@ fn type_name(type_oid: Oid, types: &[TypeDesc]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn widening_keeps_every_value() {
+        use ChType as C;
+        let dec = |precision, scale| C::Decimal { precision, scale };
+        let n = C::nullable;
+        for (from, to) in [
+            (C::Int16, C::Int32),
+            (C::Int32, C::Int64),
+            (C::Int16, n(C::Int64)),
+            (n(C::Int32), n(C::Int64)),
+            (C::Float32, C::Float64),
+            (C::Int64, C::String),
+            (n(C::Int32), n(C::String)),
+            (dec(10, 2), dec(12, 2)),
+            (dec(10, 2), dec(12, 4)),
+            (dec(10, 2), dec(40, 2)),
+            (C::array(n(C::Int32)), C::array(n(C::Int64))),
+            (C::Int32, n(C::Int32)),
+        ] {
+            assert!(from.widens_to(&to), "{from} -> {to}");
+        }
+        for (from, to) in [
+            (C::Int64, C::Int32),
+            (n(C::Int32), C::Int64),
+            (C::Float64, C::Float32),
+            (C::Int32, C::Float64),
+            (dec(10, 2), C::String),
+            (dec(10, 2), dec(10, 2)),
+            (dec(10, 2), dec(11, 4)),
+            (dec(10, 2), dec(12, 1)),
+            (C::Date32, C::DateTime64Utc),
+            (C::String, C::Int64),
+            (C::Int32, C::Int32),
+            (C::array(n(C::Int32)), n(C::Int64)),
+        ] {
+            assert!(!from.widens_to(&to), "{from} -> {to}");
+        }
+    }
     use walshadow_types::catalog::fixtures::type_desc;
 
     fn attr(name: &str, type_oid: Oid, typmod: i32, not_null: bool) -> AttributeDesc {
