@@ -478,3 +478,106 @@ fn out_of_range_values(major: PgMajor) -> Result<()> {
 }
 
 per_major!(out_of_range_values => values_clickhouse_cannot_hold_follow_each_columns_policy: pg15, pg18);
+
+const OPTIONS_CONFIG: &str = r#"
+[table."public.parted"]
+initial_load = "copy"
+partition_by = "toYYYYMM(created)"
+order_by = ["b", "a"]
+settings = { index_granularity = 1024, min_bytes_for_wide_part = 0 }
+
+[table."public.badorder"]
+order_by = ["a", "v"]
+"#;
+
+/// `system.tables`' partition key, sorting key and settings of `name`.
+fn table_options(h: &StreamHarness, name: &str) -> Result<String> {
+    h.ch.query(&format!(
+        "SELECT partition_key, sorting_key, engine_full LIKE '%index_granularity = 1024%' \
+         FROM system.tables WHERE database = 'app' AND name = '{name}' FORMAT TSVRaw"
+    ))
+}
+
+/// A pinned table's `partition_by`, `order_by` and `settings` shape the
+/// ClickHouse table walshadow creates — for its load, and again for the
+/// table a resync makes — and rows that move between partitions (an
+/// UPDATE of the partition column), deletes and key reordering keep the
+/// oracle; an `order_by` with a column outside the replica identity stops
+/// its table (a delete would not collapse the row), naming why.
+fn table_options_shape(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(BIN, major, "tableopts", &[], OPTIONS_CONFIG)?;
+    h.source.psql(
+        "create table parted (a int, b int, created timestamptz not null, v text, primary key (a, b));
+         insert into parted select g % 50, g, timestamptz '2024-01-01 00:00:00+00' + g * interval '7 hours', 'v' || g
+           from generate_series(1, 2000) g;
+         create table badorder (a int primary key, v text);
+         insert into badorder values (1, 'x');",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    wait_loaded(&mut h, "public.parted")?;
+    h.source.psql(
+        "update parted set created = created + interval '90 days', v = 'moved' where b % 3 = 0;
+         delete from parted where b % 7 = 0;
+         insert into parted values (7, 100000, '2030-06-01 00:00:00+00', 'late');
+         update parted set v = 'same partition' where b % 5 = 0;",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    let cols = [
+        same("a"),
+        same("b"),
+        col(
+            "to_char(created at time zone 'UTC', 'YYYY-MM-DD HH24:MI:SS')",
+            "formatDateTime(created, '%Y-%m-%d %H:%i:%S')",
+        ),
+        same("v"),
+    ];
+    let n = h.assert_equal("public.parted", "parted", &cols)?;
+    ensure!(n > 1500, "{n} rows of parted");
+    let shape = table_options(&h, "parted")?;
+    ensure!(
+        shape == "toYYYYMM(created)\tb, a\t1\n",
+        "parted's partition key, sorting key, settings: {shape:?}"
+    );
+    let parts = h.ch.query(
+        "SELECT uniqExact(partition) FROM system.parts WHERE database = 'app' AND table = 'parted' AND active",
+    )?;
+    ensure!(
+        parts.trim().parse::<u32>().unwrap_or(0) > 3,
+        "parted has {parts} partitions"
+    );
+
+    // A resync makes the table again: with the same options.
+    let uuid = |h: &StreamHarness| {
+        h.ch.query("SELECT uuid FROM system.tables WHERE database = 'app' AND name = 'parted'")
+    };
+    let before = uuid(&h)?;
+    h.cli_ok(&["table", "resync", "public.parted", "--config", h.config()])?;
+    h.source
+        .psql("update parted set v = 'after resync' where b % 11 = 0")?;
+    walshadow_testkit::wait_until(CATCH_UP, "public.parted swapped in again", || {
+        h.check_running()?;
+        Ok(uuid(&h)? != before && h.table_state("public.parted")?["state"] == "streaming")
+    })?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal("public.parted", "parted", &cols)?;
+    let shape = table_options(&h, "parted")?;
+    ensure!(
+        shape == "toYYYYMM(created)\tb, a\t1\n",
+        "parted after its resync: {shape:?}"
+    );
+
+    let bad = h.table_state("public.badorder")?;
+    let detail = bad["detail"].as_str().unwrap_or_default();
+    ensure!(
+        bad["state"] == "stopped"
+            && detail.contains("order_by")
+            && detail.contains("replica identity")
+            && detail.contains("delete"),
+        "badorder: {bad}"
+    );
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(table_options_shape => a_pinned_tables_create_options_shape_its_clickhouse_table: pg15, pg18);

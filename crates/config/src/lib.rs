@@ -61,6 +61,9 @@
 //! # unsupported_columns = "stop"            # a column walshadow cannot decode: stop the table, or "skip" the column
 //! # out_of_range = "stop"                   # a value ClickHouse cannot hold (numeric NaN, dates outside 1900-2299, infinity): stop | null | clamp | string
 //! # out_of_range_columns = { born = "clamp" } # the same per column, over the table's
+//! # partition_by = "toYYYYMM(created_at)"   # the ClickHouse table's PARTITION BY, when walshadow creates it
+//! # order_by = ["tenant_id", "id"]          # its ORDER BY: the replica identity columns in another order
+//! # settings = { index_granularity = 8192 } # its SETTINGS (beside walshadow's own)
 //! ```
 //!
 //! Unknown keys are errors (a typo must not silently fall back to a
@@ -335,7 +338,30 @@ pub struct TableConfig {
     /// The same per column, over `out_of_range`.
     #[serde(default)]
     pub out_of_range_columns: std::collections::BTreeMap<String, OutOfRange>,
+    /// `PARTITION BY` of the ClickHouse table walshadow creates (a
+    /// ClickHouse expression over its columns).
+    #[serde(default)]
+    pub partition_by: Option<String>,
+    /// `ORDER BY` of the ClickHouse table walshadow creates: the replica
+    /// identity's columns in the order given (empty: the identity's own).
+    #[serde(default)]
+    pub order_by: Vec<String>,
+    /// `SETTINGS` of the ClickHouse table walshadow creates, beside its own.
+    #[serde(default)]
+    pub settings: std::collections::BTreeMap<String, SettingValue>,
 }
+
+/// A ClickHouse table setting's value.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum SettingValue {
+    Bool(bool),
+    Int(i64),
+    Text(String),
+}
+
+/// Table settings walshadow sets itself and relies on.
+const OWN_TABLE_SETTINGS: [&str; 2] = ["non_replicated_deduplication_window", "allow_nullable_key"];
 
 /// `out_of_range`: what a column writes for a value its ClickHouse type
 /// cannot hold.
@@ -1047,6 +1073,46 @@ impl Config {
                     ));
                 }
             }
+            if let Some(bad) = t.settings.keys().find(|n| {
+                n.is_empty() || !n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            }) {
+                return Err(invalid(
+                    "table.settings",
+                    format!(
+                        "[table.{key:?}] settings has {bad:?}, which is not a ClickHouse setting name (letters, digits, _)"
+                    ),
+                ));
+            }
+            if let Some(own) = OWN_TABLE_SETTINGS
+                .iter()
+                .find(|s| t.settings.keys().any(|n| n.eq_ignore_ascii_case(s)))
+            {
+                return Err(invalid(
+                    "table.settings",
+                    format!(
+                        "[table.{key:?}] settings sets {own}, which walshadow sets itself (retries rely on it); leave it out"
+                    ),
+                ));
+            }
+            if t.partition_by
+                .as_deref()
+                .is_some_and(|p| p.trim().is_empty())
+            {
+                return Err(invalid(
+                    "table.partition_by",
+                    format!(
+                        "[table.{key:?}] partition_by is empty: give a ClickHouse expression such as \"toYYYYMM(created_at)\", or leave the key out"
+                    ),
+                ));
+            }
+            if let Some(bad) = t.order_by.iter().find(|c| c.is_empty()) {
+                return Err(invalid(
+                    "table.order_by",
+                    format!(
+                        "[table.{key:?}] order_by has an empty column name {bad:?}: list the replica identity's columns as the source spells them"
+                    ),
+                ));
+            }
             if let Some(bad) = t.out_of_range_columns.keys().find(|c| c.is_empty()) {
                 return Err(invalid(
                     "table.out_of_range_columns",
@@ -1430,6 +1496,37 @@ mod tests {
             ]
             .into()
         );
+        let t = parse(&format!(
+            "{GOOD}{ch}[table.\"public.t\"]\npartition_by = \"toYYYYMM(d)\"\norder_by = [\"b\", \"a\"]\nsettings = {{ index_granularity = 1024, storage_policy = \"s3\", ttl_only_drop_parts = true }}\n"
+        ))
+        .unwrap()
+        .tables["public.t"]
+        .clone();
+        assert_eq!(t.partition_by.as_deref(), Some("toYYYYMM(d)"));
+        assert_eq!(t.order_by, ["b", "a"]);
+        assert_eq!(t.settings["index_granularity"], SettingValue::Int(1024));
+        assert_eq!(
+            t.settings["storage_policy"],
+            SettingValue::Text("s3".into())
+        );
+        assert_eq!(t.settings["ttl_only_drop_parts"], SettingValue::Bool(true));
+        for (bad, key) in [
+            (
+                "settings = { non_replicated_deduplication_window = 5 }",
+                "walshadow sets itself",
+            ),
+            (
+                "settings = { \"a b\" = 1 }",
+                "not a ClickHouse setting name",
+            ),
+            ("partition_by = \" \"", "partition_by is empty"),
+            ("order_by = [\"\"]", "order_by has an empty"),
+        ] {
+            let err = parse(&format!("{GOOD}{ch}[table.\"public.t\"]\n{bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
         for bad in [
             "out_of_range = \"nul\"",
             "out_of_range_columns = { born = \"zero\" }",

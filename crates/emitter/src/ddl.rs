@@ -43,11 +43,23 @@ pub struct TableSettings {
     /// number of batches that can be in doubt at once (retries of one batch
     /// need 1).
     pub dedup_window: u64,
+    /// `PARTITION BY`, a ClickHouse expression as the operator wrote it.
+    pub partition_by: Option<String>,
+    /// `ORDER BY`: the sorting key's columns in this order (empty: the
+    /// replica identity's). See [`DestTable::check_order_by`].
+    pub order_by: Vec<String>,
+    /// More `SETTINGS`: name, and the value as a ClickHouse literal.
+    pub extra: Vec<(String, String)>,
 }
 
 impl Default for TableSettings {
     fn default() -> Self {
-        TableSettings { dedup_window: 1000 }
+        TableSettings {
+            dedup_window: 1000,
+            partition_by: None,
+            order_by: Vec::new(),
+            extra: Vec::new(),
+        }
     }
 }
 
@@ -140,17 +152,32 @@ impl DestTable {
             quote_ident(&m.lsn),
             quote_ident(&m.seq)
         );
-        let key: Vec<String> = self.order_by.iter().map(|k| quote_ident(k)).collect();
+        let order = if settings.order_by.is_empty() {
+            &self.order_by
+        } else {
+            &settings.order_by
+        };
+        let key: Vec<String> = order.iter().map(|k| quote_ident(k)).collect();
         let _ = write!(
             sql,
-            ")\nENGINE = ReplacingMergeTree({}, {})\nORDER BY ({})\nSETTINGS non_replicated_deduplication_window = {}",
+            ")\nENGINE = ReplacingMergeTree({}, {})\n",
             quote_ident(&m.version),
             quote_ident(&m.is_deleted),
+        );
+        if let Some(p) = &settings.partition_by {
+            let _ = writeln!(sql, "PARTITION BY {p}");
+        }
+        let _ = write!(
+            sql,
+            "ORDER BY ({})\nSETTINGS non_replicated_deduplication_window = {}",
             key.join(", "),
             settings.dedup_window
         );
         if self.has_nullable_key() {
             sql.push_str(", allow_nullable_key = 1");
+        }
+        for (name, value) in &settings.extra {
+            let _ = write!(sql, ", {name} = {value}");
         }
         sql
     }
@@ -511,6 +538,43 @@ mod tests {
         let full = rel(vec![attr(1, "a", oid::INT4, false)], &["a"], "f", vec![]);
         let sql = create_table_sql("db", "t", &full, &MetaColumns::default()).unwrap();
         assert!(sql.ends_with(", allow_nullable_key = 1"), "{sql}");
+
+        // A pinned table's options.
+        let two = rel(
+            vec![attr(1, "a", oid::INT4, true), attr(2, "b", oid::INT4, true)],
+            &["a", "b"],
+            "d",
+            vec![],
+        );
+        let dest = DestTable::new(&two, &MetaColumns::default()).unwrap();
+        let options = TableSettings {
+            partition_by: Some("intDiv(b, 100)".into()),
+            order_by: vec!["b".into(), "a".into()],
+            extra: vec![("index_granularity".into(), "1024".into())],
+            ..TableSettings::default()
+        };
+        let sql = dest.create_table_sql("db", "t", &options);
+        assert!(
+            sql.ends_with(
+                "ENGINE = ReplacingMergeTree(`_version`, `_is_deleted`)\nPARTITION BY intDiv(b, 100)\n\
+                 ORDER BY (`b`, `a`)\nSETTINGS non_replicated_deduplication_window = 1000, \
+                 index_granularity = 1024"
+            ),
+            "{sql}"
+        );
+        dest.check_order_by(&options.order_by).unwrap();
+        let e = dest
+            .check_order_by(&["a".into(), "b".into(), "c".into()])
+            .unwrap_err();
+        assert!(
+            e.contains("replica identity") && e.contains("delete"),
+            "{e}"
+        );
+        assert!(dest.check_order_by(&["a".into()]).is_err(), "b missing");
+        assert!(
+            dest.check_order_by(&["a".into(), "a".into()]).is_err(),
+            "a twice"
+        );
     }
 
     #[test]

@@ -282,6 +282,27 @@ impl DestTable {
         }
     }
 
+    /// Whether `order` may be the ClickHouse table's `ORDER BY`: the
+    /// sorting key's columns, each once, in any order. Nothing more: a
+    /// delete carries only the replica identity's values (the other
+    /// columns are written as their defaults), so a key with another
+    /// column would not collapse a deleted row.
+    pub fn check_order_by(&self, order: &[String]) -> Result<(), String> {
+        let mut given = order.to_vec();
+        given.sort();
+        let mut key = self.order_by.clone();
+        key.sort();
+        if given == key {
+            return Ok(());
+        }
+        Err(format!(
+            "table {}: order_by = {order:?} must list exactly the replica identity's columns {:?} \
+             (in any order): a delete carries only those, so a sorting key with another column \
+             would not collapse the row it deletes",
+            self.source, self.order_by
+        ))
+    }
+
     pub fn column(&self, name: &str) -> Option<&DestColumn> {
         self.columns.iter().find(|c| c.name == name)
     }

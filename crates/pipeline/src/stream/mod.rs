@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use walshadow_emitter::{
     ClickHouseClient, ClickHouseError, ClientConfig, DestTable, RowBinaryEncoder, RowMeta,
-    SchemaDiff, TableBatch, TableSettings, TlsOptions,
+    SchemaDiff, TableBatch, TlsOptions,
 };
 use walshadow_intake::TapEvent;
 use walshadow_rows::{RowDecoder, RowError, ToastChunk, Value};

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use walshadow_config::{
-    BackfillConfig, BackupConfig, ClickHouseConfig, Config, SourceConfig, TableConfig,
+    BackfillConfig, BackupConfig, ClickHouseConfig, Config, SettingValue, SourceConfig, TableConfig,
 };
-use walshadow_emitter::{BatchConfig, ColumnRules, MetaColumns};
+use walshadow_emitter::{BatchConfig, ColumnRules, MetaColumns, TableSettings};
 use walshadow_txn::AssemblerConfig;
 use walshadow_wal_reader::replication::ConnConfig;
 
@@ -92,6 +92,31 @@ impl StreamSettings {
 
     /// The column rules of the tables pinned in the config file that have
     /// any.
+    /// How the ClickHouse table of `key` is created: a pinned table's
+    /// `partition_by`, `order_by` and `settings`, else the defaults.
+    pub(super) fn table_settings(&self, key: &str) -> TableSettings {
+        let Some(t) = self.tables.get(key) else {
+            return TableSettings::default();
+        };
+        TableSettings {
+            partition_by: t.partition_by.clone(),
+            order_by: t.order_by.clone(),
+            extra: t
+                .settings
+                .iter()
+                .map(|(name, value)| {
+                    let literal = match value {
+                        SettingValue::Bool(b) => u8::from(*b).to_string(),
+                        SettingValue::Int(n) => n.to_string(),
+                        SettingValue::Text(s) => walshadow_emitter::quote_string(s),
+                    };
+                    (name.clone(), literal)
+                })
+                .collect(),
+            ..TableSettings::default()
+        }
+    }
+
     pub(super) fn column_rules(&self) -> HashMap<String, ColumnRules> {
         crate::scope::column_rules(&self.tables)
     }

@@ -123,11 +123,14 @@ impl Streamer {
             let dest_name = self.dest_of(&key);
             let statements = match &old_schema {
                 None => {
-                    let sql = new.create_table_sql(
-                        self.database(),
-                        &dest_name,
-                        &TableSettings::default(),
-                    );
+                    let settings = self.settings.table_settings(&key);
+                    if let Err(why) = new.check_order_by(&settings.order_by)
+                        && !settings.order_by.is_empty()
+                    {
+                        self.stop_table(&key, lsn, crate::stop::StopKind::ColumnRules, why);
+                        continue;
+                    }
+                    let sql = new.create_table_sql(self.database(), &dest_name, &settings);
                     tracing::info!(table = %key, destination = %dest_name, "creating the ClickHouse table");
                     vec![sql]
                 }
