@@ -387,15 +387,20 @@ async fn vectors(major: PgMajor) -> Result<()> {
            (3, (select array_agg(g::real / 3)::vector from generate_series(1, 2000) g));",
     )?;
     // halfvec came with pgvector 0.7 (pgserver's 16 has an older one).
-    if pg
-        .query_one("select to_regtype('halfvec') is not null")?
-        .trim()
-        == "t"
-    {
+    if pg.has_type("halfvec")? {
         pg.psql(
             "alter table t_vec add column h halfvec;
              update t_vec set h = case id when 1 then '[0.333,-65504]'
                when 3 then (select array_agg(g::real / 3)::halfvec from generate_series(1, 1000) g) end;
+             vacuum full t_vec;",
+        )?;
+    }
+    if pg.has_type("sparsevec")? {
+        pg.psql(
+            "alter table t_vec add column s sparsevec;
+             update t_vec set s = case id when 1 then '{2:1.5,5:-3}/5'
+               when 3 then (select format('{%s}/100000', string_agg(format('%s:%s', g * 7, g / 3.0), ','))
+                              from generate_series(1, 2000) g)::sparsevec end;
              vacuum full t_vec;",
         )?;
     }

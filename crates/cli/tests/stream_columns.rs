@@ -263,17 +263,24 @@ fn vectors(major: PgMajor) -> Result<()> {
     };
     let mut cols = vec![same("id"), text("v"), text("w")];
     // halfvec came with pgvector 0.7 (pgserver's 16 has an older one).
-    if h.source
-        .query_one("select to_regtype('halfvec') is not null")?
-        .trim()
-        == "t"
-    {
+    if h.source.has_type("halfvec")? {
         h.source.psql(
             "alter table emb add column hv halfvec;
              update emb set hv = '[0.5,-2,1024]' where id % 4 = 0;",
         )?;
         h.wait_caught_up(CATCH_UP)?;
         cols.push(text("hv"));
+        // sparsevec, dense in ClickHouse (zeros between its dimensions).
+        h.source.psql(
+            "alter table emb add column sv sparsevec;
+             update emb set sv = '{2:1.5,4:-3}/6' where id % 5 = 0;
+             update emb set sv = '{}/2' where id = 7;",
+        )?;
+        h.wait_caught_up(CATCH_UP)?;
+        cols.push(col(
+            "coalesce(array_to_string(sv::vector::real[], ','), '')",
+            "arrayStringConcat(arrayMap(x -> toString(x), sv), ',')",
+        ));
     }
     h.assert_equal("public.emb", "emb", &cols)?;
     let ty = h.ch.query(

@@ -109,6 +109,12 @@ pub enum EncodeErrorKind {
          (e.g. int[][] for 2) and load the table again"
     )]
     Dimensions { declared: usize, found: usize },
+    #[error(
+        "a sparsevec of {dimensions} dimensions: ClickHouse holds it dense (Array(Float32)), \
+         and past {max} dimensions that is too large a value; leave the column out \
+         (exclude_columns)"
+    )]
+    TooManyDimensions { dimensions: u32, max: u32 },
     #[error("malformed array: dimension lengths {lens:?} for {elements} elements")]
     MalformedArray { lens: Vec<i32>, elements: usize },
     #[error("NULL in a NOT NULL column")]
@@ -145,6 +151,10 @@ struct OnRange {
     policy: ValuePolicy,
     replaced: u32,
 }
+
+/// The most dimensions a `sparsevec` is written with (as dense
+/// `Array(Float32)`: 4 MiB per value at most).
+const MAX_DENSE_DIMENSIONS: u32 = 1 << 20;
 
 /// Encodes rows of one destination table.
 #[derive(Debug, Clone)]
@@ -292,6 +302,7 @@ pub(crate) fn variant_name(v: &Value) -> &'static str {
         Value::MacAddr8(_) => "macaddr8",
         Value::Bits { .. } => "bit",
         Value::Vector(_) => "vector",
+        Value::SparseVector { .. } => "sparsevec",
         Value::Xml(_) => "xml",
         Value::Enum(_) => "enum",
         Value::Array(_) => "array",
@@ -358,6 +369,33 @@ fn encode_under(
             for f in v {
                 out.extend_from_slice(&f.to_le_bytes());
             }
+        }
+        // Dense in ClickHouse: zeros between the stored dimensions.
+        (
+            ChType::Array(inner),
+            Value::SparseVector {
+                dim,
+                indices,
+                values,
+            },
+        ) if **inner == ChType::Float32 => {
+            if *dim > MAX_DENSE_DIMENSIONS {
+                return Err(EncodeErrorKind::TooManyDimensions {
+                    dimensions: *dim,
+                    max: MAX_DENSE_DIMENSIONS,
+                });
+            }
+            write_leb128(out, u64::from(*dim));
+            let mut next = 0u32;
+            for (&i, v) in indices.iter().zip(values) {
+                // The decoders keep indices ascending and below dim.
+                let zeros = i.saturating_sub(next) as usize;
+                out.resize(out.len() + 4 * zeros, 0);
+                out.extend_from_slice(&v.to_le_bytes());
+                next = i.saturating_add(1);
+            }
+            let zeros = dim.saturating_sub(next) as usize;
+            out.resize(out.len() + 4 * zeros, 0);
         }
         (_, Value::Null) => return Err(EncodeErrorKind::NullInNotNull),
         (ChType::Bool, Value::Bool(b)) => out.push(u8::from(*b)),
@@ -835,6 +873,36 @@ mod tests {
         };
         encode_under(&mut out, ty, v, &mut on)?;
         Ok((out, on.replaced))
+    }
+
+    #[test]
+    fn sparse_vectors_are_written_dense() {
+        let ty = ChType::array(ChType::Float32);
+        let sparse = |dim, indices: Vec<u32>, values: Vec<f32>| Value::SparseVector {
+            dim,
+            indices,
+            values,
+        };
+        let mut want = vec![4];
+        for f in [0.0f32, 1.5, 0.0, -2.0] {
+            want.extend_from_slice(&f.to_le_bytes());
+        }
+        assert_eq!(enc(&ty, &sparse(4, vec![1, 3], vec![1.5, -2.0])), want);
+        assert_eq!(enc(&ty, &sparse(0, vec![], vec![])), [0]);
+        assert_eq!(
+            enc(&ty, &sparse(2, vec![], vec![])),
+            [2, 0, 0, 0, 0, 0, 0, 0, 0]
+        );
+        assert!(matches!(
+            err(&ty, &sparse(MAX_DENSE_DIMENSIONS + 1, vec![0], vec![1.0])),
+            EncodeErrorKind::TooManyDimensions { .. }
+        ));
+        assert_eq!(
+            sparse(5, vec![0, 3], vec![1.5, -2.0])
+                .to_pg_text()
+                .as_deref(),
+            Some("{1:1.5,4:-2}/5")
+        );
     }
 
     #[test]

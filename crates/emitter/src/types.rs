@@ -28,7 +28,7 @@
 //! | `inet`, `cidr`, `macaddr`, `macaddr8`, `bit`, `varbit`, `xml` | `String` | PostgreSQL's text |
 //! | `point`, `line`, `lseg`, `box`, `path`, `polygon`, `circle`, `pg_lsn` | `String` | PostgreSQL's text (`geo_ops.c`'s forms, `%X/%X`) |
 //! | `citext`, `ltree` (by extension and name, see `TypeDesc::is_extension_type`) | `String` | the text |
-//! | `vector`, `halfvec` (pgvector, by extension and name) | `Array(Float32)` | never `Nullable` (a NULL vector is `[]`); an array of vectors is refused |
+//! | `vector`, `halfvec`, `sparsevec` (pgvector, by extension and name) | `Array(Float32)` | never `Nullable` (a NULL vector is `[]`); `sparsevec` dense, zeros between its dimensions, refused past 2^20 dimensions; an array of vectors is refused |
 //! | `tsvector` | `String` | `tsvectorout`'s text |
 //! | range (over a subtype the row decoder reads) | `String` | `range_out`'s text, `timestamptz` bounds in UTC |
 //! | enum | `LowCardinality(String)` | the label |
@@ -350,7 +350,10 @@ fn map_type(
     if t.is_extension_type("citext", "citext") || t.is_extension_type("ltree", "ltree") {
         return Ok(Mapped::Scalar(ChType::String));
     }
-    if t.is_extension_type("vector", "vector") || t.is_extension_type("vector", "halfvec") {
+    if t.is_extension_type("vector", "vector")
+        || t.is_extension_type("vector", "halfvec")
+        || t.is_extension_type("vector", "sparsevec")
+    {
         // ClickHouse has no Nullable(Array): a NULL vector is [].
         return Ok(Mapped::Plain(ChType::array(ChType::Float32)));
     }

@@ -147,6 +147,7 @@ fn decode_fixed(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         | Kind::TsVector
         | Kind::Vector
         | Kind::HalfVec
+        | Kind::SparseVec
         | Kind::Array(_) => return decode_body(kind, b),
     })
 }
@@ -198,6 +199,15 @@ fn decode_body(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         Kind::HalfVec => Value::Vector(
             crate::extension::halfvec(b, false).map_err(|e| DatumError::bad(name, e))?,
         ),
+        Kind::SparseVec => {
+            let (dim, indices, values) =
+                crate::extension::sparsevec(b, false).map_err(|e| DatumError::bad(name, e))?;
+            Value::SparseVector {
+                dim,
+                indices,
+                values,
+            }
+        }
         _ => return decode_fixed(kind, b),
     })
 }

@@ -9,6 +9,12 @@
 //! (halfvec.h) is the same with IEEE half-precision values, written as
 //! float4 (`halfvec_out` converts each to float4 first).
 //!
+//! `sparsevec` (sparsevec.h): after the varlena header an int32 `dim`, an
+//! int32 `nnz`, an int32 that is always zero, `nnz` int32 0-based indices
+//! (ascending, below `dim`), then `nnz` float4 values; `sparsevec_send` is
+//! the same fields in network order. `sparsevec_out` writes
+//! `{i:v,…}/dim` with 1-based indices.
+//!
 //! `ltree` (contrib/ltree/ltree.h): after the varlena header a uint16 level
 //! count and padding to 8 bytes (`LTREE_HDRSIZE`), then each level as a
 //! uint16 length and its label, padded to 8 bytes (`LEVEL_NEXT`, MAXALIGN
@@ -139,6 +145,71 @@ fn dimensions<const N: usize>(
         .collect())
 }
 
+/// A `sparsevec`'s dimension count, indices and values, stored or sent.
+pub(crate) fn sparsevec(b: &[u8], sent: bool) -> Result<(u32, Vec<u32>, Vec<f32>), String> {
+    let word = |at: usize| -> Option<[u8; 4]> { b.get(at..at + 4)?.first_chunk::<4>().copied() };
+    let int = |at: usize| -> Result<i32, String> {
+        let w = word(at).ok_or("shorter than its header")?;
+        Ok(if sent {
+            i32::from_be_bytes(w)
+        } else {
+            i32::from_le_bytes(w)
+        })
+    };
+    let (dim, nnz, unused) = (int(0)?, int(4)?, int(8)?);
+    let (Ok(dim_u), Ok(n)) = (u32::try_from(dim), usize::try_from(nnz)) else {
+        return Err(format!("{dim} dimensions, {nnz} non-zero"));
+    };
+    if unused != 0 || i64::from(nnz) > i64::from(dim) || b.len() != 12 + 8 * n {
+        return Err(format!(
+            "{dim} dimensions, {nnz} non-zero (unused {unused}) in {} bytes",
+            b.len()
+        ));
+    }
+    let mut indices = Vec::with_capacity(n);
+    for i in 0..n {
+        let index = int(12 + 4 * i)?;
+        let ok = u32::try_from(index)
+            .ok()
+            .filter(|&x| x < dim_u && indices.last().is_none_or(|&prev| x > prev));
+        indices.push(
+            ok.ok_or_else(|| format!("index {index} out of order or past {dim} dimensions"))?,
+        );
+    }
+    let values = (0..n)
+        .map(|i| {
+            let w = word(12 + 4 * n + 4 * i).ok_or("shorter than its values")?;
+            Ok(if sent {
+                f32::from_be_bytes(w)
+            } else {
+                f32::from_le_bytes(w)
+            })
+        })
+        .collect::<Result<Vec<f32>, String>>()?;
+    Ok((dim_u, indices, values))
+}
+
+/// `sparsevec_in`'s text (`{1:1.5,3:2}/5`), for a column's stored default.
+pub(crate) fn parse_sparsevec(s: &str) -> Result<(u32, Vec<u32>, Vec<f32>), String> {
+    let bad = || format!("{s:?} is not a sparsevec");
+    let (pairs, dim) = s.trim().rsplit_once('/').ok_or_else(bad)?;
+    let dim: u32 = dim.trim().parse().map_err(|_| bad())?;
+    let pairs = pairs
+        .trim()
+        .strip_prefix('{')
+        .and_then(|r| r.strip_suffix('}'))
+        .ok_or_else(bad)?;
+    let (mut indices, mut values) = (Vec::new(), Vec::new());
+    for pair in pairs.split(',').filter(|p| !p.trim().is_empty()) {
+        let (i, v) = pair.split_once(':').ok_or_else(bad)?;
+        let i: u32 = i.trim().parse().map_err(|_| bad())?;
+        let i = i.checked_sub(1).filter(|&i| i < dim).ok_or_else(bad)?;
+        indices.push(i);
+        values.push(crate::float::parse_f32(v.trim())?);
+    }
+    Ok((dim, indices, values))
+}
+
 /// `vector_in`'s text (`[1,2.5,-3]`), for a column's stored default.
 pub(crate) fn parse_vector(s: &str) -> Result<Vec<f32>, String> {
     let inner = s
@@ -224,5 +295,55 @@ mod tests {
         }
         assert_eq!(halfvec(&h, false).unwrap(), [1.0, -2.0, 2f32.powi(-24)]);
         assert!(parse_vector("{1}").is_err());
+    }
+
+    #[test]
+    fn sparse_vectors() {
+        let stored = |dim: i32, pairs: &[(i32, f32)]| {
+            let mut b = Vec::new();
+            for n in [dim, pairs.len() as i32, 0] {
+                b.extend(n.to_le_bytes());
+            }
+            for (i, _) in pairs {
+                b.extend(i.to_le_bytes());
+            }
+            for (_, v) in pairs {
+                b.extend(v.to_le_bytes());
+            }
+            b
+        };
+        assert_eq!(
+            sparsevec(&stored(5, &[(0, 1.5), (3, -2.0)]), false).unwrap(),
+            (5, vec![0, 3], vec![1.5, -2.0])
+        );
+        assert_eq!(
+            sparsevec(&stored(3, &[]), false).unwrap(),
+            (3, vec![], vec![])
+        );
+        for bad in [
+            stored(3, &[(3, 1.0)]),
+            stored(5, &[(2, 1.0), (1, 1.0)]),
+            stored(5, &[(2, 1.0), (2, 1.0)]),
+            stored(-1, &[]),
+            stored(1, &[(0, 1.0), (1, 1.0)]),
+        ] {
+            assert!(sparsevec(&bad, false).is_err(), "{bad:?}");
+        }
+        let mut cut = stored(5, &[(0, 1.5)]);
+        cut.pop();
+        assert!(sparsevec(&cut, false).is_err());
+        let mut sent = Vec::new();
+        for n in [4i32, 1, 0, 2] {
+            sent.extend(n.to_be_bytes());
+        }
+        sent.extend(0.5f32.to_be_bytes());
+        assert_eq!(sparsevec(&sent, true).unwrap(), (4, vec![2], vec![0.5]));
+        assert_eq!(
+            parse_sparsevec("{1:1.5,4:-2}/5").unwrap(),
+            (5, vec![0, 3], vec![1.5, -2.0])
+        );
+        assert_eq!(parse_sparsevec("{}/3").unwrap(), (3, vec![], vec![]));
+        assert!(parse_sparsevec("{6:1}/5").is_err());
+        assert!(parse_sparsevec("{0:1}/5").is_err());
     }
 }

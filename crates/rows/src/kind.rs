@@ -122,6 +122,8 @@ pub enum Kind {
     Vector,
     /// `halfvec` (extension pgvector): half-precision dimensions.
     HalfVec,
+    /// `sparsevec` (extension pgvector): indexed non-zero dimensions.
+    SparseVec,
     /// A range over a supported subtype (multiranges are not read).
     Range(Box<RangeKind>),
     Enum(Arc<EnumLabels>),
@@ -167,6 +169,7 @@ impl Kind {
             Kind::TsVector => "tsvector",
             Kind::Vector => "vector",
             Kind::HalfVec => "halfvec",
+            Kind::SparseVec => "sparsevec",
             Kind::Enum(_) => "enum",
             Kind::Array(_) => "array",
         }
@@ -308,6 +311,9 @@ impl<'a> TypeMap<'a> {
         if t.is_extension_type("vector", "halfvec") {
             return Ok((Kind::HalfVec, storage));
         }
+        if t.is_extension_type("vector", "sparsevec") {
+            return Ok((Kind::SparseVec, storage));
+        }
         match t.typtype.as_str() {
             "d" => {
                 let Some(base) = t.base_type else {
@@ -418,6 +424,7 @@ pub(crate) fn fixed_len(kind: &Kind) -> Option<i16> {
         | Kind::TsVector
         | Kind::Vector
         | Kind::HalfVec
+        | Kind::SparseVec
         | Kind::Array(_) => -1,
     })
 }

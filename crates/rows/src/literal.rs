@@ -60,6 +60,14 @@ pub(crate) fn parse_value(kind: &Kind, s: &str) -> Result<Value, String> {
             Value::Text(s.to_owned())
         }
         Kind::Vector | Kind::HalfVec => Value::Vector(crate::extension::parse_vector(s)?),
+        Kind::SparseVec => {
+            let (dim, indices, values) = crate::extension::parse_sparsevec(s)?;
+            Value::SparseVector {
+                dim,
+                indices,
+                values,
+            }
+        }
         Kind::Enum(labels) => {
             if !labels.labels.values().any(|l| l == s) {
                 return Err(format!("{s:?} is not a label of {}", labels.type_name));

@@ -92,6 +92,22 @@ impl Value {
             }
             Value::Array(a) => array::write_array(out, a),
             // vector_out: shortest float4 text, as float4out writes it.
+            // sparsevec_out: 1-based indices.
+            Value::SparseVector {
+                dim,
+                indices,
+                values,
+            } => {
+                out.push('{');
+                for (n, (i, v)) in indices.iter().zip(values).enumerate() {
+                    if n > 0 {
+                        out.push(',');
+                    }
+                    let _ = write!(out, "{}:", u64::from(*i) + 1);
+                    crate::float::write_f32(out, *v);
+                }
+                let _ = write!(out, "}}/{dim}");
+            }
             Value::Vector(v) => {
                 out.push('[');
                 for (i, f) in v.iter().enumerate() {

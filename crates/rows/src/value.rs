@@ -102,4 +102,11 @@ pub enum Value {
     Array(ArrayValue),
     /// pgvector's `vector`: its dimensions.
     Vector(Vec<f32>),
+    /// pgvector's `sparsevec`: `dim` dimensions, zero but at `indices`
+    /// (0-based, ascending), which hold `values`.
+    SparseVector {
+        dim: u32,
+        indices: Vec<u32>,
+        values: Vec<f32>,
+    },
 }

@@ -242,17 +242,24 @@ async fn vectors(major: PgMajor) -> Result<()> {
            (3, null, '[-0,0,1]');",
     )?;
     // halfvec came with pgvector 0.7 (pgserver's 16 has an older one).
-    if cluster
-        .query_one("select to_regtype('halfvec') is not null")?
-        .trim()
-        == "t"
-    {
+    if cluster.has_type("halfvec")? {
         cluster.psql(
             "alter table t_vec add column h halfvec;
              update t_vec set h = case id
                when 1 then '[0.333,65504,-0.0001]'
                when 2 then (select array_agg(g::real / 3)::halfvec from generate_series(1, 1000) g)
                else '[0.00000006,-0]' end;
+             vacuum full t_vec;",
+        )?;
+    }
+    if cluster.has_type("sparsevec")? {
+        cluster.psql(
+            "alter table t_vec add column s sparsevec;
+             update t_vec set s = case id
+               when 1 then '{1:1.5,3:-0.25,30522:1e-30}/30522'
+               when 2 then (select format('{%s}/100000', string_agg(format('%s:%s', g * 7, g / 3.0), ','))
+                              from generate_series(1, 2000) g)::sparsevec
+               else '{}/3' end;
              vacuum full t_vec;",
         )?;
     }

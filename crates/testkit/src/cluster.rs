@@ -533,6 +533,16 @@ impl Cluster {
         }
     }
 
+    /// Whether a type of this name exists (an extension's type that came
+    /// with a later version of it than this install ships, say).
+    pub fn has_type(&self, name: &str) -> Result<bool> {
+        let name = name.replace('\'', "''");
+        Ok(self
+            .query_one(&format!("select to_regtype('{name}') is not null"))?
+            .trim()
+            == "t")
+    }
+
     fn run_psql(&self, db: &str, sql: &str, extra: &[&str]) -> Result<Vec<u8>> {
         if !self.running {
             bail!("cluster at {} is not running", self.data_dir().display());

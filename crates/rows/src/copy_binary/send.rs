@@ -213,6 +213,15 @@ pub(crate) fn decode(kind: &Kind, b: &[u8]) -> Result<Value, SendError> {
         Kind::HalfVec => {
             Value::Vector(crate::extension::halfvec(b, true).map_err(|e| bad(kind, e))?)
         }
+        Kind::SparseVec => {
+            let (dim, indices, values) =
+                crate::extension::sparsevec(b, true).map_err(|e| bad(kind, e))?;
+            Value::SparseVector {
+                dim,
+                indices,
+                values,
+            }
+        }
         Kind::Range(rk) => {
             let bound = |x: &[u8]| {
                 decode(&rk.subtype, x)
