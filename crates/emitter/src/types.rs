@@ -27,6 +27,7 @@
 //! | `json`, `jsonb` | `String` | JSON text (`jsonb` as `jsonb_out` renders it) |
 //! | `inet`, `cidr`, `macaddr`, `macaddr8`, `bit`, `varbit`, `xml` | `String` | PostgreSQL's text |
 //! | `point`, `line`, `lseg`, `box`, `path`, `polygon`, `circle`, `pg_lsn` | `String` | PostgreSQL's text (`geo_ops.c`'s forms, `%X/%X`) |
+//! | `pg_snapshot`, `txid_snapshot`, `int2vector`, `oidvector` | `String` | PostgreSQL's text (`xmin:xmax:xip,…`; elements space-separated) |
 //! | `citext`, `ltree` (by extension and name, see `TypeDesc::is_extension_type`) | `String` | the text |
 //! | `vector`, `halfvec`, `sparsevec` (pgvector, by extension and name) | `Array(Float32)` | never `Nullable` (a NULL vector is `[]`); `sparsevec` dense, zeros between its dimensions, refused past 2^20 dimensions; an array of vectors is refused |
 //! | `tsvector` | `String` | `tsvectorout`'s text |
@@ -338,7 +339,11 @@ fn map_type(
         | oid::POLYGON
         | oid::CIRCLE
         | oid::PG_LSN
-        | oid::TSVECTOR => return scalar(C::String),
+        | oid::TSVECTOR
+        | oid::PG_SNAPSHOT
+        | oid::TXID_SNAPSHOT
+        | oid::INT2VECTOR
+        | oid::OIDVECTOR => return scalar(C::String),
         _ => {}
     }
     let Some(t) = types.iter().find(|t| t.oid == type_oid) else {

@@ -145,6 +145,8 @@ fn decode_fixed(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         | Kind::Range(_)
         | Kind::Ltree
         | Kind::TsVector
+        | Kind::Snapshot
+        | Kind::SpaceVector(_)
         | Kind::Vector
         | Kind::HalfVec
         | Kind::SparseVec
@@ -184,6 +186,15 @@ fn decode_body(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         Kind::Array(ak) => {
             let element = |raw: &[u8]| decode_element(&ak.element, raw);
             Value::Array(array::decode(b, ak, &element)?)
+        }
+        Kind::SpaceVector(ak) => {
+            let element = |raw: &[u8]| decode_element(&ak.element, raw);
+            Value::Text(crate::snapshot::space_separated(&array::decode(
+                b, ak, &element,
+            )?))
+        }
+        Kind::Snapshot => {
+            Value::Text(crate::snapshot::stored_text(b).map_err(|e| DatumError::bad(name, e))?)
         }
         Kind::Range(rk) => {
             let bound = |raw: &[u8]| decode_element(&rk.subtype, raw);

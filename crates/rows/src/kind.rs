@@ -116,6 +116,11 @@ pub enum Kind {
     Geometric(Geometric),
     PgLsn,
     TsVector,
+    /// `pg_snapshot`, `txid_snapshot`: `xmin:xmax:xip,…`.
+    Snapshot,
+    /// `int2vector`, `oidvector`: a one-dimensional array (lower bound 0)
+    /// written space-separated, as their output functions do.
+    SpaceVector(Box<ArrayKind>),
     /// `ltree` (extension ltree): labels joined by dots.
     Ltree,
     /// `vector` (extension pgvector): float4 dimensions.
@@ -167,6 +172,11 @@ impl Kind {
             Kind::Range(_) => "range",
             Kind::Ltree => "ltree",
             Kind::TsVector => "tsvector",
+            Kind::Snapshot => "pg_snapshot",
+            Kind::SpaceVector(ak) if ak.element_oid == walshadow_pg_format::type_oid::OID => {
+                "oidvector"
+            }
+            Kind::SpaceVector(_) => "int2vector",
             Kind::Vector => "vector",
             Kind::HalfVec => "halfvec",
             Kind::SparseVec => "sparsevec",
@@ -221,6 +231,23 @@ fn builtin(type_oid: Oid) -> Option<(Kind, Storage)> {
         oid::CIRCLE => geometric(Geometric::Circle),
         oid::PG_LSN => (Kind::PgLsn, s(8, Double)),
         oid::TSVECTOR => (Kind::TsVector, s(-1, Int)),
+        oid::PG_SNAPSHOT | oid::TXID_SNAPSHOT => (Kind::Snapshot, s(-1, Double)),
+        oid::INT2VECTOR => (
+            Kind::SpaceVector(Box::new(ArrayKind {
+                element: Kind::Int2,
+                element_oid: oid::INT2,
+                element_storage: s(2, Short),
+            })),
+            s(-1, Int),
+        ),
+        oid::OIDVECTOR => (
+            Kind::SpaceVector(Box::new(ArrayKind {
+                element: Kind::Oid,
+                element_oid: oid::OID,
+                element_storage: s(4, Int),
+            })),
+            s(-1, Int),
+        ),
         _ => return None,
     })
 }
@@ -422,6 +449,8 @@ pub(crate) fn fixed_len(kind: &Kind) -> Option<i16> {
         | Kind::Range(_)
         | Kind::Ltree
         | Kind::TsVector
+        | Kind::Snapshot
+        | Kind::SpaceVector(_)
         | Kind::Vector
         | Kind::HalfVec
         | Kind::SparseVec

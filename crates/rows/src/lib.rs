@@ -57,6 +57,7 @@ mod network;
 mod numeric;
 mod range;
 mod render;
+mod snapshot;
 mod toast;
 mod tsvector;
 mod tuple;

@@ -56,9 +56,13 @@ pub(crate) fn parse_value(kind: &Kind, s: &str) -> Result<Value, String> {
         Kind::Xml => Value::Xml(s.to_owned()),
         // attmissingval comes as the type's own output, which is what
         // these are written as.
-        Kind::Geometric(_) | Kind::PgLsn | Kind::Range(_) | Kind::Ltree | Kind::TsVector => {
-            Value::Text(s.to_owned())
-        }
+        Kind::Geometric(_)
+        | Kind::PgLsn
+        | Kind::Range(_)
+        | Kind::Ltree
+        | Kind::TsVector
+        | Kind::Snapshot
+        | Kind::SpaceVector(_) => Value::Text(s.to_owned()),
         Kind::Vector | Kind::HalfVec => Value::Vector(crate::extension::parse_vector(s)?),
         Kind::SparseVec => {
             let (dim, indices, values) = crate::extension::parse_sparsevec(s)?;

@@ -95,6 +95,10 @@ const SCALAR_COLUMNS: &[(&str, &str)] = &[
     ("rtz", "tstzrange"),
     ("rd", "daterange"),
     ("tsv", "tsvector"),
+    ("snap", "pg_snapshot"),
+    ("tsnap", "txid_snapshot"),
+    ("i2v", "int2vector"),
+    ("oidv", "oidvector"),
     ("x", "xml"),
     ("mo", "mood"),
     ("pi", "posint2"),
@@ -273,6 +277,10 @@ pub const TYPICAL: Row = &[
     ),
     ("rtz", "'[2024-01-01 00:00:00+02,)'"),
     ("rd", "'[2024-02-29,2024-03-01]'"),
+    ("snap", "'10:20:12,15,19'"),
+    ("tsnap", "'3:3:'"),
+    ("i2v", "'1 -2 32767'"),
+    ("oidv", "'0 26 4294967295'"),
     // Weights, a quote and a backslash in lexemes, a lexeme without positions.
     (
         "tsv",
@@ -359,6 +367,12 @@ pub const EDGES: Row = &[
     ("rd", "'[4714-11-24 BC,2000-01-01]'"),
     // Empty, and the largest position.
     ("tsv", "''"),
+    (
+        "snap",
+        "'18446744073709551614:18446744073709551615:18446744073709551614'",
+    ),
+    ("i2v", "''"),
+    ("oidv", "''"),
 ];
 
 /// More edges, where a column has more than EDGES can hold.

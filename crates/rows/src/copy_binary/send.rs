@@ -207,6 +207,11 @@ pub(crate) fn decode(kind: &Kind, b: &[u8]) -> Result<Value, SendError> {
         Kind::Inet | Kind::Cidr => Value::Inet(inet(kind, b)?),
         Kind::Bit => bits(kind, b)?,
         Kind::Array(ak) => Value::Array(array(kind, ak, b)?),
+        // int2vectorsend and oidvectorsend are array_send.
+        Kind::SpaceVector(ak) => {
+            Value::Text(crate::snapshot::space_separated(&array(kind, ak, b)?))
+        }
+        Kind::Snapshot => Value::Text(crate::snapshot::sent_text(b).map_err(|e| bad(kind, e))?),
         Kind::Ltree => Value::Text(crate::extension::ltree_sent(b).map_err(|e| bad(kind, e))?),
         Kind::TsVector => Value::Text(crate::tsvector::sent_text(b).map_err(|e| bad(kind, e))?),
         Kind::Vector => Value::Vector(crate::extension::vector(b, true).map_err(|e| bad(kind, e))?),
