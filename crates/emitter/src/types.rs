@@ -32,6 +32,7 @@
 //! | `vector`, `halfvec`, `sparsevec` (pgvector, by extension and name) | `Array(Float32)` | never `Nullable` (a NULL vector is `[]`); `sparsevec` dense, zeros between its dimensions, refused past 2^20 dimensions; an array of vectors is refused |
 //! | `tsvector` | `String` | `tsvectorout`'s text |
 //! | range (over a subtype the row decoder reads) | `String` | `range_out`'s text, `timestamptz` bounds in UTC |
+//! | multirange (of such a range) | `String` | `multirange_out`'s text |
 //! | enum | `LowCardinality(String)` | the label |
 //! | domain | its base type's mapping (with the domain's typmod) | |
 //! | `T[]` | `Array(Nullable(T'))` nested `max(attndims, 1)` deep | see below |
@@ -385,8 +386,7 @@ fn map_type(
         "c" => Err((type_oid, "composite types are not supported".into())),
         // PostgreSQL's text, as for the geometric types; the row decoder
         // refuses a subtype it cannot read.
-        "r" => Ok(Mapped::Scalar(ChType::String)),
-        "m" => Err((type_oid, "multirange types are not supported".into())),
+        "r" | "m" => Ok(Mapped::Scalar(ChType::String)),
         _ => Err((type_oid, "no ClickHouse mapping for this type".into())),
     }
 }

@@ -143,6 +143,7 @@ fn decode_fixed(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         | Kind::Bit
         | Kind::Xml
         | Kind::Range(_)
+        | Kind::Multirange(_)
         | Kind::Ltree
         | Kind::TsVector
         | Kind::Snapshot
@@ -199,6 +200,10 @@ fn decode_body(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         Kind::Range(rk) => {
             let bound = |raw: &[u8]| decode_element(&rk.subtype, raw);
             Value::Text(range::decode_stored(b, rk, &bound)?)
+        }
+        Kind::Multirange(rk) => {
+            let bound = |raw: &[u8]| decode_element(&rk.subtype, raw);
+            Value::Text(range::decode_multirange_stored(b, rk, &bound)?)
         }
         Kind::Ltree => Value::Text(crate::extension::ltree_stored(b)?),
         Kind::TsVector => {

@@ -129,8 +129,10 @@ pub enum Kind {
     HalfVec,
     /// `sparsevec` (extension pgvector): indexed non-zero dimensions.
     SparseVec,
-    /// A range over a supported subtype (multiranges are not read).
+    /// A range over a supported subtype.
     Range(Box<RangeKind>),
+    /// A multirange: ranges of its range type's subtype.
+    Multirange(Box<RangeKind>),
     Enum(Arc<EnumLabels>),
     Array(Box<ArrayKind>),
 }
@@ -170,6 +172,7 @@ impl Kind {
             Kind::Geometric(g) => g.type_name(),
             Kind::PgLsn => "pg_lsn",
             Kind::Range(_) => "range",
+            Kind::Multirange(_) => "multirange",
             Kind::Ltree => "ltree",
             Kind::TsVector => "tsvector",
             Kind::Snapshot => "pg_snapshot",
@@ -410,7 +413,19 @@ impl<'a> TypeMap<'a> {
                     storage,
                 ))
             }
-            "m" => Err(self.refuse(oid, "multirange types are not supported")),
+            "m" => {
+                let Some(range) = t.range_subtype else {
+                    return Err(self.refuse(oid, "multirange without a range type"));
+                };
+                match self.resolve_at(range, depth + 1) {
+                    Ok((Kind::Range(rk), _)) => Ok((Kind::Multirange(rk), storage)),
+                    Ok(_) => Err(self.refuse(oid, "its range type is not a range")),
+                    Err(r) => {
+                        Err(self
+                            .refuse(oid, format!("its range type {}: {}", r.type_name, r.reason)))
+                    }
+                }
+            }
             "p" => Err(self.refuse(oid, "pseudo-types cannot be decoded")),
             _ => Err(self.refuse(oid, "not among the supported types")),
         }
@@ -447,6 +462,7 @@ pub(crate) fn fixed_len(kind: &Kind) -> Option<i16> {
         | Kind::Bit
         | Kind::Xml
         | Kind::Range(_)
+        | Kind::Multirange(_)
         | Kind::Ltree
         | Kind::TsVector
         | Kind::Snapshot

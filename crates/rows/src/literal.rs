@@ -59,6 +59,7 @@ pub(crate) fn parse_value(kind: &Kind, s: &str) -> Result<Value, String> {
         Kind::Geometric(_)
         | Kind::PgLsn
         | Kind::Range(_)
+        | Kind::Multirange(_)
         | Kind::Ltree
         | Kind::TsVector
         | Kind::Snapshot

@@ -21,6 +21,16 @@
 //! upper bound, `]`/`)`, an absent (infinite) bound left empty, a bound
 //! double-quoted when empty or holding `"\()[],` or white space
 //! (`range_bound_escape`), `"` and `\` doubled inside the quotes.
+//!
+//! A multirange (multirangetypes.c), stored: after the header its type's
+//! OID and a uint32 range count `n`, then `n - 1` uint32 items (offsets or
+//! lengths of each range after the first: read sequentially here, they are
+//! not needed), `n` flag bytes (a range's flags), then — from the next
+//! offset aligned to the subtype's `typalign` — each range's bounds laid
+//! out as in a range (lower, then upper aligned), each range's bounds
+//! padded to `typalign`. Sent (`multirange_send`): an int32 count, then
+//! each range as an int32 length and its `range_send` bytes. Text
+//! (`multirange_out`): `{`, the ranges' text comma-separated, `}`.
 
 use crate::error::DatumError;
 use crate::kind::{RangeKind, Storage};
@@ -62,14 +72,7 @@ pub(crate) fn decode_stored(
     if end < pos {
         return Err(bad("shorter than its header"));
     }
-    let next = |pos: &mut usize| -> Result<Value, DatumError> {
-        let (start, len) = locate(p, *pos, rk.subtype_storage)?;
-        let stop = start.checked_add(len).filter(|s| *s <= end);
-        let stop = stop.ok_or_else(|| bad("a bound past the end"))?;
-        *pos = stop;
-        let raw = p.get(start - VARHDRSZ..stop - VARHDRSZ);
-        bound(raw.ok_or_else(|| bad("a bound past the end"))?)
-    };
+    let next = |pos: &mut usize| read_bound(p, pos, end, rk, bound);
     let lower = has_lower(flags).then(|| next(&mut pos)).transpose()?;
     let upper = has_upper(flags).then(|| next(&mut pos)).transpose()?;
     if pos != end {
@@ -79,6 +82,112 @@ pub(crate) fn decode_stored(
         )));
     }
     text(flags, lower.as_ref(), upper.as_ref())
+}
+
+/// A stored multirange's body (varlena header stripped, detoasted).
+pub(crate) fn decode_multirange_stored(
+    p: &[u8],
+    rk: &RangeKind,
+    bound: &dyn Fn(&[u8]) -> Result<Value, DatumError>,
+) -> Result<String, DatumError> {
+    // Offsets are those of the whole varlena, as the alignment is.
+    let end = p.len() + VARHDRSZ;
+    let count = p
+        .get(4..8)
+        .and_then(|c| c.first_chunk::<4>())
+        .map(|c| u32::from_le_bytes(*c))
+        .ok_or_else(|| bad("multirange shorter than its header"))?;
+    let n = usize::try_from(count).map_err(|_| bad("range count"))?;
+    if n == 0 {
+        return match p.len() {
+            8 => Ok("{}".into()),
+            l => Err(bad(format!("an empty multirange of {l} bytes"))),
+        };
+    }
+    // Items, then flags (datum offsets).
+    let flags_at = (n - 1)
+        .checked_mul(4)
+        .and_then(|items| items.checked_add(12))
+        .ok_or_else(|| bad("range count"))?;
+    let bounds_at = flags_at.checked_add(n).ok_or_else(|| bad("range count"))?;
+    if bounds_at > end {
+        return Err(bad(format!("{count} ranges in {} bytes", p.len())));
+    }
+    let align = rk.subtype_storage.align;
+    let mut pos = align
+        .align(bounds_at)
+        .ok_or_else(|| bad("offset overflow"))?;
+    let mut out = String::from("{");
+    for i in 0..n {
+        let flags = p
+            .get(flags_at + i - VARHDRSZ)
+            .copied()
+            .ok_or_else(|| bad("flags past the end"))?;
+        let next = |pos: &mut usize| read_bound(p, pos, end, rk, bound);
+        if flags & RANGE_EMPTY != 0 {
+            return Err(bad("an empty range inside a multirange"));
+        }
+        let lower = has_lower(flags).then(|| next(&mut pos)).transpose()?;
+        let upper = has_upper(flags).then(|| next(&mut pos)).transpose()?;
+        pos = align.align(pos).ok_or_else(|| bad("offset overflow"))?;
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&text(flags, lower.as_ref(), upper.as_ref())?);
+    }
+    // The last range's padding may run past the end of the value.
+    if pos < end {
+        return Err(bad(format!("{} bytes after the ranges", end - pos)));
+    }
+    out.push('}');
+    Ok(out)
+}
+
+/// A multirange in binary COPY (`multirange_send`).
+pub(crate) fn decode_multirange_sent(
+    b: &[u8],
+    bound: &dyn Fn(&[u8]) -> Result<Value, String>,
+) -> Result<String, String> {
+    let (count, mut rest) = b
+        .split_first_chunk::<4>()
+        .ok_or("multirange shorter than its count")?;
+    let count = u32::from_be_bytes(*count);
+    let mut out = String::from("{");
+    for i in 0..count {
+        let (len, after) = rest
+            .split_first_chunk::<4>()
+            .ok_or("a range without its length")?;
+        let len = usize::try_from(i32::from_be_bytes(*len))
+            .map_err(|_| "a negative range length".to_owned())?;
+        let range = after.get(..len).ok_or("a range past the end")?;
+        rest = after.get(len..).unwrap_or_default();
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&decode_sent(range, bound)?);
+    }
+    if !rest.is_empty() {
+        return Err(format!("{} bytes after the ranges", rest.len()));
+    }
+    out.push('}');
+    Ok(out)
+}
+
+/// The bound at datum offset `pos` of `p` (a body whose datum ends at
+/// `end`); `pos` moves past it.
+fn read_bound(
+    p: &[u8],
+    pos: &mut usize,
+    end: usize,
+    rk: &RangeKind,
+    bound: &dyn Fn(&[u8]) -> Result<Value, DatumError>,
+) -> Result<Value, DatumError> {
+    let (start, len) = locate(p, *pos, rk.subtype_storage)?;
+    let stop = start.checked_add(len).filter(|s| *s <= end);
+    let stop = stop.ok_or_else(|| bad("a bound past the end"))?;
+    *pos = stop;
+    let raw = p.get(start - VARHDRSZ..stop - VARHDRSZ);
+    bound(raw.ok_or_else(|| bad("a bound past the end"))?)
 }
 
 /// Where the bound at `pos` starts and how long it is.
@@ -181,6 +290,62 @@ fn escaped(out: &mut String, v: &Value) -> Result<(), DatumError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hostile_multiranges_are_refused_not_panics() {
+        let rk = RangeKind {
+            subtype: crate::kind::Kind::Int4,
+            subtype_storage: Storage {
+                len: 4,
+                align: crate::kind::Align::Int,
+            },
+        };
+        let bound = |b: &[u8]| -> Result<Value, DatumError> {
+            let w = b.first_chunk::<4>().ok_or_else(|| bad("short"))?;
+            Ok(Value::Int32(i32::from_le_bytes(*w)))
+        };
+        // {[1,3)}: type OID, count 1, no items, flags [LB_INC], bounds at 16.
+        let mut one = 3904u32.to_le_bytes().to_vec();
+        one.extend(1u32.to_le_bytes());
+        one.extend([RANGE_LB_INC, 0, 0, 0]);
+        one.extend(1i32.to_le_bytes());
+        one.extend(3i32.to_le_bytes());
+        assert_eq!(
+            decode_multirange_stored(&one, &rk, &bound).unwrap(),
+            "{[1,3)}"
+        );
+        let mut empty = 3904u32.to_le_bytes().to_vec();
+        empty.extend(0u32.to_le_bytes());
+        assert_eq!(decode_multirange_stored(&empty, &rk, &bound).unwrap(), "{}");
+        for cut in 0..one.len() {
+            assert!(
+                decode_multirange_stored(&one[..cut], &rk, &bound).is_err(),
+                "{cut}"
+            );
+        }
+        let mut huge = 3904u32.to_le_bytes().to_vec();
+        huge.extend(u32::MAX.to_le_bytes());
+        assert!(decode_multirange_stored(&huge, &rk, &bound).is_err());
+        let mut emptied = one.clone();
+        emptied[8] = RANGE_EMPTY;
+        assert!(decode_multirange_stored(&emptied, &rk, &bound).is_err());
+        let sent_bound = |b: &[u8]| -> Result<Value, String> {
+            let w = b.first_chunk::<4>().ok_or("short")?;
+            Ok(Value::Int32(i32::from_be_bytes(*w)))
+        };
+        let mut sent = 1i32.to_be_bytes().to_vec();
+        sent.extend(17i32.to_be_bytes());
+        sent.push(RANGE_LB_INC);
+        for (len, v) in [(4i32, 1i32), (4, 3)] {
+            sent.extend(len.to_be_bytes());
+            sent.extend(v.to_be_bytes());
+        }
+        assert_eq!(
+            decode_multirange_sent(&sent, &sent_bound).unwrap(),
+            "{[1,3)}"
+        );
+        assert!(decode_multirange_sent(&sent[..sent.len() - 1], &sent_bound).is_err());
+    }
     use crate::kind::{Align, Kind};
 
     fn int4range() -> RangeKind {

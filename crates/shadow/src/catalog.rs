@@ -331,7 +331,8 @@ impl ShadowCatalog {
                                   union
                                   select v.x from types t join pg_type y on y.oid = t.oid
                                     left join pg_range g on g.rngtypid = y.oid
-                                   cross join lateral (values (y.typelem), (y.typbasetype), (g.rngsubtype)) v(x)
+                                    left join pg_range m on m.rngmultitypid = y.oid
+                                   cross join lateral (values (y.typelem), (y.typbasetype), (g.rngsubtype), (m.rngtypid)) v(x)
                                    where v.x <> 0)
                  select 'n', oid from pg_namespace where nspname = {s}
                  union all select 'r', oid from rels
@@ -531,7 +532,8 @@ impl ShadowCatalog {
                              then t.typelem end,
                         nullif(t.typbasetype, 0), case when t.typtype = 'd' then t.typtypmod end,
                         nullif(t.typrelid, 0),
-                        (select rngsubtype from pg_range where rngtypid = t.oid),
+                        coalesce((select rngsubtype from pg_range where rngtypid = t.oid),
+                                 (select rngtypid from pg_range where rngmultitypid = t.oid)),
                         (select string_agg(e.enumlabel, E'\\n' order by e.enumsortorder)
                            from pg_enum e where e.enumtypid = t.oid),
                         (select string_agg(e.oid::text, ',' order by e.enumsortorder)

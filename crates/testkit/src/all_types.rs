@@ -44,6 +44,7 @@ create domain posint as integer check (value > 0);
 create domain posint2 as posint;
 create domain email as text;
 create domain intarr as int[];
+create type textrange as range (subtype = text, multirange_type_name = textmr);
 "#;
 
 /// The scalar columns in table order: (SQL identifier, type).
@@ -94,6 +95,10 @@ const SCALAR_COLUMNS: &[(&str, &str)] = &[
     ("rts", "tsrange"),
     ("rtz", "tstzrange"),
     ("rd", "daterange"),
+    ("mr4", "int4multirange"),
+    ("mrtz", "tstzmultirange"),
+    ("mrn", "nummultirange"),
+    ("mrt", "textmr"),
     ("tsv", "tsvector"),
     ("snap", "pg_snapshot"),
     ("tsnap", "txid_snapshot"),
@@ -278,6 +283,13 @@ pub const TYPICAL: Row = &[
     ("rtz", "'[2024-01-01 00:00:00+02,)'"),
     ("rd", "'[2024-02-29,2024-03-01]'"),
     ("snap", "'10:20:12,15,19'"),
+    ("mr4", "'{[1,3),[5,8),[10,)}'"),
+    (
+        "mrtz",
+        "'{[2024-01-01 00:00:00+00,2024-01-02 00:00:00+00),[2025-06-01 12:00:00+02,infinity]}'",
+    ),
+    ("mrn", "'{(,-1.5],[0.25,0.5),[1e20,NaN]}'"),
+    ("mrt", r#"'{["a b",c),["x\"y","z,")}'"#),
     ("tsnap", "'3:3:'"),
     ("i2v", "'1 -2 32767'"),
     ("oidv", "'0 26 4294967295'"),
@@ -373,6 +385,10 @@ pub const EDGES: Row = &[
     ),
     ("i2v", "''"),
     ("oidv", "''"),
+    ("mr4", "'{}'"),
+    ("mrtz", "'{(,)}'"),
+    ("mrn", "'{[-1e100,-1e100]}'"),
+    ("mrt", r#"'{(,"")}'"#),
 ];
 
 /// More edges, where a column has more than EDGES can hold.
@@ -502,26 +518,27 @@ pub fn insert_sql(table: &str, row: &[(&str, &str)], with_xml: bool) -> String {
 /// (see [`UNSUPPORTED`]), and `t_ok`, rows `(1, 'kept')` and `(2, 'also')`, whose
 /// unsupported column was dropped after the first row: no obstacle to decoding it.
 pub const UNSUPPORTED_SQL: &str = "create type pair as (a int, b text);
-     create domain rng as int4multirange;
+     create domain tq as tsquery;
+     create type tqrange as range (subtype = tsquery);
      create table t_bad1 (id int, p tsquery);
-     create table t_bad2 (id int, r int4multirange);
+     create table t_bad2 (id int, r tqmultirange);
      create table t_bad3 (id int, c pair);
      create table t_bad4 (id int, a tsquery[]);
-     create table t_bad5 (id int, d rng);
+     create table t_bad5 (id int, d tq);
      create table t_ok (id int, gone tsquery, v text);
      insert into t_ok values (1, 'a & b', 'kept');
      alter table t_ok drop column gone;
      insert into t_ok values (2, 'also');";
 
 /// The tables of [`UNSUPPORTED_SQL`] a decoder must refuse: (table, column, type as
-/// the refusal names it). A text-search query, a multirange, a composite, an array of an
+/// the refusal names it). A text-search query, a multirange over it, a composite, an array of an
 /// unsupported type, a domain over one.
 pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
     ("t_bad1", "p", "tsquery"),
-    ("t_bad2", "r", "int4multirange"),
+    ("t_bad2", "r", "tqmultirange"),
     ("t_bad3", "c", "pair"),
     ("t_bad4", "a", "tsquery[]"),
-    ("t_bad5", "d", "rng"),
+    ("t_bad5", "d", "tq"),
 ];
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ pub struct TypeDesc {
     pub enum_oids: Vec<Oid>,
     /// Composites: the relation holding the fields.
     pub composite_relid: Option<Oid>,
-    /// Ranges: the subtype.
+    /// Ranges: the subtype. Multiranges: their range type.
     pub range_subtype: Option<Oid>,
     /// The extension the type belongs to (`pg_depend` deptype `e`): types
     /// such as `citext` are known by their extension and name, never by

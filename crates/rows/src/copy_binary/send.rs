@@ -234,6 +234,13 @@ pub(crate) fn decode(kind: &Kind, b: &[u8]) -> Result<Value, SendError> {
             };
             Value::Text(crate::range::decode_sent(b, &bound).map_err(|e| bad(kind, e))?)
         }
+        Kind::Multirange(rk) => {
+            let bound = |x: &[u8]| {
+                decode(&rk.subtype, x)
+                    .map_err(|e| format!("its {} bound: {}", e.type_name, e.detail))
+            };
+            Value::Text(crate::range::decode_multirange_sent(b, &bound).map_err(|e| bad(kind, e))?)
+        }
     })
 }
 
