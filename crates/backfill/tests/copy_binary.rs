@@ -356,10 +356,13 @@ per_major!(async every_type => every_type_matches_server_and_heap: pg15, pg16, p
 async fn extensions(major: PgMajor) -> Result<()> {
     let pg = Cluster::start(major, ClusterOptions::default().conf("autovacuum", "off"))?;
     pg.psql(
-        "create extension citext; create extension ltree;
-         create table t_ext (id int, ci citext, lt ltree, alt ltree[]);
-         insert into t_ext values (1, 'MiXeD Case', 'Top.Science', '{a.b,NULL}'), (2, '', '', '{}'),
-           (3, null, (select string_agg('l' || g, '.')::ltree from generate_series(1, 300) g), null);",
+        "create extension citext; create extension ltree; create extension hstore;
+         create table t_ext (id int, ci citext, lt ltree, alt ltree[], hs hstore);
+         insert into t_ext values (1, 'MiXeD Case', 'Top.Science', '{a.b,NULL}',
+              hstore(array['a', 'b c', 'q\"u'], array['1', null, '\\'])),
+           (2, '', '', '{}', ''),
+           (3, null, (select string_agg('l' || g, '.')::ltree from generate_series(1, 300) g), null,
+              (select hstore(array_agg('k' || g), array_agg(repeat('v', g))) from generate_series(1, 400) g));",
     )?;
     pg.checkpoint()?;
     let desc = describe(&pg, "t_ext").await?;

@@ -61,9 +61,11 @@ fn ch_columns(h: &StreamHarness, name: &str) -> Result<Vec<String>> {
 fn left_out(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(BIN, major, "columns", &[], CONFIG)?;
     h.source.psql(
-        "create extension citext; create extension ltree;
-         create table tagged (id int primary key, ci citext, lt ltree);
-         insert into tagged select g, 'Name ' || g, ('top.n' || g)::ltree from generate_series(1, 50) g;
+        "create extension citext; create extension ltree; create extension hstore;
+         create table tagged (id int primary key, ci citext, lt ltree, hs hstore);
+         insert into tagged select g, 'Name ' || g, ('top.n' || g)::ltree,
+           hstore(array['k' || g, 'n', 'q\"'], array['v' || g, null, ''])
+           from generate_series(1, 50) g;
          create type pair as (a int, b text);
          create table shapes (id int primary key, p tsquery, note text, r tsquery[], secret text, n int);
          insert into shapes select g, to_tsquery('simple', 'w' || g), 'note ' || g, array[to_tsquery('simple', 'r' || g)], 'pw' || g, g % 13
@@ -91,7 +93,11 @@ fn left_out(major: PgMajor) -> Result<()> {
          update walked set c = row(0, 'y')::pair, v = 'w' where id % 4 = 0;
          insert into walked values (1000, null, 'new');
          delete from walked where id % 9 = 0;
-         update tagged set ci = upper(ci::text), lt = lt || 'leaf' where id % 2 = 0;",
+         update tagged set ci = upper(ci::text), lt = lt || 'leaf' where id % 2 = 0;
+         update tagged set hs = hs || hstore('added', 'x') - 'n'::text where id % 3 = 0;
+         update tagged set hs = null where id = 5;
+         alter table tagged add column hd hstore default hstore(array['z', 'n'], array['1', null]);
+         update tagged set hd = hd || hstore('w', 'x') where id % 4 = 0;",
     )?;
     h.wait_caught_up(CATCH_UP)?;
     let n = h.assert_equal(
@@ -103,10 +109,23 @@ fn left_out(major: PgMajor) -> Result<()> {
     h.assert_equal("public.walked", "walked", &[same("id"), same("v")])?;
     // Extension types (known to the shadow by their extension) stream as
     // their text, through the load and the WAL.
+    // hstore as Map(String, Nullable(String)): the pairs, sorted. `hd`
+    // was added with a default, which rows written before take from
+    // ClickHouse's DEFAULT.
+    let pairs = |c: &str| {
+        col(
+            &format!(
+                "array_to_string(array(select p from (select key || '=' || coalesce(value, '<null>') as p from each({c})) e order by p collate \"C\"), ',')"
+            ),
+            &format!(
+                "arrayStringConcat(arraySort(arrayMap((k, v) -> concat(k, '=', ifNull(v, '<null>')), mapKeys({c}), mapValues({c}))), ',')"
+            ),
+        )
+    };
     h.assert_equal(
         "public.tagged",
         "tagged",
-        &[same("id"), same("ci"), same("lt")],
+        &[same("id"), same("ci"), same("lt"), pairs("hs"), pairs("hd")],
     )?;
 
     let shapes = ch_columns(&h, "shapes")?;

@@ -346,6 +346,15 @@ pub fn literal(ty: &ChType, value: &Value) -> Result<String, EncodeErrorKind> {
         (ChType::Nullable(_), Value::Null) => "NULL".into(),
         (ChType::LowCardinality(inner), Value::Null) if inner.is_nullable() => "NULL".into(),
         (ChType::Array(_), Value::Null) => "[]".into(),
+        (ChType::StringMap, Value::Null) => "map()::Map(String, Nullable(String))".into(),
+        (ChType::StringMap, Value::Hstore(pairs)) => {
+            let mut args = Vec::with_capacity(2 * pairs.len());
+            for (k, v) in pairs {
+                args.push(quote_string(k));
+                args.push(v.as_deref().map_or_else(|| "NULL".into(), quote_string));
+            }
+            format!("map({})::Map(String, Nullable(String))", args.join(", "))
+        }
         (_, Value::Null) => return Err(EncodeErrorKind::NullInNotNull),
         (ChType::Nullable(inner) | ChType::LowCardinality(inner), v) => return literal(inner, v),
         (ChType::Array(_), Value::Array(_)) => {

@@ -303,6 +303,7 @@ pub(crate) fn variant_name(v: &Value) -> &'static str {
         Value::Bits { .. } => "bit",
         Value::Vector(_) => "vector",
         Value::SparseVector { .. } => "sparsevec",
+        Value::Hstore(_) => "hstore",
         Value::Xml(_) => "xml",
         Value::Enum(_) => "enum",
         Value::Array(_) => "array",
@@ -368,6 +369,21 @@ fn encode_under(
             write_leb128(out, v.len() as u64);
             for f in v {
                 out.extend_from_slice(&f.to_le_bytes());
+            }
+        }
+        // A Map is an array of (key, value) tuples on the wire.
+        (ChType::StringMap, Value::Null) => out.push(0),
+        (ChType::StringMap, Value::Hstore(pairs)) => {
+            write_leb128(out, pairs.len() as u64);
+            for (k, v) in pairs {
+                write_bytes(out, k.as_bytes());
+                match v {
+                    Some(v) => {
+                        out.push(0);
+                        write_bytes(out, v.as_bytes());
+                    }
+                    None => out.push(1),
+                }
             }
         }
         // Dense in ClickHouse: zeros between the stored dimensions.
@@ -595,7 +611,9 @@ fn write_default(out: &mut Vec<u8>, ty: &ChType) {
     match ty {
         ChType::Nullable(_) => out.push(1),
         ChType::LowCardinality(inner) => write_default(out, inner),
-        ChType::Bool | ChType::UInt8 | ChType::String | ChType::Array(_) => out.push(0),
+        ChType::Bool | ChType::UInt8 | ChType::String | ChType::Array(_) | ChType::StringMap => {
+            out.push(0)
+        }
         ChType::Int16 => zeros(out, 2),
         ChType::Int32 | ChType::UInt32 | ChType::Float32 | ChType::Date32 => zeros(out, 4),
         ChType::Int64
@@ -873,6 +891,20 @@ mod tests {
         };
         encode_under(&mut out, ty, v, &mut on)?;
         Ok((out, on.replaced))
+    }
+
+    #[test]
+    fn hstores_are_maps() {
+        let h = Value::Hstore(vec![("a".into(), Some("1".into())), ("b".into(), None)]);
+        assert_eq!(
+            enc(&ChType::StringMap, &h),
+            [2, 1, b'a', 0, 1, b'1', 1, b'b', 1]
+        );
+        assert_eq!(enc(&ChType::StringMap, &Value::Null), [0], "NULL is {{}}");
+        assert_eq!(
+            crate::ddl::literal(&ChType::StringMap, &h).unwrap(),
+            "map('a', '1', 'b', NULL)::Map(String, Nullable(String))"
+        );
     }
 
     #[test]

@@ -33,6 +33,7 @@
 //! | `tsvector` | `String` | `tsvectorout`'s text |
 //! | range (over a subtype the row decoder reads) | `String` | `range_out`'s text, `timestamptz` bounds in UTC |
 //! | multirange (of such a range) | `String` | `multirange_out`'s text |
+//! | `hstore` (by extension and name) | `Map(String, Nullable(String))` | never `Nullable` (a NULL hstore is `{}`); pairs in stored order |
 //! | enum | `LowCardinality(String)` | the label |
 //! | domain | its base type's mapping (with the domain's typmod) | |
 //! | `T[]` | `Array(Nullable(T'))` nested `max(attndims, 1)` deep | see below |
@@ -98,6 +99,9 @@ pub enum ChType {
     LowCardinality(Box<ChType>),
     Nullable(Box<ChType>),
     Array(Box<ChType>),
+    /// `Map(String, Nullable(String))` (an `hstore`; never `Nullable`:
+    /// NULL is `{}`).
+    StringMap,
 }
 
 impl ChType {
@@ -126,7 +130,7 @@ impl ChType {
     /// are since ClickHouse has no nullable array.
     pub fn to_nullable(&self) -> ChType {
         match self {
-            ChType::Nullable(_) | ChType::Array(_) => self.clone(),
+            ChType::Nullable(_) | ChType::Array(_) | ChType::StringMap => self.clone(),
             ChType::LowCardinality(inner) => ChType::low_cardinality(inner.to_nullable()),
             other => ChType::nullable(other.clone()),
         }
@@ -219,6 +223,7 @@ impl fmt::Display for ChType {
             ChType::LowCardinality(inner) => write!(f, "LowCardinality({inner})"),
             ChType::Nullable(inner) => write!(f, "Nullable({inner})"),
             ChType::Array(inner) => write!(f, "Array({inner})"),
+            ChType::StringMap => f.write_str("Map(String, Nullable(String))"),
         }
     }
 }
@@ -268,21 +273,26 @@ pub fn clickhouse_type(
         Mapped::Enum if attr.not_null => ChType::low_cardinality(ChType::String),
         Mapped::Enum => ChType::low_cardinality(ChType::nullable(ChType::String)),
         Mapped::Array { element, typmod } => {
-            let mut t =
-                match map_type(element, typmod, types, 0).map_err(|(o, r)| unsupported(o, r))? {
-                    Mapped::Scalar(t) => ChType::nullable(t),
-                    Mapped::Enum => ChType::low_cardinality(ChType::nullable(ChType::String)),
-                    Mapped::Array { .. } => {
-                        return Err(unsupported(
+            let mut t = match map_type(element, typmod, types, 0)
+                .map_err(|(o, r)| unsupported(o, r))?
+            {
+                Mapped::Scalar(t) => ChType::nullable(t),
+                Mapped::Enum => ChType::low_cardinality(ChType::nullable(ChType::String)),
+                Mapped::Array { .. } => {
+                    return Err(unsupported(
                         element,
                         "an array whose elements are themselves arrays (a domain over an array)"
                             .into(),
                     ));
-                    }
-                    Mapped::Plain(_) => {
-                        return Err(unsupported(element, "an array of vectors".into()));
-                    }
-                };
+                }
+                Mapped::Plain(_) => {
+                    return Err(unsupported(
+                            element,
+                            "an array of vectors or hstores (ClickHouse has no NULL for their elements)"
+                                .into(),
+                        ));
+                }
+            };
             for _ in 0..attr.ndims.max(1) {
                 t = ChType::array(t);
             }
@@ -355,6 +365,10 @@ fn map_type(
     };
     if t.is_extension_type("citext", "citext") || t.is_extension_type("ltree", "ltree") {
         return Ok(Mapped::Scalar(ChType::String));
+    }
+    if t.is_extension_type("hstore", "hstore") {
+        // ClickHouse has no Nullable(Map): a NULL hstore is {}.
+        return Ok(Mapped::Plain(ChType::StringMap));
     }
     if t.is_extension_type("vector", "vector")
         || t.is_extension_type("vector", "halfvec")

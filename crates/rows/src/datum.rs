@@ -151,6 +151,7 @@ fn decode_fixed(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         | Kind::Vector
         | Kind::HalfVec
         | Kind::SparseVec
+        | Kind::Hstore
         | Kind::Array(_) => return decode_body(kind, b),
     })
 }
@@ -215,6 +216,9 @@ fn decode_body(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         Kind::HalfVec => Value::Vector(
             crate::extension::halfvec(b, false).map_err(|e| DatumError::bad(name, e))?,
         ),
+        Kind::Hstore => {
+            Value::Hstore(crate::hstore::stored(b).map_err(|e| DatumError::bad(name, e))?)
+        }
         Kind::SparseVec => {
             let (dim, indices, values) =
                 crate::extension::sparsevec(b, false).map_err(|e| DatumError::bad(name, e))?;

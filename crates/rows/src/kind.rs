@@ -129,6 +129,8 @@ pub enum Kind {
     HalfVec,
     /// `sparsevec` (extension pgvector): indexed non-zero dimensions.
     SparseVec,
+    /// `hstore` (extension hstore): key/value pairs.
+    Hstore,
     /// A range over a supported subtype.
     Range(Box<RangeKind>),
     /// A multirange: ranges of its range type's subtype.
@@ -183,6 +185,7 @@ impl Kind {
             Kind::Vector => "vector",
             Kind::HalfVec => "halfvec",
             Kind::SparseVec => "sparsevec",
+            Kind::Hstore => "hstore",
             Kind::Enum(_) => "enum",
             Kind::Array(_) => "array",
         }
@@ -344,6 +347,9 @@ impl<'a> TypeMap<'a> {
         if t.is_extension_type("vector", "sparsevec") {
             return Ok((Kind::SparseVec, storage));
         }
+        if t.is_extension_type("hstore", "hstore") {
+            return Ok((Kind::Hstore, storage));
+        }
         match t.typtype.as_str() {
             "d" => {
                 let Some(base) = t.base_type else {
@@ -470,6 +476,7 @@ pub(crate) fn fixed_len(kind: &Kind) -> Option<i16> {
         | Kind::Vector
         | Kind::HalfVec
         | Kind::SparseVec
+        | Kind::Hstore
         | Kind::Array(_) => -1,
     })
 }

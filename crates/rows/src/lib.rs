@@ -50,6 +50,7 @@ mod error;
 mod extension;
 mod float;
 mod geometric;
+mod hstore;
 mod jsonb;
 mod kind;
 mod literal;

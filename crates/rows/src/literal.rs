@@ -65,6 +65,7 @@ pub(crate) fn parse_value(kind: &Kind, s: &str) -> Result<Value, String> {
         | Kind::Snapshot
         | Kind::SpaceVector(_) => Value::Text(s.to_owned()),
         Kind::Vector | Kind::HalfVec => Value::Vector(crate::extension::parse_vector(s)?),
+        Kind::Hstore => Value::Hstore(crate::hstore::parse(s)?),
         Kind::SparseVec => {
             let (dim, indices, values) = crate::extension::parse_sparsevec(s)?;
             Value::SparseVector {

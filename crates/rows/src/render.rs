@@ -92,6 +92,7 @@ impl Value {
             }
             Value::Array(a) => array::write_array(out, a),
             // vector_out: shortest float4 text, as float4out writes it.
+            Value::Hstore(pairs) => crate::hstore::write_text(out, pairs),
             // sparsevec_out: 1-based indices.
             Value::SparseVector {
                 dim,

@@ -102,6 +102,9 @@ pub enum Value {
     Array(ArrayValue),
     /// pgvector's `vector`: its dimensions.
     Vector(Vec<f32>),
+    /// contrib's `hstore`: its pairs in stored order (a `None` value is
+    /// NULL).
+    Hstore(Vec<(String, Option<String>)>),
     /// pgvector's `sparsevec`: `dim` dimensions, zero but at `indices`
     /// (0-based, ascending), which hold `values`.
     SparseVector {

@@ -202,14 +202,18 @@ per_major!(async numbers => random_numbers_match_server_text: pg15, pg16, pg17, 
 async fn extensions(major: PgMajor) -> Result<()> {
     let cluster = Cluster::start(major, ClusterOptions::default().conf("autovacuum", "off"))?;
     cluster.psql(
-        "create extension citext; create extension ltree;
-         create table t_ext (id int, ci citext, lt ltree, alt ltree[], aci citext[]);
+        "create extension citext; create extension ltree; create extension hstore;
+         create table t_ext (id int, ci citext, lt ltree, alt ltree[], aci citext[], hs hstore, ahs hstore[]);
          insert into t_ext values
-           (1, 'MiXeD Case', 'Top.Science.Astronomy', '{a.b,NULL,c}', '{A,b,NULL}'),
-           (2, '', '', '{}', '{}'),
+           (1, 'MiXeD Case', 'Top.Science.Astronomy', '{a.b,NULL,c}', '{A,b,NULL}',
+              hstore(array['a', 'b c', 'q\"uote', 'empty'], array['1', null, 'back\\slash', '']),
+              array['x=>y'::hstore, null]),
+           (2, '', '', '{}', '{}', '', '{}'),
            (3, repeat('é', 3000), (select string_agg('l' || g, '.')::ltree from generate_series(1, 300) g),
-              array['x_y.z1'::ltree], array[repeat('Q', 50)::citext]),
-           (4, null, null, null, null);
+              array['x_y.z1'::ltree], array[repeat('Q', 50)::citext],
+              (select hstore(array_agg('k' || g), array_agg(case when g % 7 = 0 then null else repeat('v', g) end))
+                 from generate_series(1, 400) g), null),
+           (4, null, null, null, null, null, null);
          create schema fake;
          create type fake.citext as (a int);
          create table t_fake (id int, c fake.citext);",

@@ -218,6 +218,7 @@ pub(crate) fn decode(kind: &Kind, b: &[u8]) -> Result<Value, SendError> {
         Kind::HalfVec => {
             Value::Vector(crate::extension::halfvec(b, true).map_err(|e| bad(kind, e))?)
         }
+        Kind::Hstore => Value::Hstore(crate::hstore::sent(b).map_err(|e| bad(kind, e))?),
         Kind::SparseVec => {
             let (dim, indices, values) =
                 crate::extension::sparsevec(b, true).map_err(|e| bad(kind, e))?;
