@@ -1,5 +1,5 @@
 //! Column rules on PostgreSQL 15 and 18: a table with columns walshadow
-//! cannot decode (`tsquery`, a composite, `tsquery[]`) streams once the
+//! cannot decode (`tsquery`, a composite holding one, `tsquery[]`) streams once the
 //! operator says so, through every path — a `copy` load, a `base_backup`
 //! walk and the WAL — with the same columns left out, and says which:
 //!
@@ -66,7 +66,7 @@ fn left_out(major: PgMajor) -> Result<()> {
          insert into tagged select g, 'Name ' || g, ('top.n' || g)::ltree,
            hstore(array['k' || g, 'n', 'q\"'], array['v' || g, null, ''])
            from generate_series(1, 50) g;
-         create type pair as (a int, b text);
+         create type pair as (a int, b tsquery);
          create table shapes (id int primary key, p tsquery, note text, r tsquery[], secret text, n int);
          insert into shapes select g, to_tsquery('simple', 'w' || g), 'note ' || g, array[to_tsquery('simple', 'r' || g)], 'pw' || g, g % 13
            from generate_series(1, 600) g;

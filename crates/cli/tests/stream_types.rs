@@ -228,6 +228,7 @@ fn type_columns(with_xml: bool) -> Vec<TypeColumn> {
             "Nullable(String)",
             output_text("mrtz"),
         ),
+        c("rec", "rec_t", "Nullable(String)", output_text("rec")),
         c(
             "apt",
             "point[]",
@@ -333,6 +334,8 @@ fn type_schema(cols: &[TypeColumn]) -> String {
          create domain shorttext as text check (length(value) < 100);
          create domain intlist as int[];
          create domain price as numeric(10,2);
+         create type rec_in as (i int, t timestamptz);
+         create type rec_t as (n int, s text, a numeric[], r rec_in);
          create table public.all_types (\n{}\n);
          -- Large values of nn go out of line uncompressed.
          alter table public.all_types alter column nn set storage external;",
@@ -396,6 +399,10 @@ fn type_rows() -> Vec<Vec<(&'static str, &'static str)>> {
             ),
             ("snap", "'10:20:12,15'"),
             ("mr4", "'{[1,3),[5,8),[10,)}'"),
+            (
+                "rec",
+                r#"row(1, 'a "b"', '{1.5,NaN}', row(2, null)::rec_in)::rec_t"#,
+            ),
             (
                 "mrtz",
                 "'{[2024-01-01 00:00:00+02,2024-01-02 00:00:00+00),[2030-01-01 00:00:00+00,)}'",
@@ -471,6 +478,7 @@ fn type_rows() -> Vec<Vec<(&'static str, &'static str)>> {
             ("tsv", "''"),
             ("snap", "'1:1:'"),
             ("mr4", "'{}'"),
+            ("rec", "row(null, '', '{}', null)::rec_t"),
             ("mrtz", "'{(,)}'"),
             ("i2v", "''"),
             ("apt", "'{}'"),

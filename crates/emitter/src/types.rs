@@ -33,6 +33,7 @@
 //! | `tsvector` | `String` | `tsvectorout`'s text |
 //! | range (over a subtype the row decoder reads) | `String` | `range_out`'s text, `timestamptz` bounds in UTC |
 //! | multirange (of such a range) | `String` | `multirange_out`'s text |
+//! | composite (of fields the row decoder reads) | `String` | `record_out`'s text |
 //! | `hstore` (by extension and name) | `Map(String, Nullable(String))` | never `Nullable` (a NULL hstore is `{}`); pairs in stored order |
 //! | enum | `LowCardinality(String)` | the label |
 //! | domain | its base type's mapping (with the domain's typmod) | |
@@ -397,7 +398,9 @@ fn map_type(
             Some(element) => Ok(Mapped::Array { element, typmod }),
             None => Err((type_oid, "array type without an element type".into())),
         },
-        "c" => Err((type_oid, "composite types are not supported".into())),
+        // `record_out`'s text; the row decoder refuses a field it cannot
+        // read.
+        "c" => Ok(Mapped::Scalar(ChType::String)),
         // PostgreSQL's text, as for the geometric types; the row decoder
         // refuses a subtype it cannot read.
         "r" | "m" => Ok(Mapped::Scalar(ChType::String)),

@@ -144,6 +144,7 @@ fn decode_fixed(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         | Kind::Xml
         | Kind::Range(_)
         | Kind::Multirange(_)
+        | Kind::Composite(_)
         | Kind::Ltree
         | Kind::TsVector
         | Kind::Snapshot
@@ -202,6 +203,9 @@ fn decode_body(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
             let bound = |raw: &[u8]| decode_element(&rk.subtype, raw);
             Value::Text(range::decode_stored(b, rk, &bound)?)
         }
+        Kind::Composite(ck) => Value::Text(crate::composite::stored_text(b, ck, &|kind, raw| {
+            decode_datum(kind, raw, &crate::toast::NoToast)
+        })?),
         Kind::Multirange(rk) => {
             let bound = |raw: &[u8]| decode_element(&rk.subtype, raw);
             Value::Text(range::decode_multirange_stored(b, rk, &bound)?)

@@ -67,6 +67,14 @@ pub struct ArrayKind {
     pub(crate) element_storage: Storage,
 }
 
+/// A composite type's fields in attnum order; a dropped field keeps its
+/// storage (its bytes are walked) and has no kind.
+#[derive(Debug, Clone)]
+pub struct CompositeKind {
+    pub(crate) fields: Vec<(String, Option<Kind>)>,
+    pub(crate) storage: Vec<Storage>,
+}
+
 /// A range's subtype, domains resolved.
 #[derive(Debug, Clone)]
 pub struct RangeKind {
@@ -135,6 +143,8 @@ pub enum Kind {
     Range(Box<RangeKind>),
     /// A multirange: ranges of its range type's subtype.
     Multirange(Box<RangeKind>),
+    /// A composite (row) value: `record_out`'s text.
+    Composite(Arc<CompositeKind>),
     Enum(Arc<EnumLabels>),
     Array(Box<ArrayKind>),
 }
@@ -175,6 +185,7 @@ impl Kind {
             Kind::PgLsn => "pg_lsn",
             Kind::Range(_) => "range",
             Kind::Multirange(_) => "multirange",
+            Kind::Composite(_) => "record",
             Kind::Ltree => "ltree",
             Kind::TsVector => "tsvector",
             Kind::Snapshot => "pg_snapshot",
@@ -400,7 +411,44 @@ impl<'a> TypeMap<'a> {
                     storage,
                 ))
             }
-            "c" => Err(self.refuse(oid, "composite types are not supported")),
+            "c" => {
+                if t.fields.is_empty() {
+                    return Err(self.refuse(oid, "a composite without fields in the catalog"));
+                }
+                let mut fields = Vec::with_capacity(t.fields.len());
+                let mut storages = Vec::with_capacity(t.fields.len());
+                for f in &t.fields {
+                    let (kind, storage) = if f.dropped {
+                        let align = Align::from_catalog(&f.align).ok_or_else(|| {
+                            self.refuse(oid, format!("dropped field with alignment {:?}", f.align))
+                        })?;
+                        (None, Storage { len: f.len, align })
+                    } else {
+                        let (k, s) = self.resolve_at(f.type_oid, depth + 1).map_err(|r| {
+                            self.refuse(
+                                oid,
+                                format!(
+                                    "its field {:?} of type {}: {}",
+                                    f.name, r.type_name, r.reason
+                                ),
+                            )
+                        })?;
+                        (Some(k), s)
+                    };
+                    if storage.len == 0 || storage.len < -2 {
+                        return Err(self.refuse(oid, "field storage length not supported"));
+                    }
+                    fields.push((f.name.clone(), kind));
+                    storages.push(storage);
+                }
+                Ok((
+                    Kind::Composite(Arc::new(CompositeKind {
+                        fields,
+                        storage: storages,
+                    })),
+                    storage,
+                ))
+            }
             "r" => {
                 let Some(sub) = t.range_subtype else {
                     return Err(self.refuse(oid, "range without a subtype"));
@@ -469,6 +517,7 @@ pub(crate) fn fixed_len(kind: &Kind) -> Option<i16> {
         | Kind::Xml
         | Kind::Range(_)
         | Kind::Multirange(_)
+        | Kind::Composite(_)
         | Kind::Ltree
         | Kind::TsVector
         | Kind::Snapshot

@@ -42,6 +42,7 @@
 
 mod array;
 mod bytes;
+mod composite;
 pub mod copy_binary;
 mod datetime;
 mod datum;

@@ -60,6 +60,7 @@ pub(crate) fn parse_value(kind: &Kind, s: &str) -> Result<Value, String> {
         | Kind::PgLsn
         | Kind::Range(_)
         | Kind::Multirange(_)
+        | Kind::Composite(_)
         | Kind::Ltree
         | Kind::TsVector
         | Kind::Snapshot

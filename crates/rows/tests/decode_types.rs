@@ -216,16 +216,16 @@ async fn extensions(major: PgMajor) -> Result<()> {
            (4, null, null, null, null, null, null);
          create schema fake;
          create type fake.citext as (a int);
-         create table t_fake (id int, c fake.citext);",
+         create table t_fake (id int, c fake.citext);
+         insert into t_fake values (1, row(5)), (2, row(-3));",
     )?;
     cluster.checkpoint()?;
     let (rows, _) = common::check_table(&cluster, "t_ext").await?;
     ensure!(rows == 4, "{rows} rows");
-    let desc = common::describe(&cluster, "t_fake").await?;
-    let err = RowDecoder::new(&desc)
-        .err()
-        .ok_or_else(|| anyhow::anyhow!("a composite named citext was read as citext"))?;
-    ensure!(err.column == "c", "{err}");
+    // A composite named citext is read as the composite it is (its
+    // record text), not as text: the server's text agrees.
+    let (rows, _) = common::check_table(&cluster, "t_fake").await?;
+    ensure!(rows == 2, "{rows} rows of t_fake");
     Ok(())
 }
 

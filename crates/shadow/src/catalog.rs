@@ -540,7 +540,10 @@ impl ShadowCatalog {
                            from pg_enum e where e.enumtypid = t.oid),
                         (select x.extname from pg_depend d join pg_extension x on x.oid = d.refobjid
                           where d.classid = 'pg_type'::regclass and d.objid = t.oid
-                            and d.refclassid = 'pg_extension'::regclass and d.deptype = 'e')
+                            and d.refclassid = 'pg_extension'::regclass and d.deptype = 'e'),
+                        (select json_agg(json_build_array(a.attname, a.atttypid::int8, a.atttypmod, a.attlen,
+                                                          a.attalign, a.attisdropped) order by a.attnum)
+                           from pg_attribute a where t.typtype = 'c' and a.attrelid = t.typrelid and a.attnum > 0)
                    from pg_type t join pg_namespace n on n.oid = t.typnamespace where t.oid = {oid}"
             ))
             .await?;
@@ -573,6 +576,10 @@ impl ShadowCatalog {
                 .map(|s| s.split(',').filter_map(|o| o.parse().ok()).collect())
                 .unwrap_or_default(),
             extension: r.text(0, 16).map(str::to_owned),
+            fields: match r.text(0, 17) {
+                Some(json) => fields(json)?,
+                None => Vec::new(),
+            },
         }))
     }
 
@@ -605,4 +612,25 @@ impl ShadowCatalog {
         }
         Ok(seen.into_values().collect())
     }
+}
+
+/// A composite's fields from the type query's `json_agg` of
+/// `[attname, atttypid, atttypmod, attlen, attalign, attisdropped]`.
+fn fields(json: &str) -> Result<Vec<walshadow_types::catalog::FieldDesc>, CatalogError> {
+    type Row = (String, Oid, i32, i16, String, bool);
+    let rows: Vec<Row> = serde_json::from_str(json)
+        .map_err(|e| CatalogError::Unexpected(format!("a composite type's fields: {e}")))?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(name, type_oid, typmod, len, align, dropped)| walshadow_types::catalog::FieldDesc {
+                name,
+                type_oid,
+                typmod,
+                len,
+                align,
+                dropped,
+            },
+        )
+        .collect())
 }

@@ -45,6 +45,9 @@ create domain posint2 as posint;
 create domain email as text;
 create domain intarr as int[];
 create type textrange as range (subtype = text, multirange_type_name = textmr);
+create type cpx as (a int, gone text, b text, c int4[], d date);
+alter type cpx drop attribute gone;
+create type nest as (i cpx, n numeric);
 "#;
 
 /// The scalar columns in table order: (SQL identifier, type).
@@ -99,6 +102,8 @@ const SCALAR_COLUMNS: &[(&str, &str)] = &[
     ("mrtz", "tstzmultirange"),
     ("mrn", "nummultirange"),
     ("mrt", "textmr"),
+    ("cp", "cpx"),
+    ("cn", "nest"),
     ("tsv", "tsvector"),
     ("snap", "pg_snapshot"),
     ("tsnap", "txid_snapshot"),
@@ -290,6 +295,8 @@ pub const TYPICAL: Row = &[
     ),
     ("mrn", "'{(,-1.5],[0.25,0.5),[1e20,NaN]}'"),
     ("mrt", r#"'{["a b",c),["x\"y","z,")}'"#),
+    ("cp", "row(1, 'a b', '{1,2}', '2024-01-01')::cpx"),
+    ("cn", "row(row(2, '', null, 'infinity')::cpx, 1.5)::nest"),
     ("tsnap", "'3:3:'"),
     ("i2v", "'1 -2 32767'"),
     ("oidv", "'0 26 4294967295'"),
@@ -389,6 +396,12 @@ pub const EDGES: Row = &[
     ("mrtz", "'{(,)}'"),
     ("mrn", "'{[-1e100,-1e100]}'"),
     ("mrt", r#"'{(,"")}'"#),
+    // (All fields NULL would be NULL to SQL's IS NULL, which the oracle uses.)
+    ("cp", "row(null, '', null, null)::cpx"),
+    (
+        "cn",
+        r#"row(row(-1, 'q"\(x,y)', '{}', null)::cpx, 'NaN')::nest"#,
+    ),
 ];
 
 /// More edges, where a column has more than EDGES can hold.
@@ -430,6 +443,8 @@ pub const MORE_EDGES: Row = &[
 
 /// Extreme magnitudes: the largest and smallest values the types hold.
 pub const HUGE: Row = &[
+    // A composite compressed as a whole with the row.
+    ("cp", "row(7, repeat('long ', 3000), null, null)::cpx"),
     // A path and a polygon of 500 points (8 kB): compressed, or TOASTed.
     (
         "pa",
@@ -517,12 +532,12 @@ pub fn insert_sql(table: &str, row: &[(&str, &str)], with_xml: bool) -> String {
 /// Tables with a column of a type outside the supported list, `t_bad1` to `t_bad5`
 /// (see [`UNSUPPORTED`]), and `t_ok`, rows `(1, 'kept')` and `(2, 'also')`, whose
 /// unsupported column was dropped after the first row: no obstacle to decoding it.
-pub const UNSUPPORTED_SQL: &str = "create type pair as (a int, b text);
+pub const UNSUPPORTED_SQL: &str = "create type badpair as (a int, q tsquery);
      create domain tq as tsquery;
      create type tqrange as range (subtype = tsquery);
      create table t_bad1 (id int, p tsquery);
      create table t_bad2 (id int, r tqmultirange);
-     create table t_bad3 (id int, c pair);
+     create table t_bad3 (id int, c badpair);
      create table t_bad4 (id int, a tsquery[]);
      create table t_bad5 (id int, d tq);
      create table t_ok (id int, gone tsquery, v text);
@@ -536,7 +551,7 @@ pub const UNSUPPORTED_SQL: &str = "create type pair as (a int, b text);
 pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
     ("t_bad1", "p", "tsquery"),
     ("t_bad2", "r", "tqmultirange"),
-    ("t_bad3", "c", "pair"),
+    ("t_bad3", "c", "badpair"),
     ("t_bad4", "a", "tsquery[]"),
     ("t_bad5", "d", "tq"),
 ];

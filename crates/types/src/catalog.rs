@@ -59,6 +59,10 @@ pub struct TypeDesc {
     pub enum_oids: Vec<Oid>,
     /// Composites: the relation holding the fields.
     pub composite_relid: Option<Oid>,
+    /// Composites: the fields in attnum order, dropped ones included
+    /// (their bytes are still in values written before the drop).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<FieldDesc>,
     /// Ranges: the subtype. Multiranges: their range type.
     pub range_subtype: Option<Oid>,
     /// The extension the type belongs to (`pg_depend` deptype `e`): types
@@ -66,6 +70,19 @@ pub struct TypeDesc {
     /// name alone (anyone may create a type called `citext`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extension: Option<String>,
+}
+
+/// One field of a composite type (its relation's `pg_attribute` row).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldDesc {
+    pub name: String,
+    /// 0 for a dropped field.
+    pub type_oid: Oid,
+    pub typmod: i32,
+    /// `attlen` and `attalign`, which a dropped field keeps.
+    pub len: i16,
+    pub align: String,
+    pub dropped: bool,
 }
 
 impl TypeDesc {
@@ -153,6 +170,7 @@ pub mod fixtures {
             enum_labels: vec![],
             enum_oids: vec![],
             composite_relid: None,
+            fields: vec![],
             range_subtype: None,
             extension: None,
         }

@@ -235,6 +235,12 @@ pub(crate) fn decode(kind: &Kind, b: &[u8]) -> Result<Value, SendError> {
             };
             Value::Text(crate::range::decode_sent(b, &bound).map_err(|e| bad(kind, e))?)
         }
+        Kind::Composite(ck) => Value::Text(
+            crate::composite::sent_text(b, ck, &|k, x| {
+                decode(k, x).map_err(|e| format!("{}: {}", e.type_name, e.detail))
+            })
+            .map_err(|e| bad(kind, e))?,
+        ),
         Kind::Multirange(rk) => {
             let bound = |x: &[u8]| {
                 decode(&rk.subtype, x)
