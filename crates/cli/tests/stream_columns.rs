@@ -383,7 +383,11 @@ fn out_of_range_values(major: PgMajor) -> Result<()> {
         "update odd set born = '3000-01-01', seen = '-infinity', days = '{{infinity}}' where id % 7 = 0;
          {}
          delete from odd where id % 11 = 0;
+         alter table odd add column later date not null default 'infinity';
+         update odd set later = '2024-05-05' where id % 13 = 0;
          update walked_odd set born = '-infinity', seen = 'infinity' where id % 5 = 0;
+         alter table walked_odd add column since timestamp default '-infinity';
+         update walked_odd set since = '2001-02-03 04:05:06' where id % 6 = 0;
          insert into strict values (2, 'infinity');",
         odd_rows(301, 400)
     ))?;
@@ -405,6 +409,9 @@ fn out_of_range_values(major: PgMajor) -> Result<()> {
             col("amount::text", "amount"),
             days,
             col("nullif(n, 'NaN')", "toDecimalString(n, 1)"),
+            // Added with a default ClickHouse cannot hold: rows written
+            // before take it as the column's policy writes it (NULL).
+            col("nullif(later, 'infinity')", "later"),
         ],
     )?;
     ensure!(n > 300, "{n} rows of odd");
@@ -419,6 +426,11 @@ fn out_of_range_values(major: PgMajor) -> Result<()> {
                     .replace("+00'", "'")
                     .replace("seen at time zone 'UTC'", "seen"),
                 "seen",
+            ),
+            // Added with a default of -infinity, clamped as the policy says.
+            col(
+                "to_char(least(greatest(since, '1900-01-01'), '2299-12-31 23:59:59.999999'), 'YYYY-MM-DD HH24:MI:SS.US')",
+                "since",
             ),
         ],
     )?;
@@ -466,18 +478,25 @@ fn out_of_range_values(major: PgMajor) -> Result<()> {
         null_key["state"] == "stopped"
             && null_key["detail"]
                 .as_str()
-                .is_some_and(|d| d.contains("replica identity") && d.contains("clamp")),
+                .is_some_and(|d| d.contains("replica identity") && d.contains("\"string\"")),
         "null_key: {null_key}"
     );
 
     // The config table's equivalent; its check refuses a policy it does
     // not know; an UPDATE of the row's policies applies at its commit.
-    ensure!(
-        h.source
-            .psql("insert into walshadow.tables (schema_name, table_name, out_of_range_columns) values ('public', 'bad', '{\"d\": \"zero\"}');")
-            .is_err(),
-        "the config table took an unknown policy"
-    );
+    for bad in [
+        r#"{"d": "zero"}"#,
+        r#"{"d": ["clamp"]}"#,
+        r#"{"d": []}"#,
+        "[]",
+    ] {
+        ensure!(
+            h.source
+                .psql(&format!("insert into walshadow.tables (schema_name, table_name, out_of_range_columns) values ('public', 'bad', '{bad}');"))
+                .is_err(),
+            "the config table took out_of_range_columns {bad}"
+        );
+    }
     h.source.psql(
         "create table opted_odd (id int primary key, d date);
          insert into opted_odd values (1, 'infinity'), (2, '2020-01-01');
@@ -507,12 +526,15 @@ per_major!(out_of_range_values => values_clickhouse_cannot_hold_follow_each_colu
 const OPTIONS_CONFIG: &str = r#"
 [table."public.parted"]
 initial_load = "copy"
-partition_by = "toYYYYMM(created)"
+partition_by = "intDiv(b, 500)"
 order_by = ["b", "a"]
 settings = { index_granularity = 1024, min_bytes_for_wide_part = 0 }
 
 [table."public.badorder"]
 order_by = ["a", "v"]
+
+[table."public.badpart"]
+partition_by = "toYYYYMM(created)"
 "#;
 
 /// `system.tables`' partition key, sorting key and settings of `name`.
@@ -526,9 +548,10 @@ fn table_options(h: &StreamHarness, name: &str) -> Result<String> {
 /// A pinned table's `partition_by`, `order_by` and `settings` shape the
 /// ClickHouse table walshadow creates — for its load, and again for the
 /// table a resync makes — and rows that move between partitions (an
-/// UPDATE of the partition column), deletes and key reordering keep the
-/// oracle; an `order_by` with a column outside the replica identity stops
-/// its table (a delete would not collapse the row), naming why.
+/// UPDATE of the key the partition is computed from), deletes and key
+/// reordering keep the oracle; an `order_by` or a `partition_by` with a
+/// column outside the replica identity stops its table (a delete would
+/// not collapse the row, or land in another partition), naming why.
 fn table_options_shape(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(BIN, major, "tableopts", &[], OPTIONS_CONFIG)?;
     h.source.psql(
@@ -536,13 +559,15 @@ fn table_options_shape(major: PgMajor) -> Result<()> {
          insert into parted select g % 50, g, timestamptz '2024-01-01 00:00:00+00' + g * interval '7 hours', 'v' || g
            from generate_series(1, 2000) g;
          create table badorder (a int primary key, v text);
-         insert into badorder values (1, 'x');",
+         insert into badorder values (1, 'x');
+         create table badpart (a int primary key, created date);
+         insert into badpart values (1, '2024-01-01');",
     )?;
     h.init()?;
     h.start_run()?;
     wait_loaded(&mut h, "public.parted")?;
     h.source.psql(
-        "update parted set created = created + interval '90 days', v = 'moved' where b % 3 = 0;
+        "update parted set b = b + 100000, v = 'moved' where b % 3 = 0;
          delete from parted where b % 7 = 0;
          insert into parted values (7, 100000, '2030-06-01 00:00:00+00', 'late');
          update parted set v = 'same partition' where b % 5 = 0;",
@@ -561,7 +586,7 @@ fn table_options_shape(major: PgMajor) -> Result<()> {
     ensure!(n > 1500, "{n} rows of parted");
     let shape = table_options(&h, "parted")?;
     ensure!(
-        shape == "toYYYYMM(created)\tb, a\t1\n",
+        shape == "intDiv(b, 500)\tb, a\t1\n",
         "parted's partition key, sorting key, settings: {shape:?}"
     );
     let parts = h.ch.query(
@@ -588,7 +613,7 @@ fn table_options_shape(major: PgMajor) -> Result<()> {
     h.assert_equal("public.parted", "parted", &cols)?;
     let shape = table_options(&h, "parted")?;
     ensure!(
-        shape == "toYYYYMM(created)\tb, a\t1\n",
+        shape == "intDiv(b, 500)\tb, a\t1\n",
         "parted after its resync: {shape:?}"
     );
 
@@ -600,6 +625,17 @@ fn table_options_shape(major: PgMajor) -> Result<()> {
             && detail.contains("replica identity")
             && detail.contains("delete"),
         "badorder: {bad}"
+    );
+    // A partition key outside the replica identity would put a delete's
+    // tombstone in another partition than its row.
+    let bad = h.table_state("public.badpart")?;
+    let detail = bad["detail"].as_str().unwrap_or_default();
+    ensure!(
+        bad["state"] == "stopped"
+            && detail.contains("partition_by")
+            && detail.contains("\"created\"")
+            && detail.contains("REPLICA IDENTITY FULL"),
+        "badpart: {bad}"
     );
     h.stop_run()?;
     Ok(())

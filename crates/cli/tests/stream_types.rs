@@ -1287,79 +1287,114 @@ fn truncate_partition(major: PgMajor) -> Result<()> {
 
 per_major!(truncate_partition => truncate_of_one_partition_keeps_the_others: pg15, pg18);
 
-/// Type changes ClickHouse can follow in place (wider integers, `float4`
-/// to `float8`, `numeric(p,s)` with more digits, an integer to `text`,
-/// arrays of them, NOT NULL on the way out) are followed with `MODIFY
-/// COLUMN` — the table rewritten by the source keeps streaming, rows
-/// before and after equal — while the same change of a key column stops
-/// its table naming the resync.
+/// Type changes on the source are followed, exactly:
+///
+/// - without a rewrite of the table (a wider `numeric`, a longer
+///   `varchar`) every stored value is as it was, and ClickHouse follows
+///   with `MODIFY COLUMN` in place (the same table, its rows kept);
+/// - with a rewrite (`int2` to `int8`, `real` to `float8`, `int` to
+///   `text`, and `USING`, which computes new values) the table is loaded
+///   again and swapped in: the rows already in ClickHouse take the
+///   rewritten values too;
+/// - a key column's type change stops its table, naming the resync.
 fn widening(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(BIN, major, "widen", &["public.w", "public.kw"], "")?;
     h.source.psql(
         "create table w (id int primary key, a int2, b int4 not null, c numeric(10,2), d real,
-           e int4[], f int4);
+           e int4[], f int4, v varchar(10));
          create table kw (id int primary key, v text);",
     )?;
     h.init()?;
     h.start_run()?;
     h.source.psql(
-        "insert into w select g, g, g * 1000, g * 1.25, g / 3.0, array[g, -g], g from generate_series(1, 200) g;
+        "insert into w select g, g, g * 1000, g * 1.25, g / 3.0, array[g, -g], g, 'v' || g
+           from generate_series(1, 200) g;
          insert into kw select g, 'k' || g from generate_series(1, 20) g;",
     )?;
     h.wait_caught_up(CATCH_UP)?;
-    let cols = || {
+    let cols = |d_bytes| {
         vec![
             same("id"),
             same("a"),
             same("b"),
             col("trim_scale(c)", "c"),
-            float_bits("d", 8),
+            float_bits("d", d_bytes),
             array_flat("e"),
             same("f"),
+            same("v"),
         ]
     };
-    // Before: d is float4.
-    let mut before = cols();
-    before[4] = float_bits("d", 4);
-    h.assert_equal("public.w", "w", &before)?;
+    h.assert_equal("public.w", "w", &cols(4))?;
+    let uuid = |h: &StreamHarness| {
+        h.ch.query("SELECT uuid FROM system.tables WHERE database = 'app' AND name = 'w'")
+    };
+    let ch_type = |h: &StreamHarness, c: &str| -> Result<String> {
+        Ok(clickhouse_types(h, "w")?
+            .into_iter()
+            .find(|(n, _)| n == c)
+            .map(|(_, t)| t)
+            .unwrap_or_default())
+    };
+
+    // No rewrite: followed in place.
+    let first = uuid(&h)?;
+    h.source.psql(
+        "alter table w alter column c type numeric(14,2), alter column v type varchar(40);
+         update w set c = 123456789012.25, v = repeat('x', 40) where id = 1;",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal("public.w", "w", &cols(4))?;
+    ensure!(
+        uuid(&h)? == first && ch_type(&h, "c")? == "Nullable(Decimal(14, 2))",
+        "c not widened in place: {}",
+        ch_type(&h, "c")?
+    );
+
+    // A rewrite, USING among it: loaded again and swapped in.
     h.source.psql(
         "alter table w alter column a type int4;
          begin;
-         alter table w alter column a type int8, alter column b type int8, alter column b drop not null,
-           alter column c type numeric(14,4), alter column d type float8, alter column e type int8[],
-           alter column f type text;
-         update w set b = b + 5000000000, a = -a where id % 3 = 0;
+         alter table w alter column a type int8 using a * 100, alter column b type int8,
+           alter column b drop not null, alter column d type float8, alter column e type int8[],
+           alter column f type text using 'x' || f;
+         update w set b = b + 5000000000 where id % 3 = 0;
          commit;
-         insert into w values (1000, 9000000000000000000, null, 1234567890.1234, 1e300, '{9000000000000}', 'text now');
-         update w set c = c + 0.0001, f = f || '!' where id % 5 = 0;
+         insert into w values (1000, 9000000000000000000, null, 1234567890.12, 1e300, '{9000000000000}', 'text now', 'new');
+         update w set f = f || '!' where id % 5 = 0;
          delete from w where id % 7 = 0;
          alter table kw alter column id type bigint;
          insert into kw values (5000000000, 'big');",
     )?;
+    wait_until(CATCH_UP, "w loaded again and swapped in", || {
+        h.check_running()?;
+        Ok(uuid(&h)? != first && h.table_state("public.w")?["state"] == "streaming")
+    })
+    .with_context(|| common::tail(&h.run_log(), 30))?;
     h.wait_caught_up(CATCH_UP)?;
-    let n = h.assert_equal("public.w", "w", &cols())?;
+    let n = h.assert_equal("public.w", "w", &cols(8))?;
     ensure!(n > 170, "{n} rows of w");
-    let types = clickhouse_types(&h, "w")?;
-    let want = [
-        ("id", "Int32"),
+    let old =
+        h.ch.query("SELECT a, f FROM app.w FINAL WHERE id = 2 FORMAT TSVRaw")?;
+    ensure!(old == "200\tx2\n", "a row from before the rewrite: {old:?}");
+    for (name, ty) in [
         ("a", "Nullable(Int64)"),
         ("b", "Nullable(Int64)"),
-        ("c", "Nullable(Decimal(14, 4))"),
+        ("c", "Nullable(Decimal(14, 2))"),
         ("d", "Nullable(Float64)"),
         ("e", "Array(Nullable(Int64))"),
         ("f", "Nullable(String)"),
-    ];
-    for (name, ty) in want {
-        ensure!(
-            types.iter().any(|(n, t)| n == name && t == ty),
-            "w.{name} is not {ty}: {types:?}"
-        );
+    ] {
+        ensure!(ch_type(&h, name)? == ty, "w.{name} is not {ty}");
     }
     let status = h.status_json()?;
     ensure!(
         status["tables"]["public.w"]["stopped"].is_null(),
         "w stopped: {}",
         status["tables"]["public.w"]
+    );
+    ensure!(
+        h.run_log().contains("type_changed"),
+        "the reload's reason is not in the log"
     );
     let kw = stopped_json(&status, "public.kw")?;
     let reason = kw["reason"].as_str().unwrap_or_default();
@@ -1375,4 +1410,4 @@ fn widening(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
-per_major!(widening => widening_type_changes_are_followed_in_place: pg15, pg18);
+per_major!(widening => type_changes_are_followed_exactly: pg15, pg18);

@@ -437,7 +437,7 @@ const OUT_OF_RANGE_CHECK: &str = "lower(out_of_range) IN ('stop', 'null', 'clamp
 /// The config table's check of `out_of_range_columns`: an object whose
 /// every value is one of the policies (`jsonb_path_exists` is immutable,
 /// so a check may call it).
-const OUT_OF_RANGE_COLUMNS_CHECK: &str = "jsonb_typeof(out_of_range_columns) = 'object' AND NOT jsonb_path_exists(out_of_range_columns, '$.* ? (@.type() != \"string\" || (@ != \"stop\" && @ != \"null\" && @ != \"clamp\" && @ != \"string\"))')";
+const OUT_OF_RANGE_COLUMNS_CHECK: &str = "jsonb_typeof(out_of_range_columns) = 'object' AND NOT jsonb_path_exists(out_of_range_columns, 'strict $.* ? (@.type() != \"string\" || (@ != \"stop\" && @ != \"null\" && @ != \"clamp\" && @ != \"string\"))')";
 
 /// How a table's rows from before its opt-in are loaded (`initial_load`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

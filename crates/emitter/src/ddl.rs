@@ -209,7 +209,7 @@ pub fn add_column_sql(
         column.ch_type
     );
     if let Some(v) = default {
-        let _ = write!(sql, " DEFAULT {}", literal(&column.ch_type, v)?);
+        let _ = write!(sql, " DEFAULT {}", default_literal(column, v)?);
     }
     match after {
         Some(a) => {
@@ -333,6 +333,33 @@ impl SchemaDiff {
             }
         }
         Ok(out)
+    }
+}
+
+/// The `DEFAULT` of an added column: `value` as its out_of_range policy
+/// writes it, the same as the encoder would (NULL, or the clamped date).
+fn default_literal(column: &DestColumn, value: &Value) -> Result<String, EncodeErrorKind> {
+    use crate::columns::ValuePolicy;
+    let e = match literal(&column.ch_type, value) {
+        Err(e) if e.is_out_of_range() => e,
+        r => return r,
+    };
+    match (column.out_of_range, value) {
+        (ValuePolicy::Null, _) if column.ch_type.is_nullable() => Ok("NULL".into()),
+        (ValuePolicy::Clamp, Value::Date(d)) => {
+            let pg = i64::from(datetime::date32_clamped(*d)) - datetime::PG_EPOCH_UNIX_DAYS;
+            let pg = i32::try_from(pg).map_err(|_| e.clone())?;
+            literal(&column.ch_type, &Value::Date(pg))
+        }
+        (ValuePolicy::Clamp, Value::Timestamp(t) | Value::TimestampTz(t)) => {
+            let pg = datetime::datetime64_clamped(*t) - datetime::PG_EPOCH_UNIX_MICROS;
+            let v = match value {
+                Value::Timestamp(_) => Value::Timestamp(pg),
+                _ => Value::TimestampTz(pg),
+            };
+            literal(&column.ch_type, &v)
+        }
+        _ => Err(e),
     }
 }
 
@@ -572,6 +599,24 @@ mod tests {
             "{sql}"
         );
         dest.check_order_by(&options.order_by).unwrap();
+        dest.check_partition_by("intDiv(b, 100)").unwrap();
+        dest.check_partition_by("(`a`, b % 7)").unwrap();
+        let with_note = rel(
+            vec![
+                attr(1, "a", oid::INT4, true),
+                attr(2, "created", oid::DATE, true),
+            ],
+            &["a"],
+            "d",
+            vec![],
+        );
+        let noted = DestTable::new(&with_note, &MetaColumns::default()).unwrap();
+        let e = noted.check_partition_by("toYYYYMM(`created`)").unwrap_err();
+        assert!(
+            e.contains("\"created\"") && e.contains("REPLICA IDENTITY FULL"),
+            "{e}"
+        );
+        noted.check_partition_by("toYYYYMM(toDate(a))").unwrap();
         let e = dest
             .check_order_by(&["a".into(), "b".into(), "c".into()])
             .unwrap_err();
@@ -583,6 +628,52 @@ mod tests {
         assert!(
             dest.check_order_by(&["a".into(), "a".into()]).is_err(),
             "a twice"
+        );
+    }
+
+    #[test]
+    fn added_defaults_follow_the_columns_policy() {
+        use crate::columns::{ValuePolicy, ValueRules};
+        let d = rel(
+            vec![
+                attr(1, "id", oid::INT4, true),
+                attr(2, "born", oid::DATE, true),
+                attr(3, "seen", oid::TIMESTAMPTZ, false),
+            ],
+            &["id"],
+            "d",
+            vec![],
+        );
+        let values = ValueRules {
+            table: ValuePolicy::Clamp,
+            columns: [("seen".to_owned(), ValuePolicy::Null)].into(),
+        };
+        let t = DestTable::with_values(&d, &MetaColumns::default(), &values).unwrap();
+        let born = t.column("born").unwrap();
+        let sql =
+            add_column_sql("db", "t", born, Some("id"), Some(&Value::Date(i32::MAX))).unwrap();
+        assert!(sql.contains("DEFAULT toDate32('2299-12-31')"), "{sql}");
+        let seen = t.column("seen").unwrap();
+        let sql = add_column_sql(
+            "db",
+            "t",
+            seen,
+            Some("born"),
+            Some(&Value::TimestampTz(i64::MIN)),
+        )
+        .unwrap();
+        assert!(sql.contains("DEFAULT NULL"), "{sql}");
+        let strict = DestTable::new(&d, &MetaColumns::default()).unwrap();
+        assert!(
+            add_column_sql(
+                "db",
+                "t",
+                strict.column("born").unwrap(),
+                None,
+                Some(&Value::Date(i32::MAX))
+            )
+            .is_err(),
+            "stop refuses"
         );
     }
 

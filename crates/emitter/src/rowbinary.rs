@@ -91,11 +91,17 @@ pub enum EncodeErrorKind {
          load the table again"
     )]
     NotFinite { value: String, ch_type: String },
+    #[error("numeric {value} cannot be written as {ch_type}: {reason}")]
+    DecimalInvalid {
+        value: String,
+        ch_type: String,
+        reason: String,
+    },
     #[error("numeric {value} does not fit {ch_type}: {reason}")]
     DecimalRange {
         value: String,
         ch_type: String,
-        reason: String,
+        reason: &'static str,
     },
     #[error("{value} is outside the range of ClickHouse's {ch_type} ({range})")]
     OutOfRange {
@@ -401,6 +407,19 @@ fn encode_under(
                     max: MAX_DENSE_DIMENSIONS,
                 });
             }
+            // Written as the count says only if the indices ascend below
+            // dim, one value each (the decoders check; a hand-built value
+            // might not).
+            let ascending = indices.windows(2).all(|w| w.first() < w.get(1));
+            if indices.len() != values.len()
+                || !ascending
+                || indices.last().is_some_and(|&i| i >= *dim)
+            {
+                return Err(EncodeErrorKind::MalformedArray {
+                    lens: vec![i32::try_from(*dim).unwrap_or(i32::MAX)],
+                    elements: values.len(),
+                });
+            }
             write_leb128(out, u64::from(*dim));
             let mut next = 0u32;
             for (&i, v) in indices.iter().zip(values) {
@@ -436,7 +455,7 @@ fn encode_under(
                 return Err(EncodeErrorKind::DecimalRange {
                     value: cents.to_string(),
                     ch_type: ty.to_string(),
-                    reason: "more significant digits than the precision".into(),
+                    reason: "more significant digits than the precision",
                 });
             }
             let wide = i128::from(*cents).to_le_bytes();
@@ -526,7 +545,14 @@ fn encode_numeric(
                 clamp(out, *negative);
                 Ok(())
             }
-            Err(e) => Err(EncodeErrorKind::DecimalRange {
+            // Too many digits is a value the type has no room for; the
+            // others are a corrupt value or a wrong layout, never replaced.
+            Err(decimal::DecimalError::TooManyDigits) => Err(EncodeErrorKind::DecimalRange {
+                value: pg_text::numeric_text(n),
+                ch_type: ty.to_string(),
+                reason: "more significant digits than the precision",
+            }),
+            Err(e) => Err(EncodeErrorKind::DecimalInvalid {
                 value: pg_text::numeric_text(n),
                 ch_type: ty.to_string(),
                 reason: e.to_string(),

@@ -142,10 +142,14 @@ pub enum SchemaError {
     },
     #[error(
         "table {table}: column {column:?} is part of the replica identity, by which ClickHouse \
-         keys the rows, and a key cannot be NULL: give it out_of_range = \"clamp\" or \"string\" \
-         in out_of_range_columns"
+         keys the rows, and out_of_range = \"{policy}\" would make distinct keys one (clamp) or \
+         NULL (null); give it \"string\" in out_of_range_columns"
     )]
-    NullKey { table: String, column: String },
+    KeyPolicy {
+        table: String,
+        column: String,
+        policy: &'static str,
+    },
     #[error("metadata column names must be distinct and non-empty, got {names:?}")]
     BadMetaNames { names: Vec<String> },
     #[error(
@@ -209,23 +213,28 @@ impl DestTable {
                     source,
                 })?;
             let key = key_names.contains(&attr.name);
-            let out_of_range = if ch_type.has_limited_range() {
+            // money maps to a Decimal that holds every amount.
+            let out_of_range = if ch_type.has_limited_range()
+                && !crate::types::is_money(attr.type_oid, &desc.types)
+            {
                 values.for_column(&attr.name)
             } else {
                 ValuePolicy::Stop
             };
             let ch_type = match out_of_range {
+                // Clamped or NULL, distinct keys could become one row.
+                p @ (ValuePolicy::Clamp | ValuePolicy::Null) if key => {
+                    return Err(SchemaError::KeyPolicy {
+                        table,
+                        column: attr.name.clone(),
+                        policy: p.name(),
+                    });
+                }
                 ValuePolicy::Stop | ValuePolicy::Clamp => ch_type,
                 ValuePolicy::String if attr.not_null => ChType::String,
                 ValuePolicy::String => ChType::nullable(ChType::String),
                 // Array elements are Nullable already.
                 ValuePolicy::Null if matches!(ch_type, ChType::Array(_)) => ch_type,
-                ValuePolicy::Null if key => {
-                    return Err(SchemaError::NullKey {
-                        table,
-                        column: attr.name.clone(),
-                    });
-                }
                 ValuePolicy::Null => ch_type.to_nullable(),
             };
             columns.push(DestColumn {
@@ -299,6 +308,49 @@ impl DestTable {
             "table {}: order_by = {order:?} must list exactly the replica identity's columns {:?} \
              (in any order): a delete carries only those, so a sorting key with another column \
              would not collapse the row it deletes",
+            self.source, self.order_by
+        ))
+    }
+
+    /// Whether `expr` may be the ClickHouse table's `PARTITION BY`: it may
+    /// name no column outside the sorting key. A delete carries only the
+    /// replica identity's values (the other columns are written as their
+    /// defaults), so its tombstone would land in another partition than
+    /// the row, and a query whose filter prunes partitions would still
+    /// see the deleted row (or an updated row's old version). Columns are
+    /// found as the expression's words (backquoted or bare).
+    pub fn check_partition_by(&self, expr: &str) -> Result<(), String> {
+        let mut words = Vec::new();
+        let mut word = String::new();
+        let mut quoted = false;
+        for c in expr.chars().chain(std::iter::once(' ')) {
+            match c {
+                '`' if quoted => {
+                    words.push(std::mem::take(&mut word));
+                    quoted = false;
+                }
+                '`' => {
+                    words.push(std::mem::take(&mut word));
+                    quoted = true;
+                }
+                c if quoted || c.is_alphanumeric() || c == '_' => word.push(c),
+                _ => words.push(std::mem::take(&mut word)),
+            }
+        }
+        let outside: Vec<&str> = self
+            .columns
+            .iter()
+            .filter(|c| !c.key && words.contains(&c.name))
+            .map(|c| c.name.as_str())
+            .collect();
+        if outside.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "table {}: partition_by = {expr:?} uses {outside:?}, outside the replica identity \
+             {:?}: a delete carries only the identity, so its tombstone would land in another \
+             partition and a query that prunes partitions would still see the deleted row; \
+             partition by the identity's columns, or give the source table REPLICA IDENTITY FULL",
             self.source, self.order_by
         ))
     }
@@ -617,7 +669,7 @@ pub(crate) mod tests {
         let t = DestTable::with_values(
             &d,
             &MetaColumns::default(),
-            &rules(ValuePolicy::String, &[("day", ValuePolicy::Clamp)]),
+            &rules(ValuePolicy::String, &[("day", ValuePolicy::Stop)]),
         )
         .unwrap();
         let shape = |t: &DestTable| -> Vec<(ChType, ValuePolicy)> {
@@ -629,21 +681,23 @@ pub(crate) mod tests {
         assert_eq!(
             shape(&t),
             [
-                (ChType::Date32, ValuePolicy::Clamp),
+                (ChType::Date32, ValuePolicy::Stop),
                 // Unconstrained numeric is a String already: no policy.
                 (ChType::String, ValuePolicy::Stop),
                 (ChType::String, ValuePolicy::Stop),
                 (ChType::nullable(ChType::String), ValuePolicy::String),
             ]
         );
-        // null on the key: refused, naming the column and the other options.
-        let e = DestTable::with_values(&d, &MetaColumns::default(), &rules(ValuePolicy::Null, &[]))
-            .unwrap_err();
-        assert!(
-            matches!(&e, SchemaError::NullKey { column, .. } if column == "day")
-                && e.to_string().contains("\"clamp\""),
-            "{e}"
-        );
+        // null or clamp on the key: refused, naming the column and string.
+        for policy in [ValuePolicy::Null, ValuePolicy::Clamp] {
+            let e = DestTable::with_values(&d, &MetaColumns::default(), &rules(policy, &[]))
+                .unwrap_err();
+            assert!(
+                matches!(&e, SchemaError::KeyPolicy { column, .. } if column == "day")
+                    && e.to_string().contains("\"string\""),
+                "{e}"
+            );
+        }
         let t = DestTable::with_values(
             &d,
             &MetaColumns::default(),

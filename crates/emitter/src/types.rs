@@ -408,6 +408,25 @@ fn map_type(
     }
 }
 
+/// Whether `type_oid` is `money`, or a domain or array of it.
+pub(crate) fn is_money(type_oid: Oid, types: &[TypeDesc]) -> bool {
+    let mut oid = type_oid;
+    // A cyclic description cannot hold this up: the catalog bounds nesting.
+    for _ in 0..=32 {
+        if oid == oid::MONEY {
+            return true;
+        }
+        match types.iter().find(|t| t.oid == oid) {
+            Some(t) => match t.base_type.or(t.element) {
+                Some(next) => oid = next,
+                None => return false,
+            },
+            None => return false,
+        }
+    }
+    false
+}
+
 /// `numeric(p,s)` → `Decimal(p,s)` when ClickHouse can hold it exactly.
 /// The typmod layout follows numeric.c (`NUMERIC_TYPMOD_PRECISION`,
 /// `NUMERIC_TYPMOD_SCALE`; the scale is an 11-bit signed field since 15).

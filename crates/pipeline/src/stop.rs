@@ -127,7 +127,7 @@ impl StopKind {
                 "if it should stream, add a pattern for it to [source] config_table_allow (or pin it in the config file) and restart; otherwise delete its config table row"
             }
             StopKind::ColumnRules => {
-                "take the replica identity column out of exclude_columns in [table.\"SCHEMA.TABLE\"], or give it out_of_range \"clamp\" or \"string\" rather than \"null\", or list only the replica identity's columns in order_by (or give the source table a key without it), and restart walshadow (an opted-in table: update its config table row), then run `walshadow table resync SCHEMA.TABLE`"
+                "take the replica identity column out of exclude_columns in [table.\"SCHEMA.TABLE\"], or give it out_of_range \"string\" (not \"null\" or \"clamp\"), or list only the replica identity's columns in order_by and partition_by (or give the source table a key without it), and restart walshadow (an opted-in table: update its config table row), then run `walshadow table resync SCHEMA.TABLE`"
             }
         }
     }

@@ -98,10 +98,15 @@ pub(crate) fn decode_multirange_stored(
         .map(|c| u32::from_le_bytes(*c))
         .ok_or_else(|| bad("multirange shorter than its header"))?;
     let n = usize::try_from(count).map_err(|_| bad("range count"))?;
+    let align = rk.subtype_storage.align;
     if n == 0 {
-        return match p.len() {
-            8 => Ok("{}".into()),
-            l => Err(bad(format!("an empty multirange of {l} bytes"))),
+        // multirange_size_estimate: the header aligned to the subtype's
+        // typalign (16 bytes for a `d` subtype such as timestamptz).
+        let size = align.align(12).ok_or_else(|| bad("offset overflow"))?;
+        return if p.len() + VARHDRSZ == size {
+            Ok("{}".into())
+        } else {
+            Err(bad(format!("an empty multirange of {} bytes", p.len())))
         };
     }
     // Items, then flags (datum offsets).
@@ -113,7 +118,6 @@ pub(crate) fn decode_multirange_stored(
     if bounds_at > end {
         return Err(bad(format!("{count} ranges in {} bytes", p.len())));
     }
-    let align = rk.subtype_storage.align;
     let mut pos = align
         .align(bounds_at)
         .ok_or_else(|| bad("offset overflow"))?;

@@ -406,6 +406,8 @@ pub const EDGES: Row = &[
 
 /// More edges, where a column has more than EDGES can hold.
 pub const MORE_EDGES: Row = &[
+    // An empty multirange of an 8-byte-aligned subtype: 16 bytes stored.
+    ("mrtz", "'{}'"),
     ("f4", "'-Infinity'"),
     // Negative zero prints as "-0".
     ("f8", "'-0'"),

@@ -107,7 +107,7 @@ impl Streamer {
                     }
                     continue;
                 }
-                Err(e @ walshadow_emitter::SchemaError::NullKey { .. }) => {
+                Err(e @ walshadow_emitter::SchemaError::KeyPolicy { .. }) => {
                     self.stop_table(&key, lsn, crate::stop::StopKind::ColumnRules, e.to_string());
                     continue;
                 }
@@ -124,9 +124,18 @@ impl Streamer {
             let statements = match &old_schema {
                 None => {
                     let settings = self.settings.table_settings(&key);
-                    if let Err(why) = new.check_order_by(&settings.order_by)
-                        && !settings.order_by.is_empty()
-                    {
+                    let checked = if settings.order_by.is_empty() {
+                        Ok(())
+                    } else {
+                        new.check_order_by(&settings.order_by)
+                    };
+                    let checked = checked.and_then(|()| {
+                        settings
+                            .partition_by
+                            .as_deref()
+                            .map_or(Ok(()), |p| new.check_partition_by(p))
+                    });
+                    if let Err(why) = checked {
                         self.stop_table(&key, lsn, crate::stop::StopKind::ColumnRules, why);
                         continue;
                     }
@@ -157,6 +166,43 @@ impl Streamer {
                         }
                     };
                     let diff = SchemaDiff::between(&old, &new);
+                    // A type changed with a rewrite of the table: the
+                    // rewrite may have computed new values (ALTER … TYPE
+                    // … USING), which no DDL gives the rows already in
+                    // ClickHouse. Without a rewrite (a wider numeric or
+                    // varchar, timestamp to timestamptz in UTC) every
+                    // stored value is as it was, and the DDL follows.
+                    // A partitioned table's leaves are rewritten unseen.
+                    let retyped = retyped_columns(old_desc, &desc);
+                    let rewritten = desc.relkind == "p" || old_desc.relfilenode != desc.relfilenode;
+                    if !retyped.is_empty() && rewritten && diff.is_ok() {
+                        reloads.push((
+                            key.clone(),
+                            "type_changed",
+                            format!(
+                                "column(s) {} of {key} changed type and the table was rewritten, which may have computed new values (ALTER … TYPE … USING)",
+                                retyped.join(", ")
+                            ),
+                        ));
+                        continue;
+                    }
+                    // A policy changed alone (the descriptor did not): a
+                    // column leaving `null` would turn the NULLs it wrote
+                    // into its type's default.
+                    if *old_desc == *desc
+                        && let Ok(d) = &diff
+                        && d.changes.iter().any(|c| {
+                            matches!(c, walshadow_emitter::SchemaChange::MakeNotNull { .. })
+                        })
+                    {
+                        self.stop_table(
+                            &key,
+                            lsn,
+                            crate::stop::StopKind::SchemaChange,
+                            format!("an out_of_range policy of {key} changed from \"null\": the values it wrote as NULL cannot be told from the source's, so the table must be loaded again"),
+                        );
+                        continue;
+                    }
                     let statements = diff.and_then(|d| {
                         let decoder = RowDecoder::new(&desc).ok();
                         d.ddl(self.database(), &dest_name, |col| {
@@ -568,6 +614,23 @@ impl Streamer {
 /// Records the columns `key`'s rules leave out (status shows them) and
 /// logs what changed; names in `exclude_columns` the table lacks are
 /// warned of at every schema sync.
+/// Live columns of both descriptors (by attnum) whose type or typmod
+/// differ.
+fn retyped_columns(old: &RelationDesc, new: &RelationDesc) -> Vec<String> {
+    new.attributes
+        .iter()
+        .filter(|n| !n.dropped)
+        .filter(|n| {
+            old.attributes.iter().any(|o| {
+                !o.dropped
+                    && o.attnum == n.attnum
+                    && (o.type_oid, o.typmod) != (n.type_oid, n.typmod)
+            })
+        })
+        .map(|n| format!("{:?}", n.name))
+        .collect()
+}
+
 fn note_left_out(
     t: &mut TableProgress,
     key: &str,
