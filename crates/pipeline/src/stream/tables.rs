@@ -175,6 +175,21 @@ impl Streamer {
                     // A partitioned table's leaves are rewritten unseen.
                     let retyped = retyped_columns(old_desc, &desc);
                     let rewritten = desc.relkind == "p" || old_desc.relfilenode != desc.relfilenode;
+                    // A composite type's fields changed (ALTER TYPE … ADD
+                    // or DROP ATTRIBUTE): the text of every value of it
+                    // changes, rows already in ClickHouse included.
+                    let recomposed = recomposed_types(old_desc, &desc);
+                    if !recomposed.is_empty() && diff.is_ok() {
+                        reloads.push((
+                            key.clone(),
+                            "type_changed",
+                            format!(
+                                "composite type(s) {} that {key} holds gained or lost fields, which changes the text of every value",
+                                recomposed.join(", ")
+                            ),
+                        ));
+                        continue;
+                    }
                     if !retyped.is_empty() && rewritten && diff.is_ok() {
                         reloads.push((
                             key.clone(),
@@ -614,6 +629,20 @@ impl Streamer {
 /// Records the columns `key`'s rules leave out (status shows them) and
 /// logs what changed; names in `exclude_columns` the table lacks are
 /// warned of at every schema sync.
+/// Composite types of both descriptors' type lists whose fields differ.
+fn recomposed_types(old: &RelationDesc, new: &RelationDesc) -> Vec<String> {
+    new.types
+        .iter()
+        .filter(|n| n.typtype == "c")
+        .filter(|n| {
+            old.types
+                .iter()
+                .any(|o| o.oid == n.oid && o.fields != n.fields)
+        })
+        .map(|n| format!("{}.{}", n.schema, n.name))
+        .collect()
+}
+
 /// Live columns of both descriptors (by attnum) whose type or typmod
 /// differ.
 fn retyped_columns(old: &RelationDesc, new: &RelationDesc) -> Vec<String> {
