@@ -656,9 +656,11 @@ fn composite_altered(major: PgMajor) -> Result<()> {
         "[table.\"public.holder\"]\ninitial_load = \"copy\"\n",
     )?;
     h.source.psql(
-        "create type item as (sku text, qty int);
+        "create type tag as (k text);
+         create type item as (sku text, qty int, t tag);
          create table holder (id int primary key, it item, its item[]);
-         insert into holder select g, row('s' || g, g)::item, array[row('a', 1)::item, null]
+         insert into holder select g, row('s' || g, g, row('t' || g)::tag)::item,
+           array[row('a', 1, null)::item, null]
            from generate_series(1, 50) g;",
     )?;
     h.init()?;
@@ -677,13 +679,17 @@ fn composite_altered(major: PgMajor) -> Result<()> {
     };
     let mut before = uuid(&h)?;
     for alter in [
-        "insert into holder values (100, row('before', 1)::item, null);
+        "insert into holder values (100, row('before', 1, null)::item, null);
          alter type item add attribute note text;
-         insert into holder values (101, row('added', 2, 'a note')::item, array[row('x', 3, 'n')::item]);
-         update holder set it = row('upd', 9, 'n2')::item where id = 5;",
+         insert into holder values (101, row('added', 2, row('z')::tag, 'a note')::item,
+           array[row('x', 3, null, 'n')::item]);
+         update holder set it = row('upd', 9, null, 'n2')::item where id = 5;",
+        // A type nested in the column's type.
+        "alter type tag add attribute v int;
+         insert into holder values (103, row('nested', 4, row('k', 7)::tag, null)::item, null);",
         "alter type item drop attribute qty;
-         insert into holder values (102, row('dropped', 'after')::item, null);
-         update holder set it = row('upd2', 'n3')::item where id = 6;",
+         insert into holder values (102, row('dropped', row('q', 1)::tag, 'after')::item, null);
+         update holder set it = row('upd2', null, 'n3')::item where id = 6;",
     ] {
         h.source.psql(alter)?;
         walshadow_testkit::wait_until(CATCH_UP, "holder loaded again", || {

@@ -1289,25 +1289,27 @@ per_major!(truncate_partition => truncate_of_one_partition_keeps_the_others: pg1
 
 /// Type changes on the source are followed, exactly:
 ///
-/// - without a rewrite of the table (a wider `numeric`, a longer
-///   `varchar`) every stored value is as it was, and ClickHouse follows
-///   with `MODIFY COLUMN` in place (the same table, its rows kept);
-/// - with a rewrite (`int2` to `int8`, `real` to `float8`, `int` to
-///   `text`, and `USING`, which computes new values) the table is loaded
-///   again and swapped in: the rows already in ClickHouse take the
-///   rewritten values too;
+/// - without a rewrite of the table, a change that keeps every value's
+///   text (a wider `numeric`, a longer `varchar`) is followed with
+///   `MODIFY COLUMN` in place;
+/// - with a rewrite (`int2` to `int8`, `real` to `float8`, `int` to `text`,
+///   `USING`, which computes new values, `ADD COLUMN … DEFAULT random()`)
+///   every row is inserted again into the new file and streamed: the rows
+///   already in ClickHouse take the rewritten values, in the same table;
+/// - without a rewrite but with another text (`cidr` to `inet`) the table
+///   is loaded again and swapped in;
 /// - a key column's type change stops its table, naming the resync.
 fn widening(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(BIN, major, "widen", &["public.w", "public.kw"], "")?;
     h.source.psql(
         "create table w (id int primary key, a int2, b int4 not null, c numeric(10,2), d real,
-           e int4[], f int4, v varchar(10));
+           e int4[], f int4, v varchar(10), ip cidr);
          create table kw (id int primary key, v text);",
     )?;
     h.init()?;
     h.start_run()?;
     h.source.psql(
-        "insert into w select g, g, g * 1000, g * 1.25, g / 3.0, array[g, -g], g, 'v' || g
+        "insert into w select g, g, g * 1000, g * 1.25, g / 3.0, array[g, -g], g, 'v' || g, '10.1.2.3/32'
            from generate_series(1, 200) g;
          insert into kw select g, 'k' || g from generate_series(1, 20) g;",
     )?;
@@ -1322,6 +1324,7 @@ fn widening(major: PgMajor) -> Result<()> {
             array_flat("e"),
             same("f"),
             same("v"),
+            output_text("ip"),
         ]
     };
     h.assert_equal("public.w", "w", &cols(4))?;
@@ -1336,7 +1339,7 @@ fn widening(major: PgMajor) -> Result<()> {
             .unwrap_or_default())
     };
 
-    // No rewrite: followed in place.
+    // No rewrite, the same text: followed in place.
     let first = uuid(&h)?;
     h.source.psql(
         "alter table w alter column c type numeric(14,2), alter column v type varchar(40);
@@ -1350,32 +1353,34 @@ fn widening(major: PgMajor) -> Result<()> {
         ch_type(&h, "c")?
     );
 
-    // A rewrite, USING among it: loaded again and swapped in.
+    // A rewrite, USING among it: the rewritten rows stream in.
     h.source.psql(
         "alter table w alter column a type int4;
          begin;
          alter table w alter column a type int8 using a * 100, alter column b type int8,
            alter column b drop not null, alter column d type float8, alter column e type int8[],
-           alter column f type text using 'x' || f;
+           alter column f type text using 'x' || f, alter column v type varchar(40) using upper(v);
          update w set b = b + 5000000000 where id % 3 = 0;
          commit;
-         insert into w values (1000, 9000000000000000000, null, 1234567890.12, 1e300, '{9000000000000}', 'text now', 'new');
+         alter table w add column r float8 default random();
+         insert into w values (1000, 9000000000000000000, null, 1234567890.12, 1e300, '{9000000000000}', 'text now', 'new', '10.0.0.0/8');
          update w set f = f || '!' where id % 5 = 0;
          delete from w where id % 7 = 0;
          alter table kw alter column id type bigint;
          insert into kw values (5000000000, 'big');",
     )?;
-    wait_until(CATCH_UP, "w loaded again and swapped in", || {
-        h.check_running()?;
-        Ok(uuid(&h)? != first && h.table_state("public.w")?["state"] == "streaming")
-    })
-    .with_context(|| common::tail(&h.run_log(), 30))?;
     h.wait_caught_up(CATCH_UP)?;
-    let n = h.assert_equal("public.w", "w", &cols(8))?;
+    let mut with_r = cols(8);
+    with_r.push(float_bits("r", 8));
+    let n = h.assert_equal("public.w", "w", &with_r)?;
     ensure!(n > 170, "{n} rows of w");
     let old =
-        h.ch.query("SELECT a, f FROM app.w FINAL WHERE id = 2 FORMAT TSVRaw")?;
-    ensure!(old == "200\tx2\n", "a row from before the rewrite: {old:?}");
+        h.ch.query("SELECT a, f, v FROM app.w FINAL WHERE id = 2 FORMAT TSVRaw")?;
+    ensure!(
+        old == "200\tx2\tV2\n",
+        "a row from before the rewrite: {old:?}"
+    );
+    ensure!(uuid(&h)? == first, "w was loaded again for a rewrite");
     for (name, ty) in [
         ("a", "Nullable(Int64)"),
         ("b", "Nullable(Int64)"),
@@ -1386,15 +1391,26 @@ fn widening(major: PgMajor) -> Result<()> {
     ] {
         ensure!(ch_type(&h, name)? == ty, "w.{name} is not {ty}");
     }
+
+    // No rewrite, another text: loaded again.
+    h.source.psql("alter table w alter column ip type inet;")?;
+    wait_until(CATCH_UP, "w loaded again and swapped in", || {
+        h.check_running()?;
+        Ok(uuid(&h)? != first && h.table_state("public.w")?["state"] == "streaming")
+    })
+    .with_context(|| common::tail(&h.run_log(), 30))?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal("public.w", "w", &with_r)?;
+    ensure!(
+        h.run_log().contains("changed type without a rewrite"),
+        "the reload's reason is not in the log"
+    );
+
     let status = h.status_json()?;
     ensure!(
         status["tables"]["public.w"]["stopped"].is_null(),
         "w stopped: {}",
         status["tables"]["public.w"]
-    );
-    ensure!(
-        h.run_log().contains("type_changed"),
-        "the reload's reason is not in the log"
     );
     let kw = stopped_json(&status, "public.kw")?;
     let reason = kw["reason"].as_str().unwrap_or_default();

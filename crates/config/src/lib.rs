@@ -61,7 +61,7 @@
 //! # unsupported_columns = "stop"            # a column walshadow cannot decode: stop the table, or "skip" the column
 //! # out_of_range = "stop"                   # a value ClickHouse cannot hold (numeric NaN, dates outside 1900-2299, infinity): stop | null | clamp | string
 //! # out_of_range_columns = { born = "clamp" } # the same per column, over the table's
-//! # partition_by = "toYYYYMM(created_at)"   # the ClickHouse table's PARTITION BY, when walshadow creates it
+//! # partition_by = "intDiv(id, 1000000)"    # the ClickHouse table's PARTITION BY (over key columns), when walshadow creates it
 //! # order_by = ["tenant_id", "id"]          # its ORDER BY: the replica identity columns in another order
 //! # settings = { index_granularity = 8192 } # its SETTINGS (beside walshadow's own)
 //! ```
@@ -1101,7 +1101,7 @@ impl Config {
                 return Err(invalid(
                     "table.partition_by",
                     format!(
-                        "[table.{key:?}] partition_by is empty: give a ClickHouse expression such as \"toYYYYMM(created_at)\", or leave the key out"
+                        "[table.{key:?}] partition_by is empty: give a ClickHouse expression over the replica identity's columns such as \"intDiv(id, 1000000)\", or leave the key out"
                     ),
                 ));
             }

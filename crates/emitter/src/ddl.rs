@@ -337,29 +337,49 @@ impl SchemaDiff {
 }
 
 /// The `DEFAULT` of an added column: `value` as its out_of_range policy
-/// writes it, the same as the encoder would (NULL, or the clamped date).
+/// writes it, the same as the encoder would (NULL, or the clamped date,
+/// in array elements too).
 fn default_literal(column: &DestColumn, value: &Value) -> Result<String, EncodeErrorKind> {
     use crate::columns::ValuePolicy;
-    let e = match literal(&column.ch_type, value) {
-        Err(e) if e.is_out_of_range() => e,
-        r => return r,
-    };
-    match (column.out_of_range, value) {
-        (ValuePolicy::Null, _) if column.ch_type.is_nullable() => Ok("NULL".into()),
-        (ValuePolicy::Clamp, Value::Date(d)) => {
+    match literal(&column.ch_type, value) {
+        Err(e) if e.is_out_of_range() => match column.out_of_range {
+            ValuePolicy::Null | ValuePolicy::Clamp => {
+                let replaced = under_policy(value, column.out_of_range);
+                literal(&column.ch_type, &replaced).map_err(|_| e)
+            }
+            ValuePolicy::Stop | ValuePolicy::String => Err(e),
+        },
+        r => r,
+    }
+}
+
+/// `value` with each date or timestamp ClickHouse cannot hold (and, for
+/// `null`, each numeric NaN or infinity) replaced as `policy` says.
+fn under_policy(value: &Value, policy: crate::columns::ValuePolicy) -> Value {
+    use crate::columns::ValuePolicy;
+    let null = policy == ValuePolicy::Null;
+    match value {
+        Value::Array(a) => Value::Array(walshadow_rows::ArrayValue {
+            elements: a.elements.iter().map(|e| under_policy(e, policy)).collect(),
+            ..a.clone()
+        }),
+        Value::Date(d) if datetime::date32(*d).is_none() => {
             let pg = i64::from(datetime::date32_clamped(*d)) - datetime::PG_EPOCH_UNIX_DAYS;
-            let pg = i32::try_from(pg).map_err(|_| e.clone())?;
-            literal(&column.ch_type, &Value::Date(pg))
+            match i32::try_from(pg) {
+                Ok(pg) if !null => Value::Date(pg),
+                _ => Value::Null,
+            }
         }
-        (ValuePolicy::Clamp, Value::Timestamp(t) | Value::TimestampTz(t)) => {
+        Value::Timestamp(t) | Value::TimestampTz(t) if datetime::datetime64(*t).is_none() => {
             let pg = datetime::datetime64_clamped(*t) - datetime::PG_EPOCH_UNIX_MICROS;
-            let v = match value {
+            match value {
+                _ if null => Value::Null,
                 Value::Timestamp(_) => Value::Timestamp(pg),
                 _ => Value::TimestampTz(pg),
-            };
-            literal(&column.ch_type, &v)
+            }
         }
-        _ => Err(e),
+        Value::Numeric(walshadow_rows::Numeric::NaN) if null => Value::Null,
+        other => other.clone(),
     }
 }
 
@@ -617,6 +637,7 @@ mod tests {
             "{e}"
         );
         noted.check_partition_by("toYYYYMM(toDate(a))").unwrap();
+        assert!(noted.check_partition_by("toYYYYMM(_commit_time)").is_err());
         let e = dest
             .check_order_by(&["a".into(), "b".into(), "c".into()])
             .unwrap_err();
@@ -663,6 +684,39 @@ mod tests {
         )
         .unwrap();
         assert!(sql.contains("DEFAULT NULL"), "{sql}");
+        let arr = rel(
+            vec![attr(1, "id", oid::INT4, true), {
+                let mut a = attr(2, "ds", 1182, false);
+                a.ndims = 1;
+                a
+            }],
+            &["id"],
+            "d",
+            vec![walshadow_types::catalog::TypeDesc {
+                element: Some(oid::DATE),
+                ..walshadow_types::catalog::fixtures::type_desc(1182, "_date", "b", "A")
+            }],
+        );
+        for (policy, want) in [
+            (ValuePolicy::Null, "DEFAULT [NULL, toDate32('2000-01-01')]"),
+            (
+                ValuePolicy::Clamp,
+                "DEFAULT [toDate32('2299-12-31'), toDate32('2000-01-01')]",
+            ),
+        ] {
+            let values = ValueRules {
+                table: policy,
+                columns: Default::default(),
+            };
+            let t = DestTable::with_values(&arr, &MetaColumns::default(), &values).unwrap();
+            let ds = Value::Array(walshadow_rows::ArrayValue {
+                element_type: oid::DATE,
+                dims: vec![(2, 1)],
+                elements: vec![Value::Date(i32::MAX), Value::Date(0)],
+            });
+            let sql = add_column_sql("db", "t", t.column("ds").unwrap(), None, Some(&ds)).unwrap();
+            assert!(sql.contains(want), "{policy:?}: {sql}");
+        }
         let strict = DestTable::new(&d, &MetaColumns::default()).unwrap();
         assert!(
             add_column_sql(

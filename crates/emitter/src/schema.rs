@@ -337,11 +337,19 @@ impl DestTable {
                 _ => words.push(std::mem::take(&mut word)),
             }
         }
+        // The metadata columns differ between a row's versions and its
+        // tombstone too.
         let outside: Vec<&str> = self
             .columns
             .iter()
             .filter(|c| !c.key && words.contains(&c.name))
             .map(|c| c.name.as_str())
+            .chain(
+                self.meta
+                    .names()
+                    .into_iter()
+                    .filter(|n| words.iter().any(|w| w == n)),
+            )
             .collect();
         if outside.is_empty() {
             return Ok(());

@@ -22,7 +22,7 @@
 //! | `walshadow_values_replaced_total{table}` | counter | values the stream wrote as the columns' `out_of_range` policies say (NULL or the nearest value) |
 //! | `walshadow_table_stopped{table}` | gauge | 1 while the table is stopped by a definite error |
 //! | `walshadow_table_stop_reason{table,reason}` | gauge | 1 while the table is stopped, `reason` its stop code (the operator guide's stop table) |
-//! | `walshadow_table_reloads_total{table,reason}` | counter | tables walshadow loaded again by itself after a change ClickHouse cannot follow in place (`reason`: `full_identity_columns`, `partial_truncate`, `partitions_changed`, `type_changed`) |
+//! | `walshadow_table_reloads_total{table,reason}` | counter | tables walshadow loaded again by itself after a change ClickHouse cannot follow in place (`reason`: `full_identity_columns`, `partial_truncate`, `partitions_changed`, `type_changed`: a type change without a rewrite that may change the values' text, or a composite type gaining or losing a field) |
 //! | `walshadow_config_table_ignored` | gauge | 1 while the config table's rows are ignored (it belongs to another role) |
 //! | `walshadow_wal_from_archive` | gauge | 1 while the source no longer has the WAL the intake needs and the `[backup]` store's archive serves it |
 //! | `walshadow_archive_segments_read_total` | counter | WAL segments read from the archive |

@@ -332,7 +332,11 @@ impl ShadowCatalog {
                                   select v.x from types t join pg_type y on y.oid = t.oid
                                     left join pg_range g on g.rngtypid = y.oid
                                     left join pg_range m on m.rngmultitypid = y.oid
-                                   cross join lateral (values (y.typelem), (y.typbasetype), (g.rngsubtype), (m.rngtypid)) v(x)
+                                   cross join lateral (select y.typelem union all select y.typbasetype
+                                                       union all select g.rngsubtype union all select m.rngtypid
+                                                       union all select a.atttypid from pg_attribute a
+                                                        where a.attrelid = y.typrelid and a.attnum > 0
+                                                          and not a.attisdropped) v(x)
                                    where v.x <> 0)
                  select 'n', oid from pg_namespace where nspname = {s}
                  union all select 'r', oid from rels

@@ -166,15 +166,6 @@ impl Streamer {
                         }
                     };
                     let diff = SchemaDiff::between(&old, &new);
-                    // A type changed with a rewrite of the table: the
-                    // rewrite may have computed new values (ALTER … TYPE
-                    // … USING), which no DDL gives the rows already in
-                    // ClickHouse. Without a rewrite (a wider numeric or
-                    // varchar, timestamp to timestamptz in UTC) every
-                    // stored value is as it was, and the DDL follows.
-                    // A partitioned table's leaves are rewritten unseen.
-                    let retyped = retyped_columns(old_desc, &desc);
-                    let rewritten = desc.relkind == "p" || old_desc.relfilenode != desc.relfilenode;
                     // A composite type's fields changed (ALTER TYPE … ADD
                     // or DROP ATTRIBUTE): the text of every value of it
                     // changes, rows already in ClickHouse included.
@@ -190,33 +181,52 @@ impl Streamer {
                         ));
                         continue;
                     }
-                    if !retyped.is_empty() && rewritten && diff.is_ok() {
+                    // A column type change. With a rewrite of the table
+                    // (a new file) every row is inserted again into the
+                    // new file, its new values (USING's included) with
+                    // it, and streamed like any insert: the DDL follows.
+                    // Without one the stored bytes are as they were, but
+                    // the text of a value may not be (cidr to inet): only
+                    // changes known to keep it follow; the rest reload.
+                    let rewritten = desc.relkind == "p" || old_desc.relfilenode != desc.relfilenode;
+                    let relabeled = if rewritten {
+                        Vec::new()
+                    } else {
+                        relabeled_columns(old_desc, &desc, &new)
+                    };
+                    if !relabeled.is_empty() && diff.is_ok() {
                         reloads.push((
                             key.clone(),
                             "type_changed",
                             format!(
-                                "column(s) {} of {key} changed type and the table was rewritten, which may have computed new values (ALTER … TYPE … USING)",
-                                retyped.join(", ")
+                                "column(s) {} of {key} changed type without a rewrite, which can change the text of the values already written",
+                                relabeled.join(", ")
                             ),
                         ));
                         continue;
                     }
-                    // A policy changed alone (the descriptor did not): a
-                    // column leaving `null` would turn the NULLs it wrote
-                    // into its type's default.
-                    if *old_desc == *desc
-                        && let Ok(d) = &diff
-                        && d.changes.iter().any(|c| {
-                            matches!(c, walshadow_emitter::SchemaChange::MakeNotNull { .. })
-                        })
-                    {
-                        self.stop_table(
-                            &key,
-                            lsn,
-                            crate::stop::StopKind::SchemaChange,
-                            format!("an out_of_range policy of {key} changed from \"null\": the values it wrote as NULL cannot be told from the source's, so the table must be loaded again"),
-                        );
-                        continue;
+                    // A column leaving the `null` policy would turn the
+                    // NULLs it wrote into its type's default.
+                    if let Ok(d) = &diff {
+                        let left_null = d.changes.iter().find_map(|c| match c {
+                            walshadow_emitter::SchemaChange::MakeNotNull { name, .. }
+                                if old.column(name).is_some_and(|c| {
+                                    c.out_of_range == walshadow_emitter::ValuePolicy::Null
+                                }) =>
+                            {
+                                Some(name.clone())
+                            }
+                            _ => None,
+                        });
+                        if let Some(column) = left_null {
+                            self.stop_table(
+                                &key,
+                                lsn,
+                                crate::stop::StopKind::SchemaChange,
+                                format!("column {column:?} of {key} no longer has out_of_range = \"null\": the values it wrote as NULL cannot be told from the source's NULLs, so the table must be loaded again"),
+                            );
+                            continue;
+                        }
                     }
                     let statements = diff.and_then(|d| {
                         let decoder = RowDecoder::new(&desc).ok();
@@ -626,9 +636,6 @@ impl Streamer {
     }
 }
 
-/// Records the columns `key`'s rules leave out (status shows them) and
-/// logs what changed; names in `exclude_columns` the table lacks are
-/// warned of at every schema sync.
 /// Composite types of both descriptors' type lists whose fields differ.
 fn recomposed_types(old: &RelationDesc, new: &RelationDesc) -> Vec<String> {
     new.types
@@ -643,23 +650,47 @@ fn recomposed_types(old: &RelationDesc, new: &RelationDesc) -> Vec<String> {
         .collect()
 }
 
-/// Live columns of both descriptors (by attnum) whose type or typmod
-/// differ.
-fn retyped_columns(old: &RelationDesc, new: &RelationDesc) -> Vec<String> {
+/// Live columns of both descriptors (by attnum) whose type changed in a
+/// way that may change their values' text: another type OID, unless the
+/// change keeps the text (between `text` and `varchar`, a domain and its
+/// base, `timestamp` to `timestamptz` into a `DateTime64`). A typmod-only
+/// change (a wider `varchar` or `numeric`) keeps it.
+fn relabeled_columns(old: &RelationDesc, new: &RelationDesc, dest: &DestTable) -> Vec<String> {
+    use walshadow_pg_format::type_oid as oid;
+    let base = |d: &RelationDesc, t: walshadow_types::Oid| {
+        d.types
+            .iter()
+            .find(|x| x.oid == t)
+            .and_then(|x| x.base_type)
+            .unwrap_or(t)
+    };
+    let keeps_text = |o: walshadow_types::Oid, n: walshadow_types::Oid, column: &str| {
+        let (bo, bn) = (base(old, o), base(new, n));
+        let texts = [oid::TEXT, oid::VARCHAR];
+        o == n
+            || bo == bn
+            || (texts.contains(&bo) && texts.contains(&bn))
+            || (bo == oid::TIMESTAMP
+                && bn == oid::TIMESTAMPTZ
+                && dest.column(column).is_some_and(|c| {
+                    c.ch_type.to_not_null() == walshadow_emitter::ChType::DateTime64Utc
+                }))
+    };
     new.attributes
         .iter()
         .filter(|n| !n.dropped)
         .filter(|n| {
             old.attributes.iter().any(|o| {
-                !o.dropped
-                    && o.attnum == n.attnum
-                    && (o.type_oid, o.typmod) != (n.type_oid, n.typmod)
+                !o.dropped && o.attnum == n.attnum && !keeps_text(o.type_oid, n.type_oid, &n.name)
             })
         })
         .map(|n| format!("{:?}", n.name))
         .collect()
 }
 
+/// Records the columns `key`'s rules leave out (status shows them) and
+/// logs what changed; names in `exclude_columns` the table lacks are
+/// warned of at every schema sync.
 fn note_left_out(
     t: &mut TableProgress,
     key: &str,
