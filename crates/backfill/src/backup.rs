@@ -1368,7 +1368,7 @@ impl BackupPass {
             let (schema, name) = walshadow_types::split_table_key(&t.key).unwrap_or_default();
             let desc = self.describe(&mut catalog, &schema, &name, t).await?;
             dests.push(
-                DestTable::with_values(&desc, &self.meta, &t.columns.values)
+                DestTable::with_rules(&desc, &self.meta, &t.columns.dest())
                     .map_err(|e| AttemptError::Failed(format!("{}: {e}", t.key)))?,
             );
         }
@@ -1390,7 +1390,7 @@ impl BackupPass {
                 .ok_or_else(|| AttemptError::Failed("planned table out of range".into()))?;
             let positions = decoder
                 .column_names()
-                .map(|n| dest.columns.iter().position(|c| c.name == n))
+                .map(|n| dest.columns.iter().position(|c| c.source == n))
                 .collect();
             leaves.push(Leaf {
                 target: ti,

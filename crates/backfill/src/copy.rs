@@ -309,10 +309,10 @@ impl CopyLoad {
         if let Some(why) = masked.refused {
             return Err(AttemptError::Failed(why));
         }
-        let (desc, values) = (masked.desc, masked.values);
+        let (desc, rules) = (masked.desc, masked.dest);
         let leader = catalog.into_client();
         let decoder = CopyDecoder::new(&desc).map_err(|e| AttemptError::Failed(e.to_string()))?;
-        let dest = DestTable::with_values(&desc, &self.meta, &values).map_err(|e| match e {
+        let dest = DestTable::with_rules(&desc, &self.meta, &rules).map_err(|e| match e {
             // The stream loads it again once it has a key.
             walshadow_emitter::SchemaError::NoKey { .. } => AttemptError::Waiting(e.to_string()),
             e => AttemptError::Failed(e.to_string()),

@@ -709,3 +709,213 @@ fn composite_altered(major: PgMajor) -> Result<()> {
 }
 
 per_major!(composite_altered => a_composite_type_altered_while_streaming_stays_equal: pg15, pg18);
+
+const SHAPE_CONFIG: &str = r#"
+[backfill]
+backup_checkpoint = "fast"
+
+[table."public.shaped"]
+initial_load = "copy"
+rename_columns = { id = "ident", ts = "created_at" }
+column_types = { doc = "JSON", ts = "DateTime64(3)", amount = "String", tags = "String" }
+
+[table."public.walked_shape"]
+initial_load = "base_backup"
+rename_columns = { v = "value" }
+column_types = { doc = "json", at = "DateTime64(0)" }
+
+[table."public.not_object"]
+column_types = { doc = "JSON" }
+
+[table."public.bad_override"]
+column_types = { n = "JSON" }
+"#;
+
+/// The ClickHouse `name type` lines of table `name`, in order.
+fn ch_column_types(h: &StreamHarness, name: &str) -> Result<String> {
+    h.ch.query(&format!(
+        "SELECT name, type FROM system.columns WHERE database = 'app' AND table = '{name}' \
+         AND name NOT LIKE '\\_%' ORDER BY position FORMAT TSVRaw"
+    ))
+}
+
+/// Columns renamed (`rename_columns`) and given another ClickHouse type
+/// (`column_types`: `JSON` for jsonb and json, `DateTime64(3)` and `(0)`
+/// for timestamps, `String` for a numeric and an array) through a `copy`
+/// load, a `base_backup` walk and the WAL, row by row; a source rename of
+/// a column is followed; a document that is not an object stops its
+/// table naming the column and the option; an override that does not fit
+/// its column stops the table with `column_rules`; the config table's
+/// columns do the same for an opted-in table, an UPDATE renames the
+/// ClickHouse column at its commit, and its checks refuse a type or a
+/// name walshadow does not take.
+fn renamed_and_retyped(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(BIN, major, "shaped", &[], SHAPE_CONFIG)?;
+    let shaped_rows = |from: i32, to: i32| {
+        format!(
+            "insert into shaped select g,
+               '2024-01-02 03:04:05.678901+00'::timestamptz + g * interval '1.001001 s',
+               jsonb_build_object('k', g, 'nested', jsonb_build_object('x', g % 3), 'tag', 't' || g),
+               g * 1.5, array['a', g::text, null], 'n' || g
+             from generate_series({from}, {to}) g;"
+        )
+    };
+    h.source.psql(&format!(
+        "create table shaped (id int primary key, ts timestamptz, doc jsonb, amount numeric(12,3),
+           tags text[], note text);
+         {}
+         create table walked_shape (id int primary key, v text, doc json, at timestamp);
+         insert into walked_shape select g, 'v' || g, json_build_object('k', g, 'w', 'x' || g),
+           '2001-02-03 04:05:06.789'::timestamp + g * interval '1 minute 0.5 s'
+         from generate_series(1, 300) g;
+         create table not_object (id int primary key, doc jsonb);
+         insert into not_object values (1, '{{\"a\": 1}}');
+         create table bad_override (id int primary key, n numeric);
+         insert into bad_override values (1, 1);",
+        shaped_rows(1, 300)
+    ))?;
+    h.init()?;
+    h.start_run()?;
+    wait_loaded(&mut h, "public.shaped")?;
+    wait_loaded(&mut h, "public.walked_shape")?;
+    h.source.psql(&format!(
+        "{}
+         update shaped set ts = ts + interval '0.0005 s', doc = doc || '{{\"k\": -1}}'
+           where id % 7 = 0;
+         delete from shaped where id % 11 = 0;
+         alter table shaped rename column note to remark;
+         update shaped set remark = 'r' || id where id % 5 = 0;
+         update walked_shape set v = 'u' || id, at = at + interval '0.7 s' where id % 3 = 0;
+         insert into not_object values (2, '[1, 2]');",
+        shaped_rows(301, 400)
+    ))?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal(
+        "public.shaped",
+        "shaped",
+        &[
+            col("id", "ident"),
+            // DateTime64(3): floored to the millisecond.
+            col(
+                "to_char(date_trunc('milliseconds', ts) at time zone 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS')",
+                "created_at",
+            ),
+            col("coalesce(doc->>'k', '')", "doc.k"),
+            col("coalesce(doc->'nested'->>'x', '')", "doc.nested.x"),
+            col("coalesce(doc->>'tag', '')", "doc.tag"),
+            // String: PostgreSQL's text.
+            col("amount::text", "amount"),
+            col("tags::text", "tags"),
+            same("remark"),
+        ],
+    )?;
+    ensure!(n > 350, "{n} rows of shaped");
+    let types = ch_column_types(&h, "shaped")?;
+    ensure!(
+        types
+            == "ident\tInt32\ncreated_at\tNullable(DateTime64(3, 'UTC'))\ndoc\tNullable(JSON)\n\
+                amount\tNullable(String)\ntags\tNullable(String)\nremark\tNullable(String)\n",
+        "shaped's columns: {types}"
+    );
+    h.assert_equal(
+        "public.walked_shape",
+        "walked_shape",
+        &[
+            same("id"),
+            col("v", "value"),
+            col("coalesce(doc->>'k', '')", "doc.k"),
+            col("coalesce(doc->>'w', '')", "doc.w"),
+            col(
+                "to_char(date_trunc('second', at), 'YYYY-MM-DD HH24:MI:SS')",
+                "at",
+            ),
+        ],
+    )?;
+    let types = ch_column_types(&h, "walked_shape")?;
+    ensure!(
+        types
+            == "id\tInt32\nvalue\tNullable(String)\ndoc\tNullable(JSON)\nat\tNullable(DateTime64(0, 'UTC'))\n",
+        "walked_shape's columns: {types}"
+    );
+
+    // A document JSON cannot hold stops its table, naming the column and
+    // what to do; an override that does not fit stops with column_rules.
+    let stopped = h.table_state("public.not_object")?;
+    let detail = stopped["detail"].as_str().unwrap_or_default();
+    ensure!(
+        stopped["state"] == "stopped"
+            && detail.contains("\"doc\"")
+            && detail.contains("JSON object")
+            && detail.contains("out_of_range"),
+        "not_object: {stopped}"
+    );
+    let bad = h.table_state("public.bad_override")?;
+    ensure!(
+        bad["state"] == "stopped"
+            && bad["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("json or jsonb") && d.contains("column_types")),
+        "bad_override: {bad}"
+    );
+    let status = h.status_json()?;
+    for (table, code) in [
+        ("public.not_object", "value_out_of_range"),
+        ("public.bad_override", "column_rules"),
+    ] {
+        ensure!(
+            status["tables"][table]["stopped"]["code"] == code,
+            "{table}: {}",
+            status["tables"][table]
+        );
+    }
+
+    // The config table's equivalent, and its checks.
+    for (column, bad) in [
+        ("column_types", r#"{"ts": "Int64"}"#),
+        ("column_types", r#"{"ts": "DateTime64(7)"}"#),
+        ("rename_columns", r#"{"v": ""}"#),
+        ("rename_columns", r#"{"v": ["w"]}"#),
+    ] {
+        ensure!(
+            h.source
+                .psql(&format!("insert into walshadow.tables (schema_name, table_name, {column}) values ('public', 'bad', '{bad}');"))
+                .is_err(),
+            "the config table took {column} {bad}"
+        );
+    }
+    h.source.psql(
+        "create table opted_shape (id int primary key, v text, ts timestamptz);
+         insert into opted_shape values (1, 'a', '2020-01-01 00:00:01.9+00'), (2, 'b', null);
+         insert into walshadow.tables (schema_name, table_name, initial_load, rename_columns, column_types)
+           values ('public', 'opted_shape', 'copy', '{\"v\": \"val\"}', '{\"ts\": \"DateTime64(0)\"}');",
+    )?;
+    wait_loaded(&mut h, "public.opted_shape")?;
+    h.source.psql(
+        "insert into opted_shape values (3, 'c', '2021-01-01 00:00:02.5+00');
+         update walshadow.tables set rename_columns = '{\"v\": \"value2\"}' where table_name = 'opted_shape';
+         insert into opted_shape values (4, 'd', '2022-01-01 00:00:03+00');
+         update opted_shape set v = 'bb' where id = 2;",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal(
+        "public.opted_shape",
+        "opted_shape",
+        &[
+            same("id"),
+            col("v", "value2"),
+            col(
+                "to_char(date_trunc('second', ts) at time zone 'UTC', 'YYYY-MM-DD HH24:MI:SS')",
+                "ts",
+            ),
+        ],
+    )?;
+    let types = ch_column_types(&h, "opted_shape")?;
+    ensure!(
+        types == "id\tInt32\nvalue2\tNullable(String)\nts\tNullable(DateTime64(0, 'UTC'))\n",
+        "opted_shape's columns: {types}"
+    );
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(renamed_and_retyped => columns_renamed_and_retyped_stream_on_every_path: pg15, pg18);

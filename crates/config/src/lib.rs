@@ -61,6 +61,8 @@
 //! # unsupported_columns = "stop"            # a column walshadow cannot decode: stop the table, or "skip" the column
 //! # out_of_range = "stop"                   # a value ClickHouse cannot hold (numeric NaN, dates outside 1900-2299, infinity): stop | null | clamp | string
 //! # out_of_range_columns = { born = "clamp" } # the same per column, over the table's
+//! # rename_columns = { ts = "created_at" }  # ClickHouse column names, by source column
+//! # column_types = { doc = "JSON", ts = "DateTime64(3)" } # ClickHouse types instead of the mapping's: String | JSON | DateTime64(0-6)
 //! # partition_by = "intDiv(id, 1000000)"    # the ClickHouse table's PARTITION BY (over key columns), when walshadow creates it
 //! # order_by = ["tenant_id", "id"]          # its ORDER BY: the replica identity columns in another order
 //! # settings = { index_granularity = 8192 } # its SETTINGS (beside walshadow's own)
@@ -338,6 +340,16 @@ pub struct TableConfig {
     /// The same per column, over `out_of_range`.
     #[serde(default)]
     pub out_of_range_columns: std::collections::BTreeMap<String, OutOfRange>,
+    /// ClickHouse column names by source column name: the ClickHouse
+    /// table's column is named so (a key column too).
+    #[serde(default)]
+    pub rename_columns: std::collections::BTreeMap<String, String>,
+    /// ClickHouse types by source column name, instead of walshadow's
+    /// mapping: `"String"` (PostgreSQL's text, any column), `"JSON"` (a
+    /// `json` or `jsonb` column), `"DateTime64(p)"` (a timestamp column,
+    /// `p` from 0 to 6, values floored).
+    #[serde(default, deserialize_with = "column_types")]
+    pub column_types: std::collections::BTreeMap<String, walshadow_types::TypeOverride>,
     /// `PARTITION BY` of the ClickHouse table walshadow creates (a
     /// ClickHouse expression over its columns).
     #[serde(default)]
@@ -349,6 +361,25 @@ pub struct TableConfig {
     /// `SETTINGS` of the ClickHouse table walshadow creates, beside its own.
     #[serde(default)]
     pub settings: std::collections::BTreeMap<String, SettingValue>,
+}
+
+/// `column_types`: each value a [`walshadow_types::TypeOverride`]'s spelling.
+fn column_types<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<std::collections::BTreeMap<String, walshadow_types::TypeOverride>, D::Error> {
+    let raw = std::collections::BTreeMap::<String, String>::deserialize(d)?;
+    raw.into_iter()
+        .map(
+            |(column, text)| match walshadow_types::TypeOverride::parse(&text) {
+                Some(t) => Ok((column, t)),
+                None => Err(serde::de::Error::custom(format!(
+                    "column {column:?}: {text:?} is not a type walshadow writes a column as: \
+                 \"String\", \"JSON\" (json, jsonb) or \"DateTime64(p)\" with p from 0 to 6 \
+                 (timestamp, timestamptz)"
+                ))),
+            },
+        )
+        .collect()
 }
 
 /// A ClickHouse table setting's value.
@@ -422,16 +453,26 @@ CREATE TABLE IF NOT EXISTS {s}.{t} (
     unsupported_columns text CHECK (lower(unsupported_columns) IN ('stop', 'skip')),
     out_of_range text CHECK ({OUT_OF_RANGE_CHECK}),
     out_of_range_columns jsonb CHECK ({OUT_OF_RANGE_COLUMNS_CHECK}),
+    rename_columns jsonb CHECK ({RENAME_COLUMNS_CHECK}),
+    column_types jsonb CHECK ({COLUMN_TYPES_CHECK}),
     PRIMARY KEY (schema_name, table_name)
 );
 ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS exclude_columns text[];
 ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS unsupported_columns text CHECK (lower(unsupported_columns) IN ('stop', 'skip'));
 ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS out_of_range text CHECK ({OUT_OF_RANGE_CHECK});
 ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS out_of_range_columns jsonb CHECK ({OUT_OF_RANGE_COLUMNS_CHECK});
-COMMENT ON TABLE {s}.{t} IS 'walshadow: a row per table to stream (replicate), how to load its existing rows (initial_load: none or NULL, copy, base_backup, object_store) the ClickHouse table it streams into (destination; NULL: table_name in public, schema_name__table_name elsewhere); raising resync (walshadow table resync) loads the table again and swaps it in; exclude_columns and unsupported_columns (stop or skip) leave columns out of ClickHouse; out_of_range (stop, null, clamp, string) and out_of_range_columns (a JSON object of column to the same) say what a value ClickHouse cannot hold is written as';"
+ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS rename_columns jsonb CHECK ({RENAME_COLUMNS_CHECK});
+ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS column_types jsonb CHECK ({COLUMN_TYPES_CHECK});
+COMMENT ON TABLE {s}.{t} IS 'walshadow: a row per table to stream (replicate), how to load its existing rows (initial_load: none or NULL, copy, base_backup, object_store) the ClickHouse table it streams into (destination; NULL: table_name in public, schema_name__table_name elsewhere); raising resync (walshadow table resync) loads the table again and swaps it in; exclude_columns and unsupported_columns (stop or skip) leave columns out of ClickHouse; out_of_range (stop, null, clamp, string) and out_of_range_columns (a JSON object of column to the same) say what a value ClickHouse cannot hold is written as; rename_columns (a JSON object of column to ClickHouse name) and column_types (a JSON object of column to String, JSON or DateTime64(0-6)) shape the ClickHouse table';"
     )
 }
 
+/// The config table's check of `rename_columns`: an object of non-empty
+/// names.
+const RENAME_COLUMNS_CHECK: &str = "jsonb_typeof(rename_columns) = 'object' AND NOT jsonb_path_exists(rename_columns, 'strict $.* ? (@.type() != \"string\" || @ == \"\")')";
+/// The config table's check of `column_types`: an object of the spellings
+/// [`walshadow_types::TypeOverride::parse`] reads.
+const COLUMN_TYPES_CHECK: &str = "jsonb_typeof(column_types) = 'object' AND NOT jsonb_path_exists(column_types, 'strict $.* ? (@.type() != \"string\" || !(@ like_regex \"^ *(string|json|datetime64[(] *[0-6] *[)]) *$\" flag \"i\"))')";
 /// The config table's check of `out_of_range`.
 const OUT_OF_RANGE_CHECK: &str = "lower(out_of_range) IN ('stop', 'null', 'clamp', 'string')";
 /// The config table's check of `out_of_range_columns`: an object whose
@@ -1109,7 +1150,38 @@ impl Config {
                 return Err(invalid(
                     "table.order_by",
                     format!(
-                        "[table.{key:?}] order_by has an empty column name {bad:?}: list the replica identity's columns as the source spells them"
+                        "[table.{key:?}] order_by has an empty column name {bad:?}: list the replica identity's columns as the ClickHouse table names them"
+                    ),
+                ));
+            }
+            if let Some(bad) = t
+                .rename_columns
+                .iter()
+                .find(|(c, n)| c.is_empty() || n.trim().is_empty())
+            {
+                return Err(invalid(
+                    "table.rename_columns",
+                    format!(
+                        "[table.{key:?}] rename_columns has an empty name in {bad:?}: map the column as the source spells it to the name its ClickHouse column takes"
+                    ),
+                ));
+            }
+            let mut renamed = std::collections::BTreeMap::new();
+            for (c, n) in &t.rename_columns {
+                if let Some(other) = renamed.insert(n, c) {
+                    return Err(invalid(
+                        "table.rename_columns",
+                        format!(
+                            "[table.{key:?}] rename_columns names both {other:?} and {c:?} {n:?}: ClickHouse column names are distinct"
+                        ),
+                    ));
+                }
+            }
+            if let Some(bad) = t.column_types.keys().find(|c| c.is_empty()) {
+                return Err(invalid(
+                    "table.column_types",
+                    format!(
+                        "[table.{key:?}] column_types has an empty column name {bad:?}: name columns as the source spells them"
                     ),
                 ));
             }
@@ -1536,6 +1608,44 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(err.contains("out_of_range"), "{bad}: {err}");
+        }
+        let t = parse(&format!(
+            "{GOOD}{ch}[table.\"public.t\"]\nrename_columns = {{ ts = \"created_at\" }}\ncolumn_types = {{ doc = \"JSON\", ts = \"DateTime64(3)\", n = \"string\" }}\n"
+        ))
+        .unwrap()
+        .tables
+        .remove("public.t")
+        .unwrap();
+        assert_eq!(t.rename_columns["ts"], "created_at");
+        assert_eq!(t.column_types["doc"], walshadow_types::TypeOverride::Json);
+        assert_eq!(
+            t.column_types["ts"],
+            walshadow_types::TypeOverride::DateTime64(3)
+        );
+        assert_eq!(t.column_types["n"], walshadow_types::TypeOverride::String);
+        for (bad, key) in [
+            (
+                "column_types = { ts = \"DateTime64(9)\" }",
+                "\"DateTime64(p)\" with p from 0 to 6",
+            ),
+            (
+                "column_types = { ts = \"Int64\" }",
+                "not a type walshadow writes",
+            ),
+            (
+                "column_types = { \"\" = \"JSON\" }",
+                "column_types has an empty column name",
+            ),
+            (
+                "rename_columns = { ts = \" \" }",
+                "rename_columns has an empty name",
+            ),
+            ("rename_columns = { a = \"x\", b = \"x\" }", "names both"),
+        ] {
+            let err = parse(&format!("{GOOD}{ch}[table.\"public.t\"]\n{bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{bad}: {err}");
         }
         // One spelling per table: a quoted part that needs no quotes would
         // never match the rows' keys.

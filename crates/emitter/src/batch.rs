@@ -150,6 +150,7 @@ impl TableBatch {
         let sealed = SealedBatch {
             table: self.table.clone(),
             columns: self.encoder.columns(),
+            settings: self.encoder.table().insert_settings(),
             body,
             rows: self.rows,
             replaced: std::mem::take(&mut self.replaced),
@@ -190,6 +191,9 @@ pub struct NotEmpty {
 pub struct SealedBatch {
     pub table: String,
     pub columns: Vec<String>,
+    /// Settings the rows' layout needs on insert
+    /// ([`crate::DestTable::insert_settings`]).
+    pub settings: Vec<(String, String)>,
     pub body: Bytes,
     pub rows: usize,
     /// Values the columns' `out_of_range` policies replaced (NULL or the
@@ -280,20 +284,22 @@ impl SealedBatch {
                 &self.columns,
                 self.body.clone(),
                 self.rows,
-                &Self::settings(token),
+                &self.settings(token),
             )
             .await
     }
 
     /// A synchronous, deduplicated insert whatever the user's profile
     /// says: the durability contract depends on both.
-    fn settings(token: &str) -> InsertSettings {
+    fn settings(&self, token: &str) -> InsertSettings {
+        let mut extra = vec![
+            ("insert_deduplicate".into(), "1".into()),
+            ("async_insert".into(), "0".into()),
+        ];
+        extra.extend(self.settings.iter().cloned());
         InsertSettings {
             deduplication_token: Some(token.to_string()),
-            extra: vec![
-                ("insert_deduplicate".into(), "1".into()),
-                ("async_insert".into(), "0".into()),
-            ],
+            extra,
         }
     }
 
@@ -306,7 +312,7 @@ impl SealedBatch {
         token: &str,
         policy: &RetryPolicy,
     ) -> Result<u32, FlushError> {
-        let settings = Self::settings(token);
+        let settings = self.settings(token);
         let started = Instant::now();
         let mut backoff = walshadow_types::Backoff::new(policy.initial_backoff, policy.max_backoff);
         let mut attempts = 0u32;

@@ -22,6 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use walshadow_rows::RowDecoder;
 use walshadow_types::catalog::RelationDesc;
 
+pub use walshadow_types::TypeOverride;
+
 use crate::types::clickhouse_type;
 
 /// One table's column rules.
@@ -34,6 +36,29 @@ pub struct ColumnRules {
     pub skip_unsupported: bool,
     /// What columns write for values ClickHouse cannot hold.
     pub values: ValueRules,
+    /// ClickHouse column names by source column name (`rename_columns`).
+    pub rename: BTreeMap<String, String>,
+    /// ClickHouse types by source column name (`column_types`).
+    pub types: BTreeMap<String, TypeOverride>,
+}
+
+/// What a table's rules give its ClickHouse layout
+/// ([`crate::DestTable::with_rules`]): value policies, column names and
+/// type overrides, all keyed by the source's column names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DestRules {
+    pub values: ValueRules,
+    pub rename: BTreeMap<String, String>,
+    pub types: BTreeMap<String, TypeOverride>,
+}
+
+impl From<ValueRules> for DestRules {
+    fn from(values: ValueRules) -> DestRules {
+        DestRules {
+            values,
+            ..DestRules::default()
+        }
+    }
 }
 
 /// What a column writes for a value its ClickHouse type cannot hold:
@@ -115,14 +140,28 @@ pub struct Masked {
     /// Why the rules cannot apply: a replica identity column would be left
     /// out. The table cannot stream until the rules or the key change.
     pub refused: Option<String>,
-    /// The value policies, for [`crate::DestTable::with_values`].
-    pub values: ValueRules,
+    /// The value policies, names and types, for
+    /// [`crate::DestTable::with_rules`].
+    pub dest: DestRules,
 }
 
 impl ColumnRules {
     /// Whether these rules leave nothing out of any table.
     pub fn is_empty(&self) -> bool {
-        self.exclude.is_empty() && !self.skip_unsupported && self.values.is_empty()
+        self.exclude.is_empty()
+            && !self.skip_unsupported
+            && self.values.is_empty()
+            && self.rename.is_empty()
+            && self.types.is_empty()
+    }
+
+    /// What these rules give the ClickHouse layout.
+    pub fn dest(&self) -> DestRules {
+        DestRules {
+            values: self.values.clone(),
+            rename: self.rename.clone(),
+            types: self.types.clone(),
+        }
     }
 
     /// `desc` with the columns these rules leave out marked dropped.
@@ -133,7 +172,7 @@ impl ColumnRules {
                 left_out: Vec::new(),
                 unknown: Vec::new(),
                 refused: None,
-                values: self.values.clone(),
+                dest: self.dest(),
             };
         }
         let undecodable: Vec<(String, String)> = if self.skip_unsupported {
@@ -183,6 +222,8 @@ impl ColumnRules {
             .exclude
             .iter()
             .chain(self.values.columns.keys())
+            .chain(self.rename.keys())
+            .chain(self.types.keys())
             .collect::<BTreeSet<_>>()
             .into_iter()
             .filter(|n| {
@@ -205,7 +246,7 @@ impl ColumnRules {
             left_out,
             unknown,
             refused,
-            values: self.values.clone(),
+            dest: self.dest(),
         }
     }
 }
@@ -245,7 +286,7 @@ mod tests {
         ColumnRules {
             exclude: exclude.iter().map(|s| s.to_string()).collect(),
             skip_unsupported: skip,
-            values: ValueRules::default(),
+            ..ColumnRules::default()
         }
     }
 

@@ -455,12 +455,16 @@ pub fn literal(ty: &ChType, value: &Value) -> Result<String, EncodeErrorKind> {
             crate::rowbinary::encode_value(&mut Vec::new(), ty, value)?;
             format!("toDate32({})", quote_string(&datetime::pg_date_text(*d)))
         }
-        (ChType::DateTime64Utc, Value::Timestamp(t) | Value::TimestampTz(t)) => {
+        (ChType::DateTime64Utc(precision), Value::Timestamp(t) | Value::TimestampTz(t)) => {
             crate::rowbinary::encode_value(&mut Vec::new(), ty, value)?;
             format!(
-                "toDateTime64({}, 6, 'UTC')",
+                "toDateTime64({}, {precision}, 'UTC')",
                 quote_string(&datetime::pg_timestamp_text(*t))
             )
+        }
+        (ChType::Json, Value::Json(s) | Value::Jsonb(s)) => {
+            crate::rowbinary::encode_value(&mut Vec::new(), ty, value)?;
+            format!("{}::JSON", quote_string(s))
         }
         (ChType::Time64, Value::Time(us)) => {
             format!("toTime64({}, 6)", quote_string(&time_text(*us)))

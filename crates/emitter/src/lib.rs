@@ -43,7 +43,7 @@ pub mod types;
 
 pub use batch::{BatchConfig, FlushError, NotEmpty, RetryPolicy, SealedBatch, TableBatch};
 pub use client::{ClickHouseClient, ClientConfig, InsertSettings, TlsOptions};
-pub use columns::{ColumnRules, LeftOut, Masked, ValuePolicy, ValueRules};
+pub use columns::{ColumnRules, DestRules, LeftOut, Masked, TypeOverride, ValuePolicy, ValueRules};
 pub use ddl::{
     TableSettings, add_column_sql, create_database_sql, create_table_sql, drop_column_sql,
     modify_nullability_sql, quote_ident, quote_string, rename_column_sql,

@@ -253,7 +253,7 @@ impl RowBinaryEncoder {
             column: Some(t.meta.commit_time.clone()),
             kind: out_of_range(
                 datetime::pg_timestamp_text(meta.commit_time),
-                &ChType::DateTime64Utc,
+                &ChType::DateTime64Utc(6),
             ),
         })?;
         out.extend_from_slice(&commit.to_le_bytes());
@@ -482,7 +482,7 @@ fn encode_under(
             };
             out.extend_from_slice(&days.to_le_bytes());
         }
-        (ChType::DateTime64Utc, Value::Timestamp(t) | Value::TimestampTz(t)) => {
+        (ChType::DateTime64Utc(precision), Value::Timestamp(t) | Value::TimestampTz(t)) => {
             let us = match datetime::datetime64(*t) {
                 Some(us) => us,
                 None if on.policy == ValuePolicy::Clamp => {
@@ -491,7 +491,28 @@ fn encode_under(
                 }
                 None => return Err(out_of_range(datetime::pg_timestamp_text(*t), ty)),
             };
-            out.extend_from_slice(&us.to_le_bytes());
+            // Ticks of 10^-precision s, floored (a column asking for less
+            // than microseconds).
+            let ticks = us.div_euclid(10i64.pow(u32::from(6u8.saturating_sub(*precision))));
+            out.extend_from_slice(&ticks.to_le_bytes());
+        }
+        // The document's text, which ClickHouse parses into its paths
+        // (inserts say `input_format_binary_read_json_as_string`); it holds
+        // objects only.
+        (ChType::Json, Value::Json(s) | Value::Jsonb(s)) => {
+            if !s.trim_start().starts_with('{') {
+                let shown: String = s.chars().take(40).collect();
+                return Err(EncodeErrorKind::OutOfRange {
+                    value: if shown.len() < s.len() {
+                        format!("{shown}…")
+                    } else {
+                        shown
+                    },
+                    ch_type: ty.to_string(),
+                    range: "a JSON object; this document is an array or a scalar",
+                });
+            }
+            write_bytes(out, s.as_bytes());
         }
         (ChType::Time64, Value::Time(us)) => out.extend_from_slice(&us.to_le_bytes()),
         (ChType::Uuid, Value::Uuid(b)) => {
@@ -645,8 +666,10 @@ fn write_default(out: &mut Vec<u8>, ty: &ChType) {
         ChType::Int64
         | ChType::UInt64
         | ChType::Float64
-        | ChType::DateTime64Utc
+        | ChType::DateTime64Utc(_)
         | ChType::Time64 => zeros(out, 8),
+        // An empty object: ClickHouse parses the text.
+        ChType::Json => write_bytes(out, b"{}"),
         ChType::UInt128 | ChType::Uuid => zeros(out, 16),
         ChType::Decimal { precision, .. } => zeros(out, decimal_width(*precision)),
     }
@@ -771,11 +794,11 @@ mod tests {
             EncodeErrorKind::OutOfRange { ref value, .. } if value == "1899-12-31"
         ));
         assert_eq!(
-            enc(&ChType::DateTime64Utc, &Value::TimestampTz(0)),
+            enc(&ChType::DateTime64Utc(6), &Value::TimestampTz(0)),
             946_684_800_000_000i64.to_le_bytes()
         );
         assert!(matches!(
-            err(&ChType::DateTime64Utc, &Value::Timestamp(i64::MIN)),
+            err(&ChType::DateTime64Utc(6), &Value::Timestamp(i64::MIN)),
             EncodeErrorKind::OutOfRange { .. }
         ));
         assert_eq!(
@@ -979,7 +1002,8 @@ mod tests {
         let (out, n) = under(&ChType::Date32, &Value::Date(0), clamp).unwrap();
         assert_eq!((out, n), (10_957i32.to_le_bytes().to_vec(), 0), "in range");
         for (pg, want) in [(i64::MAX, DATETIME64_MAX), (i64::MIN, DATETIME64_MIN)] {
-            let (out, n) = under(&ChType::DateTime64Utc, &Value::TimestampTz(pg), clamp).unwrap();
+            let (out, n) =
+                under(&ChType::DateTime64Utc(6), &Value::TimestampTz(pg), clamp).unwrap();
             assert_eq!((out, n), (want.to_le_bytes().to_vec(), 1));
         }
         let d = ChType::Decimal {
@@ -1036,7 +1060,7 @@ mod tests {
             .unwrap(),
             (vec![1], 1)
         );
-        let a = ChType::array(ChType::nullable(ChType::DateTime64Utc));
+        let a = ChType::array(ChType::nullable(ChType::DateTime64Utc(6)));
         let (out, n) = under(
             &a,
             &arr_of(vec![Value::Timestamp(i64::MIN), Value::Timestamp(0)]),
@@ -1089,6 +1113,67 @@ mod tests {
             ..e
         };
         assert!(!e.to_string().contains("out_of_range"), "{e}");
+    }
+
+    #[test]
+    fn a_datetime64_column_asking_for_less_precision_floors() {
+        // 2000-01-01 00:00:00.123456 UTC, and 0.000001 s before 1970.
+        let pg_2000 = 123_456;
+        let before_1970 = -946_684_800_000_001;
+        for (p, pg, want) in [
+            (6u8, pg_2000, 946_684_800_123_456i64),
+            (3, pg_2000, 946_684_800_123),
+            (0, pg_2000, 946_684_800),
+            (3, before_1970, -1),
+            (0, before_1970, -1),
+        ] {
+            assert_eq!(
+                enc(&ChType::DateTime64Utc(p), &Value::TimestampTz(pg)),
+                want.to_le_bytes(),
+                "DateTime64({p}) of {pg}"
+            );
+        }
+        // The range is the type's whatever the precision.
+        assert!(err(&ChType::DateTime64Utc(3), &Value::Timestamp(i64::MAX)).is_out_of_range());
+        let (out, n) = under(
+            &ChType::DateTime64Utc(3),
+            &Value::Timestamp(i64::MAX),
+            ValuePolicy::Clamp,
+        )
+        .unwrap();
+        assert_eq!(
+            (out, n),
+            ((10_413_791_999_999i64).to_le_bytes().to_vec(), 1)
+        );
+    }
+
+    #[test]
+    fn a_json_column_holds_objects_and_writes_their_text() {
+        let doc = r#"{"a": 1, "b": [1, 2]}"#;
+        let mut want = vec![doc.len() as u8];
+        want.extend_from_slice(doc.as_bytes());
+        assert_eq!(enc(&ChType::Json, &Value::Jsonb(doc.into())), want);
+        assert_eq!(
+            enc(&ChType::Json, &Value::Json(format!(" {doc}"))).len(),
+            want.len() + 1
+        );
+        for not_object in ["[1, 2]", "5", "\"x\"", "null"] {
+            let e = err(&ChType::Json, &Value::Jsonb(not_object.into()));
+            assert!(e.is_out_of_range(), "{not_object}: {e}");
+            assert!(e.to_string().contains("JSON object"), "{e}");
+            // Under `null` it is NULL, and counted.
+            let (out, n) = under(
+                &ChType::nullable(ChType::Json),
+                &Value::Jsonb(not_object.into()),
+                ValuePolicy::Null,
+            )
+            .unwrap();
+            assert_eq!((out, n), (vec![1], 1));
+        }
+        // A delete's non-key JSON column: an empty object.
+        let mut out = Vec::new();
+        write_default(&mut out, &ChType::Json);
+        assert_eq!(out, b"\x02{}");
     }
 
     #[test]

@@ -20,7 +20,7 @@ use std::collections::HashSet;
 
 use walshadow_types::catalog::{AttributeDesc, RelationDesc};
 
-use crate::columns::{ValuePolicy, ValueRules};
+use crate::columns::{DestRules, TypeOverride, ValuePolicy, ValueRules};
 use crate::types::{ChType, UnsupportedType, clickhouse_type};
 
 /// Names of the metadata columns every destination table carries.
@@ -74,7 +74,7 @@ impl MetaColumns {
             (&self.lsn, ChType::UInt64),
             (&self.seq, ChType::UInt64),
             (&self.xid, ChType::UInt32),
-            (&self.commit_time, ChType::DateTime64Utc),
+            (&self.commit_time, ChType::DateTime64Utc(6)),
             (&self.is_deleted, ChType::UInt8),
         ]
     }
@@ -84,7 +84,11 @@ impl MetaColumns {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DestColumn {
     pub attnum: i16,
+    /// The ClickHouse column's name: the source's, or the one
+    /// `rename_columns` gives it.
     pub name: String,
+    /// The source column's name.
+    pub source: String,
     pub ch_type: ChType,
     /// Part of the sorting key (the replica identity).
     pub key: bool,
@@ -150,6 +154,15 @@ pub enum SchemaError {
         column: String,
         policy: &'static str,
     },
+    #[error(
+        "table {table}: column {column:?}: {reason}; change its entry in rename_columns or \
+         column_types ([table.\"{table}\"] in the config file, or the config table's row)"
+    )]
+    ColumnRule {
+        table: String,
+        column: String,
+        reason: String,
+    },
     #[error("metadata column names must be distinct and non-empty, got {names:?}")]
     BadMetaNames { names: Vec<String> },
     #[error(
@@ -184,6 +197,16 @@ impl DestTable {
         meta: &MetaColumns,
         values: &ValueRules,
     ) -> Result<DestTable, SchemaError> {
+        DestTable::with_rules(desc, meta, &DestRules::from(values.clone()))
+    }
+
+    /// [`DestTable::with_values`] with the table's column names
+    /// (`rename_columns`) and types (`column_types`) too.
+    pub fn with_rules(
+        desc: &RelationDesc,
+        meta: &MetaColumns,
+        rules: &DestRules,
+    ) -> Result<DestTable, SchemaError> {
         let table = format!("{}.{}", desc.schema, desc.name);
         let names = meta.names();
         let distinct: HashSet<&str> = names.iter().copied().collect();
@@ -199,25 +222,51 @@ impl DestTable {
             .filter(|(_, a)| !a.dropped)
             .collect();
         let key_names = key_columns(desc, &table, &live)?;
-        let mut columns = Vec::with_capacity(live.len());
+        let rule = |column: &str, reason: String| SchemaError::ColumnRule {
+            table: table.clone(),
+            column: column.to_owned(),
+            reason,
+        };
+        let mut columns: Vec<DestColumn> = Vec::with_capacity(live.len());
         for (position, attr) in live {
-            if distinct.contains(attr.name.as_str()) {
+            let name = rules.rename.get(&attr.name).unwrap_or(&attr.name).clone();
+            if name.is_empty() {
+                return Err(rule(
+                    &attr.name,
+                    "rename_columns gives it an empty name".into(),
+                ));
+            }
+            if distinct.contains(name.as_str()) {
                 return Err(SchemaError::MetaNameClash {
                     table,
-                    column: attr.name.clone(),
+                    column: name,
                 });
             }
-            let ch_type =
+            if let Some(other) = columns.iter().find(|c| c.name == name) {
+                return Err(rule(
+                    &attr.name,
+                    format!(
+                        "it would be named {name:?} in ClickHouse, as column {:?} is",
+                        other.source
+                    ),
+                ));
+            }
+            let mapped =
                 clickhouse_type(attr, &desc.types).map_err(|source| SchemaError::Unsupported {
                     table: table.clone(),
                     source,
                 })?;
             let key = key_names.contains(&attr.name);
+            let over = rules.types.get(&attr.name).copied();
+            let ch_type = match over {
+                None => mapped,
+                Some(o) => overridden(o, attr, key).map_err(|reason| rule(&attr.name, reason))?,
+            };
             // money maps to a Decimal that holds every amount.
             let out_of_range = if ch_type.has_limited_range()
                 && !crate::types::is_money(attr.type_oid, &desc.types)
             {
-                values.for_column(&attr.name)
+                rules.values.for_column(&attr.name)
             } else {
                 ValuePolicy::Stop
             };
@@ -230,6 +279,12 @@ impl DestTable {
                         policy: p.name(),
                     });
                 }
+                ValuePolicy::String if over.is_some() => {
+                    return Err(rule(
+                        &attr.name,
+                        "out_of_range = \"string\" would make it a String, against its column_types entry; drop one of the two".into(),
+                    ));
+                }
                 ValuePolicy::Stop | ValuePolicy::Clamp => ch_type,
                 ValuePolicy::String if attr.not_null => ChType::String,
                 ValuePolicy::String => ChType::nullable(ChType::String),
@@ -239,17 +294,24 @@ impl DestTable {
             };
             columns.push(DestColumn {
                 attnum: attr.attnum,
-                name: attr.name.clone(),
+                name,
+                source: attr.name.clone(),
                 ch_type,
                 key,
                 out_of_range,
                 position,
             });
         }
+        // The sorting key by the ClickHouse names.
+        let order_by = key_names
+            .iter()
+            .filter_map(|k| columns.iter().find(|c| &c.source == k))
+            .map(|c| c.name.clone())
+            .collect();
         Ok(DestTable {
             source: table,
             columns,
-            order_by: key_names,
+            order_by,
             meta: meta.clone(),
             attribute_count: desc.attributes.len(),
         })
@@ -284,11 +346,39 @@ impl DestTable {
                 _ => false,
             }
         }
+        let mut settings = Vec::new();
         if self.columns.iter().any(|c| has_time64(&c.ch_type)) {
-            vec![("enable_time_time64_type".into(), "1".into())]
+            settings.push(("enable_time_time64_type".into(), "1".into()));
+        }
+        if self.has_json() {
+            // Generally available from ClickHouse 25.3; experimental
+            // before (and the setting harmless after).
+            settings.push(("allow_experimental_json_type".into(), "1".into()));
+        }
+        settings
+    }
+
+    /// Whether a column is `JSON`, whose inserts read the document's text
+    /// ([`DestTable::insert_settings`]).
+    fn has_json(&self) -> bool {
+        self.columns
+            .iter()
+            .any(|c| c.ch_type.to_not_null() == ChType::Json)
+    }
+
+    /// Settings every insert of rows in this layout needs: a `JSON`
+    /// column's value is written as its text.
+    pub fn insert_settings(&self) -> Vec<(String, String)> {
+        if self.has_json() {
+            vec![("input_format_binary_read_json_as_string".into(), "1".into())]
         } else {
             Vec::new()
         }
+    }
+
+    /// The column the source names `source`.
+    pub fn column_of_source(&self, source: &str) -> Option<&DestColumn> {
+        self.columns.iter().find(|c| c.source == source)
     }
 
     /// Whether `order` may be the ClickHouse table's `ORDER BY`: the
@@ -402,6 +492,40 @@ fn same_type_name(a: &str, b: &str) -> bool {
     a.chars()
         .filter(|c| !c.is_whitespace())
         .eq(b.chars().filter(|c| !c.is_whitespace()))
+}
+
+/// The ClickHouse type `over` gives column `attr`, or why it cannot.
+fn overridden(over: TypeOverride, attr: &AttributeDesc, key: bool) -> Result<ChType, String> {
+    use crate::types::oid;
+    let nullable = |t: ChType| {
+        if attr.not_null {
+            t
+        } else {
+            ChType::nullable(t)
+        }
+    };
+    match over {
+        TypeOverride::String => Ok(nullable(ChType::String)),
+        TypeOverride::Json if key => Err(
+            "column_types = \"JSON\" cannot be a key column's: ClickHouse sorts by the key".into(),
+        ),
+        TypeOverride::Json if matches!(attr.type_oid, oid::JSON | oid::JSONB) => {
+            Ok(nullable(ChType::Json))
+        }
+        TypeOverride::Json => Err("column_types = \"JSON\" is for a json or jsonb column".into()),
+        // Floored, distinct keys could become one row.
+        TypeOverride::DateTime64(p) if key && p < 6 => Err(format!(
+            "column_types = \"DateTime64({p})\" on a key column would make distinct keys one"
+        )),
+        TypeOverride::DateTime64(p)
+            if matches!(attr.type_oid, oid::TIMESTAMP | oid::TIMESTAMPTZ) =>
+        {
+            Ok(nullable(ChType::DateTime64Utc(p)))
+        }
+        TypeOverride::DateTime64(_) => {
+            Err("column_types = \"DateTime64(p)\" is for a timestamp or timestamptz column".into())
+        }
+    }
 }
 
 fn key_columns(
@@ -622,6 +746,159 @@ pub(crate) mod tests {
 
     fn dest(desc: &RelationDesc) -> DestTable {
         DestTable::new(desc, &MetaColumns::default()).unwrap()
+    }
+
+    fn shaped(rename: &[(&str, &str)], types: &[(&str, TypeOverride)]) -> DestRules {
+        DestRules {
+            rename: rename
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+            types: types.iter().map(|(a, t)| (a.to_string(), *t)).collect(),
+            ..DestRules::default()
+        }
+    }
+
+    #[test]
+    fn renamed_columns_keep_their_source_and_key_by_their_new_names() {
+        let d = rel(
+            vec![
+                attr(1, "id", oid::INT4, true),
+                attr(2, "ts", oid::TIMESTAMPTZ, false),
+                attr(3, "v", oid::TEXT, false),
+            ],
+            &["id"],
+            "d",
+            vec![],
+        );
+        let m = MetaColumns::default();
+        let t = DestTable::with_rules(
+            &d,
+            &m,
+            &shaped(&[("id", "ident"), ("ts", "created_at")], &[]),
+        )
+        .unwrap();
+        let names: Vec<(&str, &str)> = t
+            .columns
+            .iter()
+            .map(|c| (c.source.as_str(), c.name.as_str()))
+            .collect();
+        assert_eq!(names, [("id", "ident"), ("ts", "created_at"), ("v", "v")]);
+        assert_eq!(t.order_by, ["ident"]);
+        assert_eq!(t.column_of_source("ts").unwrap().name, "created_at");
+        assert!(
+            t.create_table_sql("db", "t", &Default::default())
+                .contains("ORDER BY (`ident`)")
+        );
+        // Two columns cannot share a name, nor take a metadata column's.
+        let e = DestTable::with_rules(&d, &m, &shaped(&[("ts", "v")], &[])).unwrap_err();
+        assert!(matches!(e, SchemaError::ColumnRule { .. }), "{e}");
+        assert!(e.to_string().contains("as column \"ts\" is"), "{e}");
+        let e = DestTable::with_rules(&d, &m, &shaped(&[("v", "_lsn")], &[])).unwrap_err();
+        assert!(matches!(e, SchemaError::MetaNameClash { .. }), "{e}");
+        // Swapped names are fine.
+        let t = DestTable::with_rules(&d, &m, &shaped(&[("ts", "v"), ("v", "ts")], &[])).unwrap();
+        assert_eq!(t.column_of_source("v").unwrap().name, "ts");
+        // A source rename of a renamed column (the rule no longer names it)
+        // is a rename in ClickHouse.
+        let mut later = d.clone();
+        later.attributes[1].name = "ts2".into();
+        let rules = shaped(&[("ts", "created_at")], &[]);
+        let diff = SchemaDiff::between(
+            &DestTable::with_rules(&d, &m, &rules).unwrap(),
+            &DestTable::with_rules(&later, &m, &rules).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            diff.changes,
+            [SchemaChange::RenameColumn {
+                attnum: 2,
+                from: "created_at".into(),
+                to: "ts2".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn type_overrides_apply_where_they_fit() {
+        let d = rel(
+            vec![
+                attr(1, "id", oid::INT8, true),
+                attr(2, "doc", oid::JSONB, false),
+                attr(3, "ts", oid::TIMESTAMPTZ, true),
+                attr(4, "n", oid::NUMERIC, false),
+            ],
+            &["id"],
+            "d",
+            vec![],
+        );
+        let m = MetaColumns::default();
+        let t = DestTable::with_rules(
+            &d,
+            &m,
+            &shaped(
+                &[],
+                &[
+                    ("doc", TypeOverride::Json),
+                    ("ts", TypeOverride::DateTime64(3)),
+                    ("n", TypeOverride::String),
+                    ("id", TypeOverride::String),
+                ],
+            ),
+        )
+        .unwrap();
+        let types: Vec<String> = t.columns.iter().map(|c| c.ch_type.to_string()).collect();
+        assert_eq!(
+            types,
+            [
+                "String",
+                "Nullable(JSON)",
+                "DateTime64(3, 'UTC')",
+                "Nullable(String)"
+            ]
+        );
+        assert_eq!(
+            t.insert_settings(),
+            [(
+                "input_format_binary_read_json_as_string".to_string(),
+                "1".to_string()
+            )]
+        );
+        assert!(
+            t.query_settings()
+                .iter()
+                .any(|(k, _)| k == "allow_experimental_json_type")
+        );
+        assert!(DestTable::new(&d, &m).unwrap().insert_settings().is_empty());
+        let refused = |column: &str, over: TypeOverride, key: &[&str]| {
+            let d = rel(d.attributes.clone(), key, "d", vec![]);
+            let e = DestTable::with_rules(&d, &m, &shaped(&[], &[(column, over)])).unwrap_err();
+            assert!(matches!(e, SchemaError::ColumnRule { .. }), "{e}");
+            e.to_string()
+        };
+        assert!(refused("n", TypeOverride::Json, &["id"]).contains("json or jsonb"));
+        assert!(refused("doc", TypeOverride::DateTime64(3), &["id"]).contains("timestamp"));
+        assert!(refused("doc", TypeOverride::Json, &["doc"]).contains("key"));
+        assert!(refused("ts", TypeOverride::DateTime64(0), &["ts"]).contains("distinct keys"));
+        // A key keeps its microseconds under DateTime64(6).
+        let k = rel(d.attributes.clone(), &["ts"], "d", vec![]);
+        assert!(
+            DestTable::with_rules(&k, &m, &shaped(&[], &[("ts", TypeOverride::DateTime64(6))]))
+                .is_ok()
+        );
+        // out_of_range = "string" and a type override contradict.
+        let mut rules = shaped(&[], &[("ts", TypeOverride::DateTime64(3))]);
+        rules
+            .values
+            .columns
+            .insert("ts".into(), ValuePolicy::String);
+        let e = DestTable::with_rules(&d, &m, &rules).unwrap_err();
+        assert!(e.to_string().contains("drop one of the two"), "{e}");
+        // The policy applies to the type asked for.
+        let mut rules = shaped(&[], &[("doc", TypeOverride::Json)]);
+        rules.values.table = ValuePolicy::Null;
+        let t = DestTable::with_rules(&d, &m, &rules).unwrap();
+        assert_eq!(t.column("doc").unwrap().out_of_range, ValuePolicy::Null);
     }
 
     #[test]

@@ -94,8 +94,12 @@ pub enum ChType {
     Date32,
     /// `Time64(6)`.
     Time64,
-    /// `DateTime64(6, 'UTC')`.
-    DateTime64Utc,
+    /// `DateTime64(p, 'UTC')`, `p ≤ 6`: 6 by default, less where a column
+    /// asks for it (`column_types`; values are floored to the precision).
+    DateTime64Utc(u8),
+    /// `JSON`: a `json`/`jsonb` column that asks for it (`column_types`);
+    /// written as the document's text, which ClickHouse parses.
+    Json,
     Uuid,
     LowCardinality(Box<ChType>),
     Nullable(Box<ChType>),
@@ -146,14 +150,16 @@ impl ChType {
         }
     }
 
-    /// Array nesting depth (0 for a scalar).
     /// Whether some value of the PostgreSQL type mapped here has no
     /// ClickHouse value: `Decimal` (NaN, infinities), `Date32` and
-    /// `DateTime64` (infinities, years outside 1900–2299), also as a
-    /// nullable, array or low-cardinality element.
+    /// `DateTime64` (infinities, years outside 1900–2299), `JSON` (a
+    /// document that is not an object), also as a nullable, array or
+    /// low-cardinality element.
     pub fn has_limited_range(&self) -> bool {
         match self {
-            ChType::Decimal { .. } | ChType::Date32 | ChType::DateTime64Utc => true,
+            ChType::Decimal { .. } | ChType::Date32 | ChType::DateTime64Utc(_) | ChType::Json => {
+                true
+            }
             ChType::Nullable(i) | ChType::Array(i) | ChType::LowCardinality(i) => {
                 i.has_limited_range()
             }
@@ -194,6 +200,7 @@ impl ChType {
         }
     }
 
+    /// Array nesting depth (0 for a scalar).
     pub fn array_depth(&self) -> usize {
         match self {
             ChType::Array(inner) => 1 + inner.array_depth(),
@@ -219,7 +226,8 @@ impl fmt::Display for ChType {
             ChType::String => f.write_str("String"),
             ChType::Date32 => f.write_str("Date32"),
             ChType::Time64 => f.write_str("Time64(6)"),
-            ChType::DateTime64Utc => f.write_str("DateTime64(6, 'UTC')"),
+            ChType::DateTime64Utc(p) => write!(f, "DateTime64({p}, 'UTC')"),
+            ChType::Json => f.write_str("JSON"),
             ChType::Uuid => f.write_str("UUID"),
             ChType::LowCardinality(inner) => write!(f, "LowCardinality({inner})"),
             ChType::Nullable(inner) => write!(f, "Nullable({inner})"),
@@ -330,7 +338,7 @@ fn map_type(
         }
         oid::DATE => return scalar(C::Date32),
         oid::TIME => return scalar(C::Time64),
-        oid::TIMESTAMP | oid::TIMESTAMPTZ => return scalar(C::DateTime64Utc),
+        oid::TIMESTAMP | oid::TIMESTAMPTZ => return scalar(C::DateTime64Utc(6)),
         oid::UUID => return scalar(C::Uuid),
         oid::TIMETZ
         | oid::INTERVAL
@@ -487,7 +495,7 @@ mod tests {
             (dec(10, 2), dec(10, 2)),
             (dec(10, 2), dec(11, 4)),
             (dec(10, 2), dec(12, 1)),
-            (C::Date32, C::DateTime64Utc),
+            (C::Date32, C::DateTime64Utc(6)),
             (C::String, C::Int64),
             (C::Int32, C::Int32),
             (C::array(n(C::Int32)), n(C::Int64)),

@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use walshadow_config::{OutOfRange, TableConfig, UnsupportedColumns};
-use walshadow_emitter::{ColumnRules, ValuePolicy, ValueRules};
+use walshadow_emitter::{ColumnRules, TypeOverride, ValuePolicy, ValueRules};
 use walshadow_rows::{RowDecoder, Value};
 
 /// The column rules of the pinned tables that have any.
@@ -55,6 +55,8 @@ pub fn column_rules(tables: &BTreeMap<String, TableConfig>) -> HashMap<String, C
                         .map(|(c, p)| (c.clone(), policy(*p)))
                         .collect(),
                 },
+                rename: t.rename_columns.clone(),
+                types: t.column_types.clone(),
             };
             (key.clone(), rules)
         })
@@ -110,6 +112,12 @@ pub struct RowColumnRules {
     /// `out_of_range_columns`: column name to policy name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub out_of_range_columns: BTreeMap<String, String>,
+    /// `rename_columns`: source column name to ClickHouse column name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rename_columns: BTreeMap<String, String>,
+    /// `column_types`: column name to a [`TypeOverride::name`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub column_types: BTreeMap<String, String>,
 }
 
 impl RowColumnRules {
@@ -118,6 +126,8 @@ impl RowColumnRules {
             && !self.skip_unsupported
             && self.out_of_range.is_none()
             && self.out_of_range_columns.is_empty()
+            && self.rename_columns.is_empty()
+            && self.column_types.is_empty()
     }
 
     /// From the row's `out_of_range` text.
@@ -141,6 +151,29 @@ impl RowColumnRules {
                 .collect();
     }
 
+    /// From the row's `rename_columns` JSON, an object of names (the
+    /// config table's check); a value that is not a name is skipped.
+    pub fn set_rename_columns(&mut self, json: &str) {
+        self.rename_columns = serde_json::from_str::<BTreeMap<String, serde_json::Value>>(json)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(c, n)| Some((c, n.as_str()?.to_owned())))
+            .collect();
+    }
+
+    /// From the row's `column_types` JSON, an object of type names (the
+    /// config table's check); one walshadow does not know is skipped.
+    pub fn set_column_types(&mut self, json: &str) {
+        self.column_types = serde_json::from_str::<BTreeMap<String, serde_json::Value>>(json)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(c, t)| {
+                let t = TypeOverride::parse(t.as_str()?)?;
+                Some((c, t.name()))
+            })
+            .collect();
+    }
+
     /// The rules; a policy name the config table's checks would refuse
     /// (a row written before them) reads as `stop`.
     pub fn rules(&self) -> ColumnRules {
@@ -156,6 +189,12 @@ impl RowColumnRules {
                     .map(|(c, p)| (c.clone(), policy(p)))
                     .collect(),
             },
+            rename: self.rename_columns.clone(),
+            types: self
+                .column_types
+                .iter()
+                .filter_map(|(c, t)| Some((c.clone(), TypeOverride::parse(t)?)))
+                .collect(),
         }
     }
 }
@@ -193,6 +232,8 @@ pub fn config_row(decoder: &RowDecoder, values: &[Value]) -> Option<ConfigRow> {
             }
             ("out_of_range", Value::Text(t)) => columns.set_out_of_range(t),
             ("out_of_range_columns", Value::Jsonb(j)) => columns.set_out_of_range_columns(j),
+            ("rename_columns", Value::Jsonb(j)) => columns.set_rename_columns(j),
+            ("column_types", Value::Jsonb(j)) => columns.set_column_types(j),
             _ => {}
         }
     }

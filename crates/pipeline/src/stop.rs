@@ -127,7 +127,7 @@ impl StopKind {
                 "if it should stream, add a pattern for it to [source] config_table_allow (or pin it in the config file) and restart; otherwise delete its config table row"
             }
             StopKind::ColumnRules => {
-                "take the replica identity column out of exclude_columns in [table.\"SCHEMA.TABLE\"], or give it out_of_range \"string\" (not \"null\" or \"clamp\"), or list only the replica identity's columns in order_by and partition_by (or give the source table a key without it), and restart walshadow (an opted-in table: update its config table row), then run `walshadow table resync SCHEMA.TABLE`"
+                "change the rule the message names in [table.\"SCHEMA.TABLE\"] (exclude_columns, out_of_range, rename_columns, column_types, order_by, partition_by; a replica identity column can be neither left out nor NULL or clamped) and restart walshadow, or in an opted-in table's config table row; or give the source table another key; then run `walshadow table resync SCHEMA.TABLE`"
             }
         }
     }

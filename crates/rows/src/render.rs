@@ -91,7 +91,6 @@ impl Value {
                 }
             }
             Value::Array(a) => array::write_array(out, a),
-            // vector_out: shortest float4 text, as float4out writes it.
             Value::Hstore(pairs) => crate::hstore::write_text(out, pairs),
             // sparsevec_out: 1-based indices.
             Value::SparseVector {
@@ -109,6 +108,7 @@ impl Value {
                 }
                 let _ = write!(out, "}}/{dim}");
             }
+            // vector_out: shortest float4 text, as float4out writes it.
             Value::Vector(v) => {
                 out.push('[');
                 for (i, f) in v.iter().enumerate() {

@@ -6,6 +6,7 @@
 
 mod backoff;
 pub mod catalog;
+mod column_type;
 mod lsn;
 mod major;
 mod printable;
@@ -14,6 +15,7 @@ mod secret;
 pub mod table_key;
 
 pub use backoff::Backoff;
+pub use column_type::TypeOverride;
 pub use lsn::{Lsn, ParseLsnError};
 pub use major::{PgMajor, UnsupportedMajor};
 pub use printable::printable;

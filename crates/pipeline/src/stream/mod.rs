@@ -1150,7 +1150,8 @@ async fn config_rows_now(settings: &StreamSettings) -> Vec<ScopeChange> {
         // role (or a superuser's) is believed.
         "select schema_name, table_name, initial_load, to_jsonb(c)->>'destination', to_jsonb(c)->>'resync', \
          to_jsonb(c)->>'exclude_columns', to_jsonb(c)->>'unsupported_columns', \
-         to_jsonb(c)->>'out_of_range', to_jsonb(c)->>'out_of_range_columns' from {}.{} c \
+         to_jsonb(c)->>'out_of_range', to_jsonb(c)->>'out_of_range_columns', \
+         to_jsonb(c)->>'rename_columns', to_jsonb(c)->>'column_types' from {}.{} c \
          where replicate and exists (select 1 from pg_catalog.pg_class k join pg_catalog.pg_roles r on r.oid = k.relowner \
          where k.oid = c.tableoid and (r.rolname = current_user or r.rolsuper))",
         quote(&schema),
@@ -1194,6 +1195,12 @@ async fn config_rows_now(settings: &StreamSettings) -> Vec<ScopeChange> {
                         }
                         if let Some(j) = r.text(i, 8) {
                             columns.set_out_of_range_columns(j);
+                        }
+                        if let Some(j) = r.text(i, 9) {
+                            columns.set_rename_columns(j);
+                        }
+                        if let Some(j) = r.text(i, 10) {
+                            columns.set_column_types(j);
                         }
                         columns
                     },

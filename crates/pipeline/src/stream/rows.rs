@@ -386,7 +386,7 @@ impl Streamer {
             })?;
             let positions = decoder
                 .column_names()
-                .map(|n| dest.columns.iter().position(|col| col.name == n))
+                .map(|n| dest.columns.iter().position(|col| col.source == n))
                 .collect();
             table.decoders.insert(
                 desc.oid,

@@ -66,7 +66,7 @@ impl Streamer {
                 left_out,
                 unknown,
                 refused,
-                values,
+                dest: rules,
             } = masked;
             if let Some(why) = refused {
                 self.stop_table(&key, lsn, crate::stop::StopKind::ColumnRules, why);
@@ -91,7 +91,7 @@ impl Streamer {
                 .tables
                 .get(&key)
                 .and_then(|t| t.schema.clone());
-            let new = match DestTable::with_values(&desc, &self.settings.meta, &values) {
+            let new = match DestTable::with_rules(&desc, &self.settings.meta, &rules) {
                 Ok(d) => d,
                 // Created without a key, given one by a later transaction
                 // (a table made, then its primary key or replica identity
@@ -107,7 +107,10 @@ impl Streamer {
                     }
                     continue;
                 }
-                Err(e @ walshadow_emitter::SchemaError::KeyPolicy { .. }) => {
+                Err(
+                    e @ (walshadow_emitter::SchemaError::KeyPolicy { .. }
+                    | walshadow_emitter::SchemaError::ColumnRule { .. }),
+                ) => {
                     self.stop_table(&key, lsn, crate::stop::StopKind::ColumnRules, e.to_string());
                     continue;
                 }
@@ -151,7 +154,7 @@ impl Streamer {
                 }
                 Some(old_desc) => {
                     let old = match current.map_or_else(
-                        || DestTable::with_values(old_desc, &self.settings.meta, &values),
+                        || DestTable::with_rules(old_desc, &self.settings.meta, &rules),
                         Ok,
                     ) {
                         Ok(d) => d,
@@ -675,8 +678,11 @@ fn relabeled_columns(old: &RelationDesc, new: &RelationDesc, dest: &DestTable) -
             || (texts.contains(&bo) && texts.contains(&bn))
             || (bo == oid::TIMESTAMP
                 && bn == oid::TIMESTAMPTZ
-                && dest.column(column).is_some_and(|c| {
-                    c.ch_type.to_not_null() == walshadow_emitter::ChType::DateTime64Utc
+                && dest.column_of_source(column).is_some_and(|c| {
+                    matches!(
+                        c.ch_type.to_not_null(),
+                        walshadow_emitter::ChType::DateTime64Utc(_)
+                    )
                 }))
     };
     new.attributes
