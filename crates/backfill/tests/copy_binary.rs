@@ -379,6 +379,30 @@ async fn extensions(major: PgMajor) -> Result<()> {
 
 per_major!(async extensions => extension_types_match_server_and_heap: pg15, pg17, pg18);
 
+/// PostGIS (15: Debian's): COPY (`geometry_send`'s EWKB), the server's
+/// text and the heap decoder agree on every shape.
+async fn postgis(major: PgMajor) -> Result<()> {
+    let pg = Cluster::start(major, ClusterOptions::default().conf("autovacuum", "off"))?;
+    ensure!(
+        walshadow_testkit::all_types::has_postgis(&pg)?,
+        "PostGIS is not installed for {major}: scripts/setup installs postgresql-15-postgis-3"
+    );
+    pg.psql(walshadow_testkit::all_types::POSTGIS_SQL)?;
+    pg.checkpoint()?;
+    let desc = describe(&pg, "t_geo").await?;
+    let decoder = CopyDecoder::new(&desc)?;
+    let columns: Vec<String> = decoder.column_names().map(str::to_owned).collect();
+    let mut c = sql_session(&pg).await?;
+    let chunks = copy_table(&mut c, &decoder, "t_geo").await?;
+    let rows = decode(&desc, chunks.iter().map(|b| &b[..]))?;
+    ensure!(rows.len() == 24, "{} rows", rows.len());
+    let theirs = server_text(&pg, "t_geo", &columns)?;
+    assert_same_text("t_geo", &columns, &rows, Value::to_pg_text, &theirs)?;
+    same_rows("COPY vs heap", &rows, &heap_rows(&pg, &desc, "t_geo")?)
+}
+
+per_major!(async postgis => postgis_matches_server_and_heap: pg15);
+
 /// pgvector's `vector` (16 and 18 ship it here): COPY, the server's text
 /// and the heap decoder agree.
 async fn vectors(major: PgMajor) -> Result<()> {

@@ -1,5 +1,5 @@
 //! Column rules on PostgreSQL 15 and 18: a table with columns walshadow
-//! cannot decode (`tsquery`, a composite holding one, `tsquery[]`) streams once the
+//! cannot decode (`jsonpath`, a composite holding one, `jsonpath[]`) streams once the
 //! operator says so, through every path — a `copy` load, a `base_backup`
 //! walk and the WAL — with the same columns left out, and says which:
 //!
@@ -62,21 +62,22 @@ fn left_out(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(BIN, major, "columns", &[], CONFIG)?;
     h.source.psql(
         "create extension citext; create extension ltree; create extension hstore;
-         create table tagged (id int primary key, ci citext, lt ltree, hs hstore);
+         create table tagged (id int primary key, ci citext, lt ltree, hs hstore, ha hstore[]);
          insert into tagged select g, 'Name ' || g, ('top.n' || g)::ltree,
-           hstore(array['k' || g, 'n', 'q\"'], array['v' || g, null, ''])
+           hstore(array['k' || g, 'n', 'q\"'], array['v' || g, null, '']),
+           array[hstore('a', g::text), null, hstore('b', null)]
            from generate_series(1, 50) g;
-         create type pair as (a int, b tsquery);
-         create table shapes (id int primary key, p tsquery, note text, r tsquery[], secret text, n int);
-         insert into shapes select g, to_tsquery('simple', 'w' || g), 'note ' || g, array[to_tsquery('simple', 'r' || g)], 'pw' || g, g % 13
+         create type pair as (a int, b jsonpath);
+         create table shapes (id int primary key, p jsonpath, note text, r jsonpath[], secret text, n int);
+         insert into shapes select g, ('$.w' || g)::jsonpath, 'note ' || g, array[('$.r' || g)::jsonpath], 'pw' || g, g % 13
            from generate_series(1, 600) g;
          create table walked (id int primary key, c pair, v text);
-         insert into walked select g, row(g, 'x')::pair, 'v' || g from generate_series(1, 400) g;
+         insert into walked select g, row(g, '$.x')::pair, 'v' || g from generate_series(1, 400) g;
          delete from walked where id % 10 = 0;
          create table keyed (id int primary key, v text);
          insert into keyed values (1, 'a');
-         create table plain (id int primary key, p tsquery);
-         insert into plain values (1, 'a & b');",
+         create table plain (id int primary key, p jsonpath);
+         insert into plain values (1, '$.a');",
     )?;
     h.init()?;
     h.start_run()?;
@@ -86,16 +87,18 @@ fn left_out(major: PgMajor) -> Result<()> {
     // Then the WAL: updates of left-out columns only, of kept ones, deletes
     // and inserts.
     h.source.psql(
-        "update shapes set p = 'z', secret = 'changed' where id % 3 = 0;
-         update shapes set note = 'updated', r = '{a}'::tsquery[] where id % 5 = 0;
+        "update shapes set p = '$.z', secret = 'changed' where id % 3 = 0;
+         update shapes set note = 'updated', r = '{$.a}'::jsonpath[] where id % 5 = 0;
          delete from shapes where id % 7 = 0;
-         insert into shapes select g, 'late', 'late', null, 'x', g from generate_series(601, 700) g;
-         update walked set c = row(0, 'y')::pair, v = 'w' where id % 4 = 0;
+         insert into shapes select g, '$.late', 'late', null, 'x', g from generate_series(601, 700) g;
+         update walked set c = row(0, '$.y')::pair, v = 'w' where id % 4 = 0;
          insert into walked values (1000, null, 'new');
          delete from walked where id % 9 = 0;
          update tagged set ci = upper(ci::text), lt = lt || 'leaf' where id % 2 = 0;
          update tagged set hs = hs || hstore('added', 'x') - 'n'::text where id % 3 = 0;
          update tagged set hs = null where id = 5;
+         update tagged set ha = array[hstore('c', 'd')] where id % 5 = 0;
+         update tagged set ha = null where id = 6;
          alter table tagged add column hd hstore default hstore(array['z', 'n'], array['1', null]);
          update tagged set hd = hd || hstore('w', 'x') where id % 4 = 0;",
     )?;
@@ -125,7 +128,19 @@ fn left_out(major: PgMajor) -> Result<()> {
     h.assert_equal(
         "public.tagged",
         "tagged",
-        &[same("id"), same("ci"), same("lt"), pairs("hs"), pairs("hd")],
+        &[
+            same("id"),
+            same("ci"),
+            same("lt"),
+            pairs("hs"),
+            pairs("hd"),
+            // hstore[]: Array(Map(String, Nullable(String))), a NULL element {}.
+            col(
+                "coalesce(array_to_string(array(select coalesce((select string_agg(key || '=' || coalesce(value, '<null>'), ',' order by key) from each(e)), '') \
+                   from unnest(ha) with ordinality u(e, i) order by i), ';'), '')",
+                "arrayStringConcat(arrayMap(m -> arrayStringConcat(arraySort(arrayMap((k, v) -> concat(k, '=', ifNull(v, '<null>')), mapKeys(m), mapValues(m))), ','), ha), ';')",
+            ),
+        ],
     )?;
 
     let shapes = ch_columns(&h, "shapes")?;
@@ -153,7 +168,7 @@ fn left_out(major: PgMajor) -> Result<()> {
     ensure!(names == ["p", "r", "secret"], "status left_out: {shown}");
     ensure!(
         shown["secret"] == "exclude_columns"
-            && shown["p"].as_str().is_some_and(|w| w.contains("tsquery")),
+            && shown["p"].as_str().is_some_and(|w| w.contains("jsonpath")),
         "status left_out reasons: {shown}"
     );
     let row = h.table_state("public.walked")?;
@@ -171,8 +186,8 @@ fn left_out(major: PgMajor) -> Result<()> {
     // The config table's equivalent: an opt-in with rules, then the rules
     // changed by an UPDATE of its row, applied at that commit.
     h.source.psql(
-        "create table opted (id int primary key, r tsquery[], secret text, v text);
-         insert into opted select g, array[to_tsquery('simple', 'o' || g)], 's' || g, 'v' || g from generate_series(1, 200) g;
+        "create table opted (id int primary key, r jsonpath[], secret text, v text);
+         insert into opted select g, array[('$.o' || g)::jsonpath], 's' || g, 'v' || g from generate_series(1, 200) g;
          insert into walshadow.tables (schema_name, table_name, initial_load, exclude_columns, unsupported_columns)
            values ('public', 'opted', 'copy', '{secret}', 'skip');",
     )?;
@@ -190,7 +205,7 @@ fn left_out(major: PgMajor) -> Result<()> {
     h.stop_run()?;
     h.start_run()?;
     h.source
-        .psql("insert into opted values (900, '{x}'::tsquery[], 'after restart', 'r');")?;
+        .psql("insert into opted values (900, '{$.x}'::jsonpath[], 'after restart', 'r');")?;
     h.wait_caught_up(CATCH_UP)?;
     h.assert_equal("public.opted", "opted", &[same("id"), same("v")])?;
     ensure!(
@@ -261,8 +276,10 @@ fn vectors(major: PgMajor) -> Result<()> {
     )?;
     h.source.psql(
         "create extension vector;
-         create table emb (id int primary key, v vector(3), w vector);
-         insert into emb select g, format('[%s,%s,-1]', g, g * 0.5)::vector, null from generate_series(1, 100) g;",
+         create table emb (id int primary key, v vector(3), w vector, vs vector[]);
+         insert into emb select g, format('[%s,%s,-1]', g, g * 0.5)::vector, null,
+           case g % 3 when 0 then null when 1 then array['[1,2]'::vector, null, '[3]'] else '{}' end
+           from generate_series(1, 100) g;",
     )?;
     h.init()?;
     h.start_run()?;
@@ -270,7 +287,10 @@ fn vectors(major: PgMajor) -> Result<()> {
     h.source.psql(
         "update emb set v = '[0,0,0]', w = '[1.5,2.5]' where id % 3 = 0;
          insert into emb values (500, '[7,8,9]', (select array_agg(g * 0.25)::vector from generate_series(1, 1000) g));
-         delete from emb where id % 10 = 0;",
+         update emb set vs = array[null, '[0.5]'::vector] where id % 4 = 0;
+         delete from emb where id % 10 = 0;
+         alter table emb add column vd vector[] default array['[1,-1]'::vector];
+         update emb set vd = null where id % 7 = 0;",
     )?;
     h.wait_caught_up(CATCH_UP)?;
     let text = |c: &str| {
@@ -279,7 +299,25 @@ fn vectors(major: PgMajor) -> Result<()> {
             &format!("arrayStringConcat(arrayMap(x -> toString(x), {c}), ',')"),
         )
     };
-    let mut cols = vec![same("id"), text("v"), text("w")];
+    // Arrays of vectors: Array(Array(Float32)), a NULL element [].
+    let vectors = |c: &str| {
+        col(
+            &format!(
+                "coalesce(array_to_string(array(select '[' || coalesce(array_to_string(e::real[], ','), '') || ']' \
+                   from unnest({c}) with ordinality u(e, i) order by i), ';'), '')"
+            ),
+            &format!(
+                "arrayStringConcat(arrayMap(e -> concat('[', arrayStringConcat(arrayMap(x -> toString(x), e), ','), ']'), {c}), ';')"
+            ),
+        )
+    };
+    let mut cols = vec![
+        same("id"),
+        text("v"),
+        text("w"),
+        vectors("vs"),
+        vectors("vd"),
+    ];
     // halfvec came with pgvector 0.7 (pgserver's 16 has an older one).
     if h.source.has_type("halfvec")? {
         h.source.psql(
@@ -305,6 +343,10 @@ fn vectors(major: PgMajor) -> Result<()> {
         "SELECT type FROM system.columns WHERE database = 'app' AND table = 'emb' AND name = 'v'",
     )?;
     ensure!(ty.trim() == "Array(Float32)", "v is {ty}");
+    let ty = h.ch.query(
+        "SELECT type FROM system.columns WHERE database = 'app' AND table = 'emb' AND name = 'vs'",
+    )?;
+    ensure!(ty.trim() == "Array(Array(Float32))", "vs is {ty}");
     h.stop_run()?;
     Ok(())
 }
@@ -919,3 +961,102 @@ fn renamed_and_retyped(major: PgMajor) -> Result<()> {
 }
 
 per_major!(renamed_and_retyped => columns_renamed_and_retyped_stream_on_every_path: pg15, pg18);
+
+const GEO_CONFIG: &str = r#"
+[backfill]
+backup_checkpoint = "fast"
+
+[table."public.t_geo"]
+initial_load = "copy"
+
+[table."public.walked_geo"]
+initial_load = "base_backup"
+column_types = { gg = "String" }
+"#;
+
+/// PostGIS `geometry`, `geography` and `geometry[]` (15: Debian's
+/// PostGIS) through a `copy` load, a `base_backup` walk and the WAL: every
+/// shape PostGIS stores (curves, surfaces, TINs, empties, Z/M, SRIDs) lands
+/// as the ISO WKB `ST_AsBinary` gives, which ClickHouse's `readWKB*` reads;
+/// an added column's default too; `column_types = "String"` writes the
+/// server's text (hex EWKB) instead.
+fn postgis(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(BIN, major, "postgis", &[], GEO_CONFIG)?;
+    ensure!(
+        walshadow_testkit::all_types::has_postgis(&h.source)?,
+        "PostGIS is not installed for {major}: scripts/setup installs postgresql-15-postgis-3"
+    );
+    h.source.psql(walshadow_testkit::all_types::POSTGIS_SQL)?;
+    h.source.psql(
+        "alter table t_geo add primary key (id);
+         create table walked_geo as select * from t_geo;
+         alter table walked_geo add primary key (id);
+         delete from walked_geo where id % 5 = 0;",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    wait_loaded(&mut h, "public.t_geo")?;
+    wait_loaded(&mut h, "public.walked_geo")?;
+    h.source.psql(
+        "update t_geo set g = ST_Translate(g, 1, 1) where id in (6, 7, 8, 11, 23);
+         update t_geo set gg = 'SRID=4326;LINESTRING(-71 42, -70 43)' where id = 2;
+         update t_geo set ga = array['SRID=4326;POINT(9 9)'::geometry, null] where id = 3;
+         insert into t_geo values
+           (100, 'SRID=4326;MULTIPOLYGON(((0 0,1 0,1 1,0 0)))', 'POINT(10 20)', null),
+           (101, 'POINT EMPTY', null, array[null::geometry]);
+         delete from t_geo where id in (13, 20);
+         alter table t_geo add column home geometry default 'SRID=4326;POINT(5 5)';
+         update t_geo set home = 'POINT(6 6)' where id % 4 = 0;
+         update walked_geo set g = 'POINT(7 7)', gg = 'POINT(1 1)' where id % 3 = 0;
+         insert into walked_geo values (200, 'LINESTRING(1 1, 2 2)', 'POLYGON((0 0,1 0,1 1,0 0))', null);",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    let wkb = |c: &str| {
+        col(
+            &format!("encode(ST_AsBinary({c}), 'hex')"),
+            &format!("lower(hex({c}))"),
+        )
+    };
+    let wkb_array = |c: &str| {
+        col(
+            &format!(
+                "array_to_string(array(select coalesce(encode(ST_AsBinary(e), 'hex'), 'NULL') \
+                   from unnest({c}) with ordinality u(e, i) order by i), ',')"
+            ),
+            &format!("arrayStringConcat(arrayMap(x -> ifNull(lower(hex(x)), 'NULL'), {c}), ',')"),
+        )
+    };
+    let n = h.assert_equal(
+        "public.t_geo",
+        "t_geo",
+        &[
+            same("id"),
+            wkb("g"),
+            wkb("gg"),
+            wkb_array("ga"),
+            wkb("home"),
+        ],
+    )?;
+    ensure!(n == 24, "{n} rows of t_geo");
+    h.assert_equal(
+        "public.walked_geo",
+        "walked_geo",
+        &[same("id"), wkb("g"), col("gg::text", "gg"), wkb_array("ga")],
+    )?;
+    // ClickHouse reads the WKB.
+    let point = h.ch.query(
+        "SELECT readWKBPoint(g) FROM app.t_geo FINAL WHERE id = 1 AND _is_deleted = 0 FORMAT TSVRaw",
+    )?;
+    ensure!(point.trim() == "(1,2)", "readWKBPoint: {point}");
+    let types = ch_column_types(&h, "t_geo")?;
+    ensure!(
+        types
+            == "id\tInt32\ng\tNullable(String)\ngg\tNullable(String)\n\
+                ga\tArray(Nullable(String))\nhome\tNullable(String)\n",
+        "t_geo's columns: {types}"
+    );
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(postgis => postgis_shapes_stream_as_wkb_on_every_path: pg15);

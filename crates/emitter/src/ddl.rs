@@ -383,6 +383,12 @@ fn under_policy(value: &Value, policy: crate::columns::ValuePolicy) -> Value {
     }
 }
 
+/// `[1.5, -2.0]::Array(Float32)`.
+fn vector_literal(v: &[f32]) -> String {
+    let floats: Vec<String> = v.iter().map(|f| format!("{f:?}")).collect();
+    format!("[{}]::Array(Float32)", floats.join(", "))
+}
+
 /// A ClickHouse literal of type `ty` for `value` (for `DEFAULT`).
 pub fn literal(ty: &ChType, value: &Value) -> Result<String, EncodeErrorKind> {
     let mismatch = || EncodeErrorKind::Mismatch {
@@ -394,6 +400,26 @@ pub fn literal(ty: &ChType, value: &Value) -> Result<String, EncodeErrorKind> {
         (ChType::LowCardinality(inner), Value::Null) if inner.is_nullable() => "NULL".into(),
         (ChType::Array(_), Value::Null) => "[]".into(),
         (ChType::StringMap, Value::Null) => "map()::Map(String, Nullable(String))".into(),
+        (ChType::Vector, Value::Null) => "[]::Array(Float32)".into(),
+        (ChType::Vector, Value::Vector(v)) => vector_literal(v),
+        (
+            ChType::Vector,
+            Value::SparseVector {
+                dim,
+                indices,
+                values,
+            },
+        ) => {
+            // The encoder checks the indices and the size.
+            crate::rowbinary::encode_value(&mut Vec::new(), ty, value)?;
+            let mut dense = vec![0f32; *dim as usize];
+            for (&i, &x) in indices.iter().zip(values) {
+                if let Some(d) = dense.get_mut(i as usize) {
+                    *d = x;
+                }
+            }
+            vector_literal(&dense)
+        }
         (ChType::StringMap, Value::Hstore(pairs)) => {
             let mut args = Vec::with_capacity(2 * pairs.len());
             for (k, v) in pairs {
@@ -447,6 +473,10 @@ pub fn literal(ty: &ChType, value: &Value) -> Result<String, EncodeErrorKind> {
             )
         }
         (ChType::String, Value::Bytea(b)) => quote_bytes(b),
+        (ChType::Wkb, Value::Geometry(e)) => quote_bytes(
+            &walshadow_rows::geometry::ewkb_to_iso_wkb(e)
+                .map_err(|reason| EncodeErrorKind::BadGeometry { reason })?,
+        ),
         (ChType::String, v) => match text_of(v) {
             Some(t) => quote_string(&t),
             None => return Err(mismatch()),
@@ -717,6 +747,7 @@ mod tests {
                 element_type: oid::DATE,
                 dims: vec![(2, 1)],
                 elements: vec![Value::Date(i32::MAX), Value::Date(0)],
+                delimiter: ',',
             });
             let sql = add_column_sql("db", "t", t.column("ds").unwrap(), None, Some(&ds)).unwrap();
             assert!(sql.contains(want), "{policy:?}: {sql}");

@@ -125,6 +125,8 @@ pub enum EncodeErrorKind {
     MalformedArray { lens: Vec<i32>, elements: usize },
     #[error("NULL in a NOT NULL column")]
     NullInNotNull,
+    #[error("a geometry that cannot be written as WKB: {reason}")]
+    BadGeometry { reason: String },
     #[error("a {value} value cannot be written to a {ch_type} column")]
     Mismatch {
         ch_type: String,
@@ -310,6 +312,7 @@ pub(crate) fn variant_name(v: &Value) -> &'static str {
         Value::Vector(_) => "vector",
         Value::SparseVector { .. } => "sparsevec",
         Value::Hstore(_) => "hstore",
+        Value::Geometry(_) => "geometry",
         Value::Xml(_) => "xml",
         Value::Enum(_) => "enum",
         Value::Array(_) => "array",
@@ -371,7 +374,8 @@ fn encode_under(
         // ClickHouse has no nullable arrays: NULL is written as [].
         (ChType::Array(_), Value::Null) => out.push(0),
         (ChType::Array(_), Value::Array(a)) => encode_array(out, ty, a, on)?,
-        (ChType::Array(inner), Value::Vector(v)) if **inner == ChType::Float32 => {
+        (ChType::Vector, Value::Null) => out.push(0),
+        (ChType::Vector, Value::Vector(v)) => {
             write_leb128(out, v.len() as u64);
             for f in v {
                 out.extend_from_slice(&f.to_le_bytes());
@@ -394,13 +398,13 @@ fn encode_under(
         }
         // Dense in ClickHouse: zeros between the stored dimensions.
         (
-            ChType::Array(inner),
+            ChType::Vector,
             Value::SparseVector {
                 dim,
                 indices,
                 values,
             },
-        ) if **inner == ChType::Float32 => {
+        ) => {
             if *dim > MAX_DENSE_DIMENSIONS {
                 return Err(EncodeErrorKind::TooManyDimensions {
                     dimensions: *dim,
@@ -467,6 +471,11 @@ fn encode_under(
         | (ChType::String, Value::Xml(s))
         | (ChType::String, Value::Enum(s)) => write_bytes(out, s.as_bytes()),
         (ChType::String, Value::Bytea(b)) => write_bytes(out, b),
+        (ChType::Wkb, Value::Geometry(e)) => {
+            let wkb = walshadow_rows::geometry::ewkb_to_iso_wkb(e)
+                .map_err(|reason| EncodeErrorKind::BadGeometry { reason })?;
+            write_bytes(out, &wkb);
+        }
         (ChType::String, other) => match pg_text::pg_text(other) {
             Some(text) => write_bytes(out, text.as_bytes()),
             None => return Err(mismatch()),
@@ -658,9 +667,13 @@ fn write_default(out: &mut Vec<u8>, ty: &ChType) {
     match ty {
         ChType::Nullable(_) => out.push(1),
         ChType::LowCardinality(inner) => write_default(out, inner),
-        ChType::Bool | ChType::UInt8 | ChType::String | ChType::Array(_) | ChType::StringMap => {
-            out.push(0)
-        }
+        ChType::Bool
+        | ChType::UInt8
+        | ChType::String
+        | ChType::Array(_)
+        | ChType::StringMap
+        | ChType::Vector
+        | ChType::Wkb => out.push(0),
         ChType::Int16 => zeros(out, 2),
         ChType::Int32 | ChType::UInt32 | ChType::Float32 | ChType::Date32 => zeros(out, 4),
         ChType::Int64
@@ -893,6 +906,7 @@ mod tests {
             element_type: oid::INT4,
             dims: dims.iter().map(|&l| (l, 1)).collect(),
             elements,
+            delimiter: ',',
         })
     }
 
@@ -957,8 +971,40 @@ mod tests {
     }
 
     #[test]
+    fn arrays_of_vectors_and_hstores_write_a_null_element_empty() {
+        let ty = ChType::array(ChType::Vector);
+        assert_eq!(ty.to_string(), "Array(Array(Float32))");
+        assert_eq!(
+            ty.array_depth(),
+            1,
+            "a vector is not a PostgreSQL dimension"
+        );
+        let v = arr_of(vec![Value::Vector(vec![1.5]), Value::Null]);
+        let mut want = vec![2, 1];
+        want.extend_from_slice(&1.5f32.to_le_bytes());
+        want.push(0);
+        assert_eq!(enc(&ty, &v), want);
+        let ty = ChType::array(ChType::StringMap);
+        let h = arr_of(vec![Value::Null, Value::Hstore(vec![("k".into(), None)])]);
+        assert_eq!(enc(&ty, &h), [2, 0, 1, 1, b'k', 1]);
+        assert_eq!(
+            crate::ddl::literal(&ChType::Vector, &Value::Vector(vec![1.5, -2.0])).unwrap(),
+            "[1.5, -2.0]::Array(Float32)"
+        );
+        let sparse = Value::SparseVector {
+            dim: 3,
+            indices: vec![1],
+            values: vec![4.0],
+        };
+        assert_eq!(
+            crate::ddl::literal(&ChType::Vector, &sparse).unwrap(),
+            "[0.0, 4.0, 0.0]::Array(Float32)"
+        );
+    }
+
+    #[test]
     fn sparse_vectors_are_written_dense() {
-        let ty = ChType::array(ChType::Float32);
+        let ty = ChType::Vector;
         let sparse = |dim, indices: Vec<u32>, values: Vec<f32>| Value::SparseVector {
             dim,
             indices,

@@ -1062,7 +1062,7 @@ pub(crate) mod tests {
             Err(SchemaError::MetaNameClash { .. })
         ));
 
-        let d = rel(vec![attr(1, "p", 3615, true)], &["p"], "d", vec![]);
+        let d = rel(vec![attr(1, "p", 4072, true)], &["p"], "d", vec![]);
         let e = DestTable::new(&d, &MetaColumns::default()).unwrap_err();
         assert!(
             e.to_string().contains("public.t") && e.to_string().contains("\"p\""),

@@ -29,12 +29,13 @@
 //! | `point`, `line`, `lseg`, `box`, `path`, `polygon`, `circle`, `pg_lsn` | `String` | PostgreSQL's text (`geo_ops.c`'s forms, `%X/%X`) |
 //! | `pg_snapshot`, `txid_snapshot`, `int2vector`, `oidvector` | `String` | PostgreSQL's text (`xmin:xmax:xip,…`; elements space-separated) |
 //! | `citext`, `ltree` (by extension and name, see `TypeDesc::is_extension_type`) | `String` | the text |
-//! | `vector`, `halfvec`, `sparsevec` (pgvector, by extension and name) | `Array(Float32)` | never `Nullable` (a NULL vector is `[]`); `sparsevec` dense, zeros between its dimensions, refused past 2^20 dimensions; an array of vectors is refused |
-//! | `tsvector` | `String` | `tsvectorout`'s text |
+//! | `vector`, `halfvec`, `sparsevec` (pgvector, by extension and name) | `Array(Float32)` | never `Nullable` (a NULL vector is `[]`); `sparsevec` dense, zeros between its dimensions, refused past 2^20 dimensions; an array of vectors is `Array(Array(Float32))`, a NULL element `[]` |
+//! | `tsvector`, `tsquery` | `String` | `tsvectorout`'s, `tsqueryout`'s text |
+//! | `geometry`, `geography` (PostGIS, by extension and name) | `String` | ISO WKB as `ST_AsBinary` writes it (Z and M kept, the SRID not); `column_types = "String"` writes `geometry_out`'s hex EWKB instead |
 //! | range (over a subtype the row decoder reads) | `String` | `range_out`'s text, `timestamptz` bounds in UTC |
 //! | multirange (of such a range) | `String` | `multirange_out`'s text |
 //! | composite (of fields the row decoder reads) | `String` | `record_out`'s text |
-//! | `hstore` (by extension and name) | `Map(String, Nullable(String))` | never `Nullable` (a NULL hstore is `{}`); pairs in stored order |
+//! | `hstore` (by extension and name) | `Map(String, Nullable(String))` | never `Nullable` (a NULL hstore is `{}`); pairs in stored order; an array of hstores is `Array(Map(…))`, a NULL element `{}` |
 //! | enum | `LowCardinality(String)` | the label |
 //! | domain | its base type's mapping (with the domain's typmod) | |
 //! | `T[]` | `Array(Nullable(T'))` nested `max(attndims, 1)` deep | see below |
@@ -107,6 +108,13 @@ pub enum ChType {
     /// `Map(String, Nullable(String))` (an `hstore`; never `Nullable`:
     /// NULL is `{}`).
     StringMap,
+    /// `String` holding a PostGIS value as ISO WKB (`ST_AsBinary`'s bytes;
+    /// the SRID is not kept).
+    Wkb,
+    /// `Array(Float32)` holding one pgvector value (never `Nullable`: NULL
+    /// is `[]`); its own type, not an array level, so an array of vectors
+    /// is `Array(Array(Float32))` with one PostgreSQL dimension.
+    Vector,
 }
 
 impl ChType {
@@ -135,7 +143,9 @@ impl ChType {
     /// are since ClickHouse has no nullable array.
     pub fn to_nullable(&self) -> ChType {
         match self {
-            ChType::Nullable(_) | ChType::Array(_) | ChType::StringMap => self.clone(),
+            ChType::Nullable(_) | ChType::Array(_) | ChType::StringMap | ChType::Vector => {
+                self.clone()
+            }
             ChType::LowCardinality(inner) => ChType::low_cardinality(inner.to_nullable()),
             other => ChType::nullable(other.clone()),
         }
@@ -233,6 +243,8 @@ impl fmt::Display for ChType {
             ChType::Nullable(inner) => write!(f, "Nullable({inner})"),
             ChType::Array(inner) => write!(f, "Array({inner})"),
             ChType::StringMap => f.write_str("Map(String, Nullable(String))"),
+            ChType::Vector => f.write_str("Array(Float32)"),
+            ChType::Wkb => f.write_str("String"),
         }
     }
 }
@@ -282,26 +294,20 @@ pub fn clickhouse_type(
         Mapped::Enum if attr.not_null => ChType::low_cardinality(ChType::String),
         Mapped::Enum => ChType::low_cardinality(ChType::nullable(ChType::String)),
         Mapped::Array { element, typmod } => {
-            let mut t = match map_type(element, typmod, types, 0)
-                .map_err(|(o, r)| unsupported(o, r))?
-            {
-                Mapped::Scalar(t) => ChType::nullable(t),
-                Mapped::Enum => ChType::low_cardinality(ChType::nullable(ChType::String)),
-                Mapped::Array { .. } => {
-                    return Err(unsupported(
+            let mut t =
+                match map_type(element, typmod, types, 0).map_err(|(o, r)| unsupported(o, r))? {
+                    Mapped::Scalar(t) => ChType::nullable(t),
+                    Mapped::Enum => ChType::low_cardinality(ChType::nullable(ChType::String)),
+                    Mapped::Array { .. } => {
+                        return Err(unsupported(
                         element,
                         "an array whose elements are themselves arrays (a domain over an array)"
                             .into(),
                     ));
-                }
-                Mapped::Plain(_) => {
-                    return Err(unsupported(
-                            element,
-                            "an array of vectors or hstores (ClickHouse has no NULL for their elements)"
-                                .into(),
-                        ));
-                }
-            };
+                    }
+                    // A NULL element is [] or {}, as a NULL value is.
+                    Mapped::Plain(t) => t,
+                };
             for _ in 0..attr.ndims.max(1) {
                 t = ChType::array(t);
             }
@@ -360,6 +366,7 @@ fn map_type(
         | oid::CIRCLE
         | oid::PG_LSN
         | oid::TSVECTOR
+        | oid::TSQUERY
         | oid::PG_SNAPSHOT
         | oid::TXID_SNAPSHOT
         | oid::INT2VECTOR
@@ -375,6 +382,9 @@ fn map_type(
     if t.is_extension_type("citext", "citext") || t.is_extension_type("ltree", "ltree") {
         return Ok(Mapped::Scalar(ChType::String));
     }
+    if t.is_extension_type("postgis", "geometry") || t.is_extension_type("postgis", "geography") {
+        return Ok(Mapped::Scalar(ChType::Wkb));
+    }
     if t.is_extension_type("hstore", "hstore") {
         // ClickHouse has no Nullable(Map): a NULL hstore is {}.
         return Ok(Mapped::Plain(ChType::StringMap));
@@ -384,7 +394,7 @@ fn map_type(
         || t.is_extension_type("vector", "sparsevec")
     {
         // ClickHouse has no Nullable(Array): a NULL vector is [].
-        return Ok(Mapped::Plain(ChType::array(ChType::Float32)));
+        return Ok(Mapped::Plain(ChType::Vector));
     }
     match t.typtype.as_str() {
         "d" => {
@@ -597,11 +607,11 @@ mod tests {
 
     #[test]
     fn unsupported_names_column() {
-        let mut tsq = type_desc(3615, "tsquery", "b", "U");
-        tsq.schema = "pg_catalog".into();
-        let err = clickhouse_type(&attr("where", 3615, -1, true), &[tsq]).unwrap_err();
+        let mut jp = type_desc(4072, "jsonpath", "b", "U");
+        jp.schema = "pg_catalog".into();
+        let err = clickhouse_type(&attr("where", 4072, -1, true), &[jp]).unwrap_err();
         assert_eq!(err.column, "where");
-        assert!(err.to_string().contains("pg_catalog.tsquery"), "{err}");
+        assert!(err.to_string().contains("pg_catalog.jsonpath"), "{err}");
         let err = clickhouse_type(&attr("x", 99999, -1, true), &[]).unwrap_err();
         assert!(err.to_string().contains("OID 99999"), "{err}");
     }

@@ -655,6 +655,7 @@ async fn added_column_defaults_are_exact_literals() {
                 element_type: INT4,
                 dims: vec![(2, 1)],
                 elements: vec![Value::Int32(5), Value::Null],
+                delimiter: ',',
             }),
             "[5,NULL]",
         ),

@@ -92,6 +92,7 @@ fn int_array(dims: &[i32], elements: Vec<Value>) -> Value {
         element_type: INT4,
         dims: dims.iter().map(|&l| (l, 1)).collect(),
         elements,
+        delimiter: ',',
     })
 }
 
@@ -100,6 +101,7 @@ fn text_array(dims: &[i32], elements: Vec<Value>) -> Value {
         element_type: TEXT,
         dims: dims.iter().map(|&l| (l, 1)).collect(),
         elements,
+        delimiter: ',',
     })
 }
 
@@ -614,6 +616,7 @@ fn columns() -> Vec<Col> {
                         element_type: MOOD,
                         dims: vec![(2, 1)],
                         elements: vec![V::Enum("sad".into()), V::Null],
+                        delimiter: ',',
                     }),
                     Some("['sad',NULL]"),
                 ),
@@ -623,6 +626,7 @@ fn columns() -> Vec<Col> {
                         element_type: MOOD,
                         dims: vec![(1, 0)],
                         elements: vec![V::Enum("happy".into())],
+                        delimiter: ',',
                     }),
                     Some("['happy']"),
                 ),

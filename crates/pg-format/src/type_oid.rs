@@ -47,4 +47,5 @@ pub const OIDVECTOR: Oid = 30;
 pub const TXID_SNAPSHOT: Oid = 2970;
 pub const PG_SNAPSHOT: Oid = 5038;
 pub const TSVECTOR: Oid = 3614;
+pub const TSQUERY: Oid = 3615;
 pub const JSONB: Oid = 3802;

@@ -41,6 +41,7 @@ pub(crate) fn decode(
         element_type: ak.element_oid,
         dims: Vec::new(),
         elements: Vec::new(),
+        delimiter: ak.element.array_delimiter(),
     };
     // Positions below are array offsets (header included); `at` maps one
     // to an index into `p`.
@@ -109,6 +110,7 @@ pub(crate) fn decode(
         element_type: ak.element_oid,
         dims,
         elements,
+        delimiter: ak.element.array_delimiter(),
     })
 }
 
@@ -124,7 +126,7 @@ fn is_space(c: char) -> bool {
 
 /// Appends one element as `array_out` does: quoted when empty, `NULL`
 /// spelled any way, or holding `"`, `\`, braces, the delimiter or space.
-fn write_element(out: &mut String, v: &Value) {
+fn write_element(out: &mut String, v: &Value, delimiter: char) {
     let Some(text) = v.to_pg_text() else {
         out.push_str("NULL");
         return;
@@ -133,7 +135,7 @@ fn write_element(out: &mut String, v: &Value) {
         || text.eq_ignore_ascii_case("NULL")
         || text
             .chars()
-            .any(|c| matches!(c, '"' | '\\' | '{' | '}' | ',') || is_space(c));
+            .any(|c| matches!(c, '"' | '\\' | '{' | '}') || c == delimiter || is_space(c));
     if !needs_quotes {
         out.push_str(&text);
         return;
@@ -163,9 +165,9 @@ pub(crate) fn write_array(out: &mut String, a: &ArrayValue) {
         out.push('{');
         for (i, v) in a.elements.iter().enumerate() {
             if i > 0 {
-                out.push(',');
+                out.push(a.delimiter);
             }
-            write_element(out, v);
+            write_element(out, v, a.delimiter);
         }
         out.push('}');
         return;
@@ -187,11 +189,11 @@ fn write_level(out: &mut String, a: &ArrayValue, depth: usize, next: &mut usize)
     out.push('{');
     for i in 0..usize::try_from(*len).unwrap_or(0) {
         if i > 0 {
-            out.push(',');
+            out.push(a.delimiter);
         }
         if depth + 1 == a.dims.len() {
             match a.elements.get(*next) {
-                Some(v) => write_element(out, v),
+                Some(v) => write_element(out, v, a.delimiter),
                 None => out.push_str("NULL"),
             }
             *next += 1;
@@ -212,7 +214,7 @@ pub(crate) struct Literal {
 
 /// Parses `array_out`'s output (and the common input forms: optional
 /// `[lb:ub]` decoration, spaces around elements).
-pub(crate) fn parse_literal(s: &str) -> Result<Literal, String> {
+pub(crate) fn parse_literal(s: &str, delimiter: char) -> Result<Literal, String> {
     let bad = |why: &str| format!("{s:?} is not an array literal: {why}");
     let mut rest = s.trim_start_matches(is_space);
     let mut bounds: Vec<(i32, i32)> = Vec::new();
@@ -274,9 +276,9 @@ pub(crate) fn parse_literal(s: &str) -> Result<Literal, String> {
                     break;
                 }
             }
-            ',' => {
+            c if c == delimiter => {
                 if expect_item || open.is_empty() {
-                    return Err(bad("misplaced ,"));
+                    return Err(bad("misplaced delimiter"));
                 }
                 expect_item = true;
             }
@@ -324,7 +326,8 @@ pub(crate) fn parse_literal(s: &str) -> Result<Literal, String> {
                         }
                     }
                     match chars.peek() {
-                        Some(',') | Some('}') | None => break,
+                        Some(&d) if d == delimiter || d == '}' => break,
+                        None => break,
                         Some(_) => c = chars.next().unwrap_or(' '),
                     }
                 }
@@ -478,7 +481,7 @@ mod tests {
 
     #[test]
     fn literals() {
-        let l = parse_literal(r#"{"a b",NULL,"NULL","",  x\,y  ,"q\"\\"}"#).unwrap();
+        let l = parse_literal(r#"{"a b",NULL,"NULL","",  x\,y  ,"q\"\\"}"#, ',').unwrap();
         assert_eq!(l.dims, vec![(6, 1)]);
         assert_eq!(
             l.elements,
@@ -491,9 +494,9 @@ mod tests {
                 Some("q\"\\".into())
             ]
         );
-        let l = parse_literal("[0:1][2:3]={{1,2},{3,4}}").unwrap();
+        let l = parse_literal("[0:1][2:3]={{1,2},{3,4}}", ',').unwrap();
         assert_eq!(l.dims, vec![(2, 0), (2, 2)]);
-        assert_eq!(parse_literal("{}").unwrap().dims, vec![]);
+        assert_eq!(parse_literal("{}", ',').unwrap().dims, vec![]);
         for bad in [
             "{1,2",
             "{1,,2}",
@@ -505,7 +508,7 @@ mod tests {
             "{\"a}",
             "{1,}",
         ] {
-            assert!(parse_literal(bad).is_err(), "{bad}");
+            assert!(parse_literal(bad, ',').is_err(), "{bad}");
         }
     }
 
@@ -522,10 +525,11 @@ mod tests {
                 Value::Text("x y".into()),
                 Value::Null,
             ],
+            delimiter: ',',
         };
         let s = text(&a);
         assert_eq!(s, r#"{plain,"","null","a\"b\\c","x y",NULL}"#);
-        let l = parse_literal(&s).unwrap();
+        let l = parse_literal(&s, ',').unwrap();
         assert_eq!(l.elements.len(), 6);
         assert_eq!(l.elements[3].as_deref(), Some("a\"b\\c"));
     }

@@ -147,6 +147,8 @@ fn decode_fixed(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         | Kind::Composite(_)
         | Kind::Ltree
         | Kind::TsVector
+        | Kind::TsQuery
+        | Kind::Geometry
         | Kind::Snapshot
         | Kind::SpaceVector(_)
         | Kind::Vector
@@ -213,6 +215,12 @@ fn decode_body(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
         Kind::Ltree => Value::Text(crate::extension::ltree_stored(b)?),
         Kind::TsVector => {
             Value::Text(crate::tsvector::stored_text(b).map_err(|e| DatumError::bad(name, e))?)
+        }
+        Kind::TsQuery => {
+            Value::Text(crate::tsquery::stored_text(b).map_err(|e| DatumError::bad(name, e))?)
+        }
+        Kind::Geometry => {
+            Value::Geometry(crate::geometry::stored_ewkb(b).map_err(|e| DatumError::bad(name, e))?)
         }
         Kind::Vector => {
             Value::Vector(crate::extension::vector(b, false).map_err(|e| DatumError::bad(name, e))?)
@@ -295,6 +303,8 @@ mod tests {
             Kind::Geometric(crate::geometric::Geometric::Path),
             Kind::Geometric(crate::geometric::Geometric::Polygon),
             Kind::Geometric(crate::geometric::Geometric::Box),
+            Kind::TsVector,
+            Kind::TsQuery,
             array_of(Kind::Int4, 4, Align::Int),
             array_of(Kind::Numeric, -1, Align::Int),
             array_of(Kind::Jsonb, -1, Align::Int),

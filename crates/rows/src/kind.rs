@@ -123,7 +123,10 @@ pub enum Kind {
     /// point, line, lseg, box, path, polygon, circle.
     Geometric(Geometric),
     PgLsn,
+    /// PostGIS `geometry` and `geography` (by their extension).
+    Geometry,
     TsVector,
+    TsQuery,
     /// `pg_snapshot`, `txid_snapshot`: `xmin:xmax:xip,…`.
     Snapshot,
     /// `int2vector`, `oidvector`: a one-dimensional array (lower bound 0)
@@ -151,6 +154,16 @@ pub enum Kind {
 
 impl Kind {
     /// The name used in error messages.
+    /// The type's `typdelim`: what separates its elements in an array's
+    /// text.
+    pub fn array_delimiter(&self) -> char {
+        match self {
+            Kind::Geometric(crate::geometric::Geometric::Box) => ';',
+            Kind::Geometry => ':',
+            _ => ',',
+        }
+    }
+
     pub fn type_name(&self) -> &'static str {
         match self {
             Kind::Bool => "boolean",
@@ -188,6 +201,8 @@ impl Kind {
             Kind::Composite(_) => "record",
             Kind::Ltree => "ltree",
             Kind::TsVector => "tsvector",
+            Kind::Geometry => "geometry",
+            Kind::TsQuery => "tsquery",
             Kind::Snapshot => "pg_snapshot",
             Kind::SpaceVector(ak) if ak.element_oid == walshadow_pg_format::type_oid::OID => {
                 "oidvector"
@@ -248,6 +263,7 @@ fn builtin(type_oid: Oid) -> Option<(Kind, Storage)> {
         oid::CIRCLE => geometric(Geometric::Circle),
         oid::PG_LSN => (Kind::PgLsn, s(8, Double)),
         oid::TSVECTOR => (Kind::TsVector, s(-1, Int)),
+        oid::TSQUERY => (Kind::TsQuery, s(-1, Int)),
         oid::PG_SNAPSHOT | oid::TXID_SNAPSHOT => (Kind::Snapshot, s(-1, Double)),
         oid::INT2VECTOR => (
             Kind::SpaceVector(Box::new(ArrayKind {
@@ -360,6 +376,10 @@ impl<'a> TypeMap<'a> {
         }
         if t.is_extension_type("hstore", "hstore") {
             return Ok((Kind::Hstore, storage));
+        }
+        if t.is_extension_type("postgis", "geometry") || t.is_extension_type("postgis", "geography")
+        {
+            return Ok((Kind::Geometry, storage));
         }
         match t.typtype.as_str() {
             "d" => {
@@ -520,6 +540,8 @@ pub(crate) fn fixed_len(kind: &Kind) -> Option<i16> {
         | Kind::Composite(_)
         | Kind::Ltree
         | Kind::TsVector
+        | Kind::TsQuery
+        | Kind::Geometry
         | Kind::Snapshot
         | Kind::SpaceVector(_)
         | Kind::Vector

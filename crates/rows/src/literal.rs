@@ -19,7 +19,7 @@ use crate::value::{ArrayValue, Value};
 
 /// The value of a column's `attmissingval` text.
 pub(crate) fn parse_missing(kind: &Kind, text: &str) -> Result<Value, String> {
-    let lit = array::parse_literal(text)?;
+    let lit = array::parse_literal(text, kind.array_delimiter())?;
     match lit.elements.as_slice() {
         [Some(one)] => parse_value(kind, one),
         [None] => Ok(Value::Null),
@@ -32,6 +32,19 @@ pub(crate) fn parse_missing(kind: &Kind, text: &str) -> Result<Value, String> {
 
 fn int<T: std::str::FromStr>(s: &str, what: &str) -> Result<T, String> {
     s.parse().map_err(|_| format!("{s:?} is not {what}"))
+}
+
+/// The bytes of hex digits `hex` (of `s`, for messages).
+fn unhex(hex: &str, s: &str) -> Result<Vec<u8>, String> {
+    if !hex.len().is_multiple_of(2) {
+        return Err(format!("{s:?} has an odd number of hex digits"));
+    }
+    let mut out = Vec::with_capacity(hex.len() / 2);
+    for pair in hex.as_bytes().chunks(2) {
+        let p = std::str::from_utf8(pair).map_err(|_| format!("{s:?} is not hex"))?;
+        out.push(u8::from_str_radix(p, 16).map_err(|_| format!("{s:?} is not hex"))?);
+    }
+    Ok(out)
 }
 
 /// One value in its type's output form.
@@ -63,6 +76,7 @@ pub(crate) fn parse_value(kind: &Kind, s: &str) -> Result<Value, String> {
         | Kind::Composite(_)
         | Kind::Ltree
         | Kind::TsVector
+        | Kind::TsQuery
         | Kind::Snapshot
         | Kind::SpaceVector(_) => Value::Text(s.to_owned()),
         Kind::Vector | Kind::HalfVec => Value::Vector(crate::extension::parse_vector(s)?),
@@ -85,16 +99,10 @@ pub(crate) fn parse_value(kind: &Kind, s: &str) -> Result<Value, String> {
             let hex = s
                 .strip_prefix("\\x")
                 .ok_or_else(|| format!("{s:?} is not hex bytea"))?;
-            if hex.len() % 2 != 0 {
-                return Err(format!("{s:?} has an odd number of hex digits"));
-            }
-            let mut out = Vec::with_capacity(hex.len() / 2);
-            for pair in hex.as_bytes().chunks(2) {
-                let p = std::str::from_utf8(pair).map_err(|_| format!("{s:?} is not hex"))?;
-                out.push(u8::from_str_radix(p, 16).map_err(|_| format!("{s:?} is not hex"))?);
-            }
-            Value::Bytea(out)
+            Value::Bytea(unhex(hex, s)?)
         }
+        // geometry_out: hex EWKB.
+        Kind::Geometry => Value::Geometry(crate::geometry::sent_ewkb(&unhex(s, s)?)?),
         Kind::Date => Value::Date(datetime::parse_date(s)?),
         Kind::Time => Value::Time(datetime::parse_time(s)?),
         Kind::TimeTz => {
@@ -149,7 +157,7 @@ pub(crate) fn parse_value(kind: &Kind, s: &str) -> Result<Value, String> {
             Value::Bits { len, bytes }
         }
         Kind::Array(ak) => {
-            let lit = array::parse_literal(s)?;
+            let lit = array::parse_literal(s, ak.element.array_delimiter())?;
             let elements = lit
                 .elements
                 .iter()
@@ -162,6 +170,7 @@ pub(crate) fn parse_value(kind: &Kind, s: &str) -> Result<Value, String> {
                 element_type: ak.element_oid,
                 dims: lit.dims,
                 elements,
+                delimiter: ak.element.array_delimiter(),
             })
         }
     })

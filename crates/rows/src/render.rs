@@ -91,6 +91,13 @@ impl Value {
                 }
             }
             Value::Array(a) => array::write_array(out, a),
+            // geometry_out: the EWKB in upper-case hex.
+            Value::Geometry(e) => {
+                out.reserve(2 * e.len());
+                for byte in e {
+                    let _ = write!(out, "{byte:02X}");
+                }
+            }
             Value::Hstore(pairs) => crate::hstore::write_text(out, pairs),
             // sparsevec_out: 1-based indices.
             Value::SparseVector {

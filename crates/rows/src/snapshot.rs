@@ -110,12 +110,14 @@ mod tests {
             element_type: 21,
             dims: vec![(3, 0)],
             elements: vec![Value::Int16(1), Value::Int16(-2), Value::Int16(3)],
+            delimiter: ',',
         };
         assert_eq!(space_separated(&a), "1 -2 3");
         let empty = ArrayValue {
             element_type: 26,
             dims: vec![],
             elements: vec![],
+            delimiter: ',',
         };
         assert_eq!(space_separated(&empty), "");
     }

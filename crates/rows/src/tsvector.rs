@@ -111,6 +111,19 @@ pub(crate) fn sent_text(b: &[u8]) -> Result<String, String> {
     render(&lexemes)
 }
 
+/// A lexeme as `tsvectorout` and `tsqueryout` write it: in single quotes,
+/// `'` and `\` doubled.
+pub(crate) fn quote_lexeme(out: &mut String, text: &str) {
+    out.push('\'');
+    for c in text.chars() {
+        if matches!(c, '\'' | '\\') {
+            out.push(c);
+        }
+        out.push(c);
+    }
+    out.push('\'');
+}
+
 fn render(lexemes: &[Lexeme<'_>]) -> Result<String, String> {
     let mut out = String::new();
     for (i, l) in lexemes.iter().enumerate() {
@@ -118,14 +131,7 @@ fn render(lexemes: &[Lexeme<'_>]) -> Result<String, String> {
             out.push(' ');
         }
         let text = std::str::from_utf8(l.text).map_err(|_| format!("lexeme {i} is not UTF-8"))?;
-        out.push('\'');
-        for c in text.chars() {
-            if matches!(c, '\'' | '\\') {
-                out.push(c);
-            }
-            out.push(c);
-        }
-        out.push('\'');
+        quote_lexeme(&mut out, text);
         for (j, p) in l.positions.iter().enumerate() {
             out.push(if j == 0 { ':' } else { ',' });
             out.push_str(&(p & 0x3fff).to_string());

@@ -41,6 +41,9 @@ pub struct ArrayValue {
     /// (length, lower bound) per dimension; empty for `{}`.
     pub dims: Vec<(i32, i32)>,
     pub elements: Vec<Value>,
+    /// What separates elements in the array's text (the element type's
+    /// `typdelim`): `,`, but `;` for `box` and `:` for PostGIS types.
+    pub delimiter: char,
 }
 
 /// One column's value.
@@ -112,4 +115,7 @@ pub enum Value {
         indices: Vec<u32>,
         values: Vec<f32>,
     },
+    /// PostGIS `geometry` or `geography`: the EWKB `geometry_send` sends
+    /// (little-endian, the SRID when it is not 0).
+    Geometry(Vec<u8>),
 }

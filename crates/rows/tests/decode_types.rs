@@ -231,6 +231,60 @@ async fn extensions(major: PgMajor) -> Result<()> {
 
 per_major!(async extensions => extension_types_match_server_text: pg15, pg17, pg18);
 
+/// PostGIS `geometry`, `geography` and `geometry[]` (15: Debian's
+/// PostGIS): every stored shape decodes to the EWKB whose hex is the
+/// server's text, and to the ISO WKB `ST_AsBinary` gives, which is what
+/// ClickHouse receives.
+async fn postgis(major: PgMajor) -> Result<()> {
+    let cluster = Cluster::start(major, ClusterOptions::default().conf("autovacuum", "off"))?;
+    ensure!(
+        all_types::has_postgis(&cluster)?,
+        "PostGIS is not installed for {major}: scripts/setup installs postgresql-15-postgis-3"
+    );
+    cluster.psql(all_types::POSTGIS_SQL)?;
+    cluster.checkpoint()?;
+    let (rows, toast) = common::check_table(&cluster, "t_geo").await?;
+    ensure!(rows == 24, "{rows} rows");
+    let desc = common::describe(&cluster, "t_geo").await?;
+    let decoder = walshadow_rows::RowDecoder::new(&desc)?;
+    let ours = common::decode_file(
+        &decoder,
+        &walshadow_testkit::relation_file(&cluster, "'t_geo'::regclass")?,
+        &toast,
+    )?;
+    cluster.psql(
+        "create view v_geo as select ctid, encode(ST_AsBinary(g), 'hex') as g, encode(ST_AsBinary(gg), 'hex') as gg from t_geo;",
+    )?;
+    let columns = ["g".to_string(), "gg".to_string()];
+    let theirs = walshadow_testkit::server_text(&cluster, "v_geo", &columns)?;
+    let iso: Vec<Vec<Option<String>>> = ours
+        .iter()
+        .map(|r| {
+            [1, 2]
+                .iter()
+                .map(|&i| match r.get(i) {
+                    Some(walshadow_rows::Value::Geometry(e)) => Some(
+                        walshadow_rows::geometry::ewkb_to_iso_wkb(e)
+                            .map(|w| w.iter().map(|b| format!("{b:02x}")).collect())
+                            .unwrap_or_else(|e| format!("error: {e}")),
+                    ),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect();
+    walshadow_testkit::assert_same_text(
+        "t_geo (ST_AsBinary)",
+        &columns,
+        &iso,
+        Clone::clone,
+        &theirs,
+    )?;
+    Ok(())
+}
+
+per_major!(async postgis => postgis_matches_server_text_and_st_asbinary: pg15);
+
 /// pgvector's `vector` and `halfvec` (on the majors whose test install
 /// ships it): the
 /// shortest float4 text `vector_out` writes, a vector long enough to be

@@ -105,6 +105,7 @@ const SCALAR_COLUMNS: &[(&str, &str)] = &[
     ("cp", "cpx"),
     ("cn", "nest"),
     ("tsv", "tsvector"),
+    ("tsq", "tsquery"),
     ("snap", "pg_snapshot"),
     ("tsnap", "txid_snapshot"),
     ("i2v", "int2vector"),
@@ -152,6 +153,7 @@ const ARRAY_COLUMNS: &[(&str, &str)] = &[
     ("a_js", "json[]"),
     ("a_x", "xml[]"),
     ("a_pt", "point[]"),
+    ("a_bx", "box[]"),
     ("a_lsn", "pg_lsn[]"),
     ("a_rtz", "tstzrange[]"),
 ];
@@ -270,6 +272,8 @@ pub const TYPICAL: Row = &[
     ("ln", "'{1,-1,0}'"),
     ("ls", "'[(0,0),(1,1)]'"),
     ("bx", "'(2,2),(0,0)'"),
+    // A box array's delimiter is ';' (box text holds commas).
+    ("a_bx", "'{(2,2),(0,0);NULL;(1.5,3),(-1,0)}'"),
     ("pa", "'[(0,0),(1,1),(2,0)]'"),
     ("pg", "'((0,0),(1,1),(1,0))'"),
     ("ci", "'<(1,2),3>'"),
@@ -300,6 +304,12 @@ pub const TYPICAL: Row = &[
     ("tsnap", "'3:3:'"),
     ("i2v", "'1 -2 32767'"),
     ("oidv", "'0 26 4294967295'"),
+    // Weights and a prefix, a quote and a backslash, each operator, a
+    // phrase's distance, parentheses where priorities ask for them.
+    (
+        "tsq",
+        r"$q$'fat':*AB & !( 'rat' | 'c''at' ) <2> 'back\slash' <-> x:D$q$",
+    ),
     // Weights, a quote and a backslash in lexemes, a lexeme without positions.
     (
         "tsv",
@@ -386,6 +396,11 @@ pub const EDGES: Row = &[
     ("rd", "'[4714-11-24 BC,2000-01-01]'"),
     // Empty, and the largest position.
     ("tsv", "''"),
+    // A phrase on a phrase's right, NOT under NOT, OR under AND.
+    (
+        "tsq",
+        "$q$!!a & ( b | c ) & ( d <-> ( e <-> f ) ) | g <0> h$q$",
+    ),
     (
         "snap",
         "'18446744073709551614:18446744073709551615:18446744073709551614'",
@@ -457,6 +472,12 @@ pub const HUGE: Row = &[
         "(select ('(' || string_agg(format('(%s,%s)', g * 1.5, -g), ',') || ')')::polygon from generate_series(1, 500) g)",
     ),
     ("lsn", "'FFFFFFFF/FFFFFFFF'"),
+    // 200 terms: a deep tree (storage plain: never compressed or TOASTed,
+    // so it must fit in the row).
+    (
+        "tsq",
+        "(select string_agg('w' || g, case when g % 3 = 0 then ' | ' else ' & ' end) from generate_series(1, 200) g)::tsquery",
+    ),
     // 2,000 lexemes with positions: compressed, or TOASTed.
     (
         "tsv",
@@ -484,6 +505,48 @@ pub const HUGE: Row = &[
         "(select array_agg(g) from generate_series(1, 1000) g)",
     ),
 ];
+
+/// PostGIS shapes in table `t_geo (id, g geometry, gg geography, ga
+/// geometry[])`, rows 1 to 24: every geometry type PostGIS stores (curves,
+/// surfaces and TINs too), SRIDs, Z, M and ZM, empty ones at every level,
+/// a polygon with an odd ring count (padded) and an even one, boxes, a
+/// 5,000-point line (compressed or out of line), arrays, NULL. PostgreSQL
+/// 15 from Debian ships PostGIS here ([`has_postgis`]).
+pub const POSTGIS_SQL: &str = "create extension postgis;
+     create table t_geo (id int, g geometry, gg geography, ga geometry[]);
+     insert into t_geo values
+      (1, 'SRID=4326;POINT(1 2)', 'POINT(1 2)', array['POINT(0 0)'::geometry, null, 'SRID=3857;POINT(1 1)']),
+      (2, 'POINT EMPTY', null, '{}'),
+      (3, 'POINT Z (1 2 3)', 'SRID=4326;POINT(-71.06 42.36)', null),
+      (4, 'POINT M (1 2 4)', null, null),
+      (5, 'POINT ZM (1 2 3 4)', 'POINT Z (1 2 3)', null),
+      (6, 'LINESTRING(0 0, 1 1, 2 3)', 'LINESTRING(0 0, 10 10)', null),
+      (7, 'POLYGON((0 0,4 0,4 4,0 4,0 0))', 'POLYGON((0 0,4 0,4 4,0 4,0 0))', null),
+      (8, 'POLYGON((0 0,4 0,4 4,0 4,0 0),(1 1,2 1,2 2,1 1))', null, null),
+      (9, 'SRID=3857;MULTIPOINT((1 1),(2 2))', 'MULTIPOINT((1 1),(2 2))', null),
+      (10, 'MULTILINESTRING((0 0,1 1),(2 2,3 3,4 4))', null, null),
+      (11, 'MULTIPOLYGON(((0 0,1 0,1 1,0 0)),((5 5,6 5,6 6,5 5),(5.1 5.1,5.2 5.1,5.2 5.2,5.1 5.1)))', null, null),
+      (12, 'GEOMETRYCOLLECTION(POINT(1 1), LINESTRING(0 0, 1 1), GEOMETRYCOLLECTION(POINT EMPTY))', 'GEOMETRYCOLLECTION(POINT(1 1))', null),
+      (13, 'GEOMETRYCOLLECTION EMPTY', null, null),
+      (14, 'CIRCULARSTRING(0 0, 1 1, 2 0)', null, null),
+      (15, 'COMPOUNDCURVE(CIRCULARSTRING(0 0, 1 1, 2 0), (2 0, 3 0))', null, null),
+      (16, 'CURVEPOLYGON(CIRCULARSTRING(0 0, 4 0, 4 4, 0 4, 0 0), (1 1, 3 3, 3 1, 1 1))', null, null),
+      (17, 'MULTICURVE((0 0, 5 5), CIRCULARSTRING(4 0, 4 4, 8 4))', null, null),
+      (18, 'MULTISURFACE(CURVEPOLYGON(CIRCULARSTRING(0 0, 4 0, 4 4, 0 4, 0 0)), ((10 10, 14 12, 11 10, 10 10)))', null, null),
+      (19, 'POLYHEDRALSURFACE Z (((0 0 0, 0 1 0, 1 1 0, 0 0 0)), ((0 0 0, 0 1 0, 0 0 1, 0 0 0)))', null, null),
+      (20, 'TRIANGLE((0 0, 0 9, 9 0, 0 0))', null, null),
+      (21, 'TIN Z (((0 0 0, 0 0 1, 0 1 0, 0 0 0)), ((0 0 0, 0 1 0, 1 1 0, 0 0 0)))', null, null),
+      (22, 'POLYGON EMPTY', 'POINT EMPTY', null),
+      (23, (select ST_MakeLine(array_agg(ST_MakePoint(g, g * 0.5))) from generate_series(1, 5000) g), null, null),
+      (24, null, null, null);";
+
+/// Whether `cluster` can `create extension postgis`.
+pub fn has_postgis(cluster: &Cluster) -> Result<bool> {
+    Ok(cluster
+        .query_one("select count(*) from pg_available_extensions where name = 'postgis'")?
+        .trim()
+        == "1")
+}
 
 /// Infinite intervals, which PostgreSQL accepts from 17 on: insert on 17+ only.
 pub const INFINITE_INTERVALS: Row = &[("iv", "'infinity'"), ("a_iv", "'{infinity,-infinity}'")];
@@ -534,28 +597,28 @@ pub fn insert_sql(table: &str, row: &[(&str, &str)], with_xml: bool) -> String {
 /// Tables with a column of a type outside the supported list, `t_bad1` to `t_bad5`
 /// (see [`UNSUPPORTED`]), and `t_ok`, rows `(1, 'kept')` and `(2, 'also')`, whose
 /// unsupported column was dropped after the first row: no obstacle to decoding it.
-pub const UNSUPPORTED_SQL: &str = "create type badpair as (a int, q tsquery);
-     create domain tq as tsquery;
-     create type tqrange as range (subtype = tsquery);
-     create table t_bad1 (id int, p tsquery);
-     create table t_bad2 (id int, r tqmultirange);
+pub const UNSUPPORTED_SQL: &str = "create type badpair as (a int, q jsonpath);
+     create domain jp as jsonpath;
+     create type x8range as range (subtype = xid8);
+     create table t_bad1 (id int, p jsonpath);
+     create table t_bad2 (id int, r x8multirange);
      create table t_bad3 (id int, c badpair);
-     create table t_bad4 (id int, a tsquery[]);
-     create table t_bad5 (id int, d tq);
-     create table t_ok (id int, gone tsquery, v text);
-     insert into t_ok values (1, 'a & b', 'kept');
+     create table t_bad4 (id int, a jsonpath[]);
+     create table t_bad5 (id int, d jp);
+     create table t_ok (id int, gone jsonpath, v text);
+     insert into t_ok values (1, '$.a', 'kept');
      alter table t_ok drop column gone;
      insert into t_ok values (2, 'also');";
 
 /// The tables of [`UNSUPPORTED_SQL`] a decoder must refuse: (table, column, type as
-/// the refusal names it). A text-search query, a multirange over it, a composite, an array of an
+/// the refusal names it). A JSON path, a multirange over `xid8`, a composite, an array of an
 /// unsupported type, a domain over one.
 pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
-    ("t_bad1", "p", "tsquery"),
-    ("t_bad2", "r", "tqmultirange"),
+    ("t_bad1", "p", "jsonpath"),
+    ("t_bad2", "r", "x8multirange"),
     ("t_bad3", "c", "badpair"),
-    ("t_bad4", "a", "tsquery[]"),
-    ("t_bad5", "d", "tq"),
+    ("t_bad4", "a", "jsonpath[]"),
+    ("t_bad5", "d", "jp"),
 ];
 
 #[cfg(test)]

@@ -214,6 +214,8 @@ pub(crate) fn decode(kind: &Kind, b: &[u8]) -> Result<Value, SendError> {
         Kind::Snapshot => Value::Text(crate::snapshot::sent_text(b).map_err(|e| bad(kind, e))?),
         Kind::Ltree => Value::Text(crate::extension::ltree_sent(b).map_err(|e| bad(kind, e))?),
         Kind::TsVector => Value::Text(crate::tsvector::sent_text(b).map_err(|e| bad(kind, e))?),
+        Kind::TsQuery => Value::Text(crate::tsquery::sent_text(b).map_err(|e| bad(kind, e))?),
+        Kind::Geometry => Value::Geometry(crate::geometry::sent_ewkb(b).map_err(|e| bad(kind, e))?),
         Kind::Vector => Value::Vector(crate::extension::vector(b, true).map_err(|e| bad(kind, e))?),
         Kind::HalfVec => {
             Value::Vector(crate::extension::halfvec(b, true).map_err(|e| bad(kind, e))?)
@@ -381,6 +383,7 @@ fn array(kind: &Kind, ak: &ArrayKind, b: &[u8]) -> Result<ArrayValue, SendError>
         element_type: ak.element_oid,
         dims: Vec::new(),
         elements: Vec::new(),
+        delimiter: ak.element.array_delimiter(),
     };
     let mut r = Reader::new(b);
     // The element type OID on the wire is not compared with the catalog:
@@ -446,6 +449,7 @@ fn array(kind: &Kind, ak: &ArrayKind, b: &[u8]) -> Result<ArrayValue, SendError>
         element_type: ak.element_oid,
         dims,
         elements,
+        delimiter: ak.element.array_delimiter(),
     })
 }
 
@@ -679,7 +683,8 @@ mod tests {
             Ok(Value::Array(ArrayValue {
                 element_type: 23,
                 dims: vec![],
-                elements: vec![]
+                elements: vec![],
+                delimiter: ',',
             }))
         );
         // Hostile counts.
@@ -732,6 +737,8 @@ mod tests {
             Kind::Geometric(crate::geometric::Geometric::Path),
             Kind::Geometric(crate::geometric::Geometric::Polygon),
             Kind::PgLsn,
+            Kind::TsVector,
+            Kind::TsQuery,
             int4_array(),
             array_of(1700),
             array_of(25),
