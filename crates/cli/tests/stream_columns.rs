@@ -972,6 +972,17 @@ initial_load = "copy"
 [table."public.walked_geo"]
 initial_load = "base_backup"
 column_types = { gg = "String" }
+
+[table."public.shapes_geo"]
+initial_load = "copy"
+column_types = { pt = "Point", ls = "LineString", pg = "Polygon", mp = "MultiPolygon", mls = "MultiLineString", later = "Point" }
+
+[table."public.wrong_shape"]
+column_types = { pt = "Point" }
+
+[table."public.null_shape"]
+column_types = { pt = "Point" }
+out_of_range = "null"
 "#;
 
 /// PostGIS `geometry`, `geography` and `geometry[]` (15: Debian's
@@ -979,7 +990,11 @@ column_types = { gg = "String" }
 /// shape PostGIS stores (curves, surfaces, TINs, empties, Z/M, SRIDs) lands
 /// as the ISO WKB `ST_AsBinary` gives, which ClickHouse's `readWKB*` reads;
 /// an added column's default too; `column_types = "String"` writes the
-/// server's text (hex EWKB) instead.
+/// server's text (hex EWKB) instead; ClickHouse's geo types (`Point`,
+/// `LineString`, `Polygon`, `MultiPolygon` taking polygons too,
+/// `MultiLineString`) hold their shapes, NULL and POINT EMPTY a point of
+/// NaNs; a value of another shape stops its table naming it; `null` on a
+/// geo column is refused.
 fn postgis(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(BIN, major, "postgis", &[], GEO_CONFIG)?;
     ensure!(
@@ -991,7 +1006,22 @@ fn postgis(major: PgMajor) -> Result<()> {
         "alter table t_geo add primary key (id);
          create table walked_geo as select * from t_geo;
          alter table walked_geo add primary key (id);
-         delete from walked_geo where id % 5 = 0;",
+         delete from walked_geo where id % 5 = 0;
+         create table shapes_geo (id int primary key, pt geometry(Point, 4326), ls geometry,
+           pg geometry, mp geometry, mls geometry);
+         insert into shapes_geo select g,
+           case when g % 7 = 0 then null when g % 11 = 0 then 'SRID=4326;POINT EMPTY'
+             else ST_SetSRID(ST_MakePoint(g * 0.5, -g), 4326) end,
+           ST_MakeLine(ST_MakePoint(0, g), ST_MakePoint(g, 0)),
+           ST_MakeEnvelope(0, 0, g, g),
+           case when g % 2 = 0 then ST_MakeEnvelope(0, 0, 1, g)
+             else ST_Collect(ST_MakeEnvelope(0, 0, 1, 1), ST_MakeEnvelope(2, 2, 3, g + 3)) end,
+           case when g % 3 = 0 then 'LINESTRING(0 0, 1 1)'::geometry
+             else 'MULTILINESTRING((0 0, 1 1), (2 2, 3 3))' end
+         from generate_series(1, 60) g;
+         create table wrong_shape (id int primary key, pt geometry);
+         insert into wrong_shape values (1, 'POINT(1 1)');
+         create table null_shape (id int primary key, pt geometry);",
     )?;
     h.init()?;
     h.start_run()?;
@@ -1008,6 +1038,12 @@ fn postgis(major: PgMajor) -> Result<()> {
          alter table t_geo add column home geometry default 'SRID=4326;POINT(5 5)';
          update t_geo set home = 'POINT(6 6)' where id % 4 = 0;
          update walked_geo set g = 'POINT(7 7)', gg = 'POINT(1 1)' where id % 3 = 0;
+         update shapes_geo set pt = 'SRID=4326;POINT(100 200)', pg = 'POLYGON EMPTY' where id % 5 = 0;
+         insert into shapes_geo values (1000, null, 'LINESTRING EMPTY', null, 'MULTIPOLYGON EMPTY', null);
+         delete from shapes_geo where id % 13 = 0;
+         alter table shapes_geo add column later geometry default 'POINT(3 4)';
+         update shapes_geo set later = 'POINT(5 6)' where id % 4 = 0;
+         insert into wrong_shape values (2, 'LINESTRING(0 0, 1 1)');
          insert into walked_geo values (200, 'LINESTRING(1 1, 2 2)', 'POLYGON((0 0,1 0,1 1,0 0))', null);",
     )?;
     h.wait_caught_up(CATCH_UP)?;
@@ -1043,6 +1079,69 @@ fn postgis(major: PgMajor) -> Result<()> {
         "walked_geo",
         &[same("id"), wkb("g"), col("gg::text", "gg"), wkb_array("ga")],
     )?;
+    // The geo types, compared as ClickHouse's WKT and PostGIS's; a point
+    // of NaNs for NULL and POINT EMPTY.
+    let point = |c: &str| {
+        col(
+            &format!(
+                "case when {c} is null or ST_IsEmpty({c}) then 'nan nan' else ST_X({c})::text || ' ' || ST_Y({c})::text end"
+            ),
+            &format!("concat(toString(tupleElement({c}, 1)), ' ', toString(tupleElement({c}, 2)))"),
+        )
+    };
+    let wkt = |c: &str, multi: bool| {
+        let pg = if multi {
+            format!("coalesce(ST_AsText(ST_Multi({c})), '')")
+        } else {
+            format!("coalesce(ST_AsText({c}), '')")
+        };
+        // ClickHouse's WKT of an empty value, and PostGIS's, differ: both
+        // show as ''.
+        col(
+            &format!(
+                "case when {c} is null or ST_IsEmpty({c}) then '' else replace({pg}, ',', ',') end"
+            ),
+            &format!("if(empty({c}), '', wkt({c}))"),
+        )
+    };
+    let n = h.assert_equal(
+        "public.shapes_geo",
+        "shapes_geo",
+        &[
+            same("id"),
+            point("pt"),
+            wkt("ls", false),
+            wkt("pg", false),
+            wkt("mp", true),
+            wkt("mls", true),
+            point("later"),
+        ],
+    )?;
+    ensure!(n > 50, "{n} rows of shapes_geo");
+    let types = ch_column_types(&h, "shapes_geo")?;
+    ensure!(
+        types
+            == "id\tInt32\npt\tPoint\nls\tLineString\npg\tPolygon\nmp\tMultiPolygon\n\
+                mls\tMultiLineString\nlater\tPoint\n",
+        "shapes_geo's columns: {types}"
+    );
+    let status = h.status_json()?;
+    let wrong = &status["tables"]["public.wrong_shape"]["stopped"];
+    ensure!(
+        wrong["code"] == "value_out_of_range"
+            && wrong["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("a LINESTRING") && r.contains("\"pt\"")),
+        "wrong_shape: {wrong}"
+    );
+    let null_shape = &status["tables"]["public.null_shape"]["stopped"];
+    ensure!(
+        null_shape["code"] == "column_rules"
+            && null_shape["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("no NULL")),
+        "null_shape: {null_shape}"
+    );
     // ClickHouse reads the WKB.
     let point = h.ch.query(
         "SELECT readWKBPoint(g) FROM app.t_geo FINAL WHERE id = 1 AND _is_deleted = 0 FORMAT TSVRaw",

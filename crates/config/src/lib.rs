@@ -62,7 +62,7 @@
 //! # out_of_range = "stop"                   # a value ClickHouse cannot hold (numeric NaN, dates outside 1900-2299, infinity): stop | null | clamp | string
 //! # out_of_range_columns = { born = "clamp" } # the same per column, over the table's
 //! # rename_columns = { ts = "created_at" }  # ClickHouse column names, by source column
-//! # column_types = { doc = "JSON", ts = "DateTime64(3)" } # ClickHouse types instead of the mapping's: String | JSON | DateTime64(0-6)
+//! # column_types = { doc = "JSON", ts = "DateTime64(3)" } # ClickHouse types instead of the mapping's: String | JSON | DateTime64(0-6) | Point | Polygon | …
 //! # partition_by = "intDiv(id, 1000000)"    # the ClickHouse table's PARTITION BY (over key columns), when walshadow creates it
 //! # order_by = ["tenant_id", "id"]          # its ORDER BY: the replica identity columns in another order
 //! # settings = { index_granularity = 8192 } # its SETTINGS (beside walshadow's own)
@@ -347,7 +347,9 @@ pub struct TableConfig {
     /// ClickHouse types by source column name, instead of walshadow's
     /// mapping: `"String"` (PostgreSQL's text, any column), `"JSON"` (a
     /// `json` or `jsonb` column), `"DateTime64(p)"` (a timestamp column,
-    /// `p` from 0 to 6, values floored).
+    /// `p` from 0 to 6, values floored), or a ClickHouse geo type for a
+    /// PostGIS column of that shape (`"Point"`, `"Ring"`, `"LineString"`,
+    /// `"MultiLineString"`, `"Polygon"`, `"MultiPolygon"`).
     #[serde(default, deserialize_with = "column_types")]
     pub column_types: std::collections::BTreeMap<String, walshadow_types::TypeOverride>,
     /// `PARTITION BY` of the ClickHouse table walshadow creates (a
@@ -374,8 +376,9 @@ fn column_types<'de, D: serde::Deserializer<'de>>(
                 Some(t) => Ok((column, t)),
                 None => Err(serde::de::Error::custom(format!(
                     "column {column:?}: {text:?} is not a type walshadow writes a column as: \
-                 \"String\", \"JSON\" (json, jsonb) or \"DateTime64(p)\" with p from 0 to 6 \
-                 (timestamp, timestamptz)"
+                 \"String\", \"JSON\" (json, jsonb), \"DateTime64(p)\" with p from 0 to 6 \
+                 (timestamp, timestamptz), or \"Point\", \"Ring\", \"LineString\", \
+                 \"MultiLineString\", \"Polygon\", \"MultiPolygon\" (PostGIS geometry, geography)"
                 ))),
             },
         )
@@ -463,7 +466,7 @@ ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS out_of_range text CHECK ({OUT_OF_RA
 ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS out_of_range_columns jsonb CHECK ({OUT_OF_RANGE_COLUMNS_CHECK});
 ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS rename_columns jsonb CHECK ({RENAME_COLUMNS_CHECK});
 ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS column_types jsonb CHECK ({COLUMN_TYPES_CHECK});
-COMMENT ON TABLE {s}.{t} IS 'walshadow: a row per table to stream (replicate), how to load its existing rows (initial_load: none or NULL, copy, base_backup, object_store) the ClickHouse table it streams into (destination; NULL: table_name in public, schema_name__table_name elsewhere); raising resync (walshadow table resync) loads the table again and swaps it in; exclude_columns and unsupported_columns (stop or skip) leave columns out of ClickHouse; out_of_range (stop, null, clamp, string) and out_of_range_columns (a JSON object of column to the same) say what a value ClickHouse cannot hold is written as; rename_columns (a JSON object of column to ClickHouse name) and column_types (a JSON object of column to String, JSON or DateTime64(0-6)) shape the ClickHouse table';"
+COMMENT ON TABLE {s}.{t} IS 'walshadow: a row per table to stream (replicate), how to load its existing rows (initial_load: none or NULL, copy, base_backup, object_store) the ClickHouse table it streams into (destination; NULL: table_name in public, schema_name__table_name elsewhere); raising resync (walshadow table resync) loads the table again and swaps it in; exclude_columns and unsupported_columns (stop or skip) leave columns out of ClickHouse; out_of_range (stop, null, clamp, string) and out_of_range_columns (a JSON object of column to the same) say what a value ClickHouse cannot hold is written as; rename_columns (a JSON object of column to ClickHouse name) and column_types (a JSON object of column to String, JSON, DateTime64(0-6) or a geo type such as Point or MultiPolygon) shape the ClickHouse table';"
     )
 }
 
@@ -472,7 +475,7 @@ COMMENT ON TABLE {s}.{t} IS 'walshadow: a row per table to stream (replicate), h
 const RENAME_COLUMNS_CHECK: &str = "jsonb_typeof(rename_columns) = 'object' AND NOT jsonb_path_exists(rename_columns, 'strict $.* ? (@.type() != \"string\" || @ == \"\")')";
 /// The config table's check of `column_types`: an object of the spellings
 /// [`walshadow_types::TypeOverride::parse`] reads.
-const COLUMN_TYPES_CHECK: &str = "jsonb_typeof(column_types) = 'object' AND NOT jsonb_path_exists(column_types, 'strict $.* ? (@.type() != \"string\" || !(@ like_regex \"^ *(string|json|datetime64[(] *[0-6] *[)]) *$\" flag \"i\"))')";
+const COLUMN_TYPES_CHECK: &str = "jsonb_typeof(column_types) = 'object' AND NOT jsonb_path_exists(column_types, 'strict $.* ? (@.type() != \"string\" || !(@ like_regex \"^ *(string|json|datetime64[(] *[0-6] *[)]|point|ring|linestring|multilinestring|polygon|multipolygon) *$\" flag \"i\"))')";
 /// The config table's check of `out_of_range`.
 const OUT_OF_RANGE_CHECK: &str = "lower(out_of_range) IN ('stop', 'null', 'clamp', 'string')";
 /// The config table's check of `out_of_range_columns`: an object whose

@@ -383,6 +383,31 @@ fn under_policy(value: &Value, policy: crate::columns::ValuePolicy) -> Value {
     }
 }
 
+/// `(1.5, 2.0)::Point`, `[[(0.0, 0.0), …]]::Polygon`, …; an empty point
+/// `(nan, nan)`, an empty anything else `[]`.
+fn geo_literal(shape: walshadow_types::GeoShape, p: &walshadow_rows::geometry::Planar) -> String {
+    use walshadow_rows::geometry::Planar as P;
+    let point = |[x, y]: [f64; 2]| format!("({x:?}, {y:?})");
+    let points = |ps: &[[f64; 2]]| {
+        let items: Vec<String> = ps.iter().copied().map(point).collect();
+        format!("[{}]", items.join(", "))
+    };
+    let rings = |rs: &[Vec<[f64; 2]>]| {
+        let items: Vec<String> = rs.iter().map(|r| points(r)).collect();
+        format!("[{}]", items.join(", "))
+    };
+    let body = match p {
+        P::Point(xy) => point(xy.unwrap_or([f64::NAN; 2])),
+        P::LineString(ps) => points(ps),
+        P::Polygon(rs) | P::MultiLineString(rs) => rings(rs),
+        P::MultiPolygon(polys) => {
+            let items: Vec<String> = polys.iter().map(|rs| rings(rs)).collect();
+            format!("[{}]", items.join(", "))
+        }
+    };
+    format!("{body}::{}", shape.name())
+}
+
 /// `[1.5, -2.0]::Array(Float32)`.
 fn vector_literal(v: &[f32]) -> String {
     let floats: Vec<String> = v.iter().map(|f| format!("{f:?}")).collect();
@@ -428,6 +453,13 @@ pub fn literal(ty: &ChType, value: &Value) -> Result<String, EncodeErrorKind> {
             }
             format!("map({})::Map(String, Nullable(String))", args.join(", "))
         }
+        (ChType::Geo(shape), Value::Null) => geo_literal(
+            *shape,
+            &match shape {
+                walshadow_types::GeoShape::Point => walshadow_rows::geometry::Planar::Point(None),
+                _ => walshadow_rows::geometry::Planar::LineString(Vec::new()),
+            },
+        ),
         (_, Value::Null) => return Err(EncodeErrorKind::NullInNotNull),
         (ChType::Nullable(inner) | ChType::LowCardinality(inner), v) => return literal(inner, v),
         (ChType::Array(_), Value::Array(_)) => {
@@ -473,6 +505,9 @@ pub fn literal(ty: &ChType, value: &Value) -> Result<String, EncodeErrorKind> {
             )
         }
         (ChType::String, Value::Bytea(b)) => quote_bytes(b),
+        (ChType::Geo(shape), Value::Geometry(e)) => {
+            geo_literal(*shape, &crate::rowbinary::planar_as(*shape, e)?)
+        }
         (ChType::Wkb, Value::Geometry(e)) => quote_bytes(
             &walshadow_rows::geometry::ewkb_to_iso_wkb(e)
                 .map_err(|reason| EncodeErrorKind::BadGeometry { reason })?,

@@ -330,6 +330,90 @@ fn out_of_range(value: String, ty: &ChType) -> EncodeErrorKind {
     }
 }
 
+/// A PostGIS value (EWKB) as ClickHouse geo type `shape`: a `POLYGON` is
+/// a one-polygon `MultiPolygon`, a `LINESTRING` a one-line
+/// `MultiLineString`; another shape, or Z or M coordinates, is out of the
+/// type's range.
+pub(crate) fn planar_as(
+    shape: walshadow_types::GeoShape,
+    ewkb: &[u8],
+) -> Result<walshadow_rows::geometry::Planar, EncodeErrorKind> {
+    use walshadow_rows::geometry::Planar as P;
+    use walshadow_types::GeoShape as G;
+    let outside = |what: String| EncodeErrorKind::OutOfRange {
+        value: format!("a {what}"),
+        ch_type: shape.name().into(),
+        range: "2D values of that shape only",
+    };
+    let p = walshadow_rows::geometry::planar(ewkb).map_err(outside)?;
+    Ok(match (shape, p) {
+        (G::Point, p @ P::Point(_))
+        | (G::LineString | G::Ring, p @ P::LineString(_))
+        | (G::Polygon, p @ P::Polygon(_))
+        | (G::MultiLineString, p @ P::MultiLineString(_))
+        | (G::MultiPolygon, p @ P::MultiPolygon(_)) => p,
+        (G::MultiLineString, P::LineString(l)) => P::MultiLineString(vec![l]),
+        (G::MultiPolygon, P::Polygon(p)) => P::MultiPolygon(vec![p]),
+        (_, p) => {
+            return Err(outside(
+                match p {
+                    P::Point(_) => "POINT",
+                    P::LineString(_) => "LINESTRING",
+                    P::Polygon(_) => "POLYGON",
+                    P::MultiLineString(_) => "MULTILINESTRING",
+                    P::MultiPolygon(_) => "MULTIPOLYGON",
+                }
+                .into(),
+            ));
+        }
+    })
+}
+
+fn write_points(out: &mut Vec<u8>, points: &[[f64; 2]]) {
+    write_leb128(out, points.len() as u64);
+    for [x, y] in points {
+        out.extend_from_slice(&x.to_le_bytes());
+        out.extend_from_slice(&y.to_le_bytes());
+    }
+}
+
+fn write_rings(out: &mut Vec<u8>, rings: &[Vec<[f64; 2]>]) {
+    write_leb128(out, rings.len() as u64);
+    for r in rings {
+        write_points(out, r);
+    }
+}
+
+/// A geo type's RowBinary: a point is two Float64s, the others arrays.
+fn write_planar(out: &mut Vec<u8>, p: &walshadow_rows::geometry::Planar) {
+    use walshadow_rows::geometry::Planar as P;
+    match p {
+        P::Point(xy) => {
+            let [x, y] = xy.unwrap_or([f64::NAN; 2]);
+            out.extend_from_slice(&x.to_le_bytes());
+            out.extend_from_slice(&y.to_le_bytes());
+        }
+        P::LineString(points) => write_points(out, points),
+        P::Polygon(rings) | P::MultiLineString(rings) => write_rings(out, rings),
+        P::MultiPolygon(polygons) => {
+            write_leb128(out, polygons.len() as u64);
+            for rings in polygons {
+                write_rings(out, rings);
+            }
+        }
+    }
+}
+
+/// A geo column's NULL: `(nan, nan)` for a point (as POINT EMPTY), `[]`
+/// for the others.
+fn write_geo_default(out: &mut Vec<u8>, ty: &ChType) {
+    if ty == &ChType::Geo(walshadow_types::GeoShape::Point) {
+        write_planar(out, &walshadow_rows::geometry::Planar::Point(None));
+    } else {
+        out.push(0);
+    }
+}
+
 /// Encode `v` as `ty`; a value `ty` cannot hold is an error.
 pub(crate) fn encode_value(
     out: &mut Vec<u8>,
@@ -436,6 +520,8 @@ fn encode_under(
             let zeros = dim.saturating_sub(next) as usize;
             out.resize(out.len() + 4 * zeros, 0);
         }
+        // ClickHouse's geo types have no NULL.
+        (ChType::Geo(_), Value::Null) => write_geo_default(out, ty),
         (_, Value::Null) => return Err(EncodeErrorKind::NullInNotNull),
         (ChType::Bool, Value::Bool(b)) => out.push(u8::from(*b)),
         (ChType::Int16, Value::Int16(n)) => out.extend_from_slice(&n.to_le_bytes()),
@@ -471,6 +557,7 @@ fn encode_under(
         | (ChType::String, Value::Xml(s))
         | (ChType::String, Value::Enum(s)) => write_bytes(out, s.as_bytes()),
         (ChType::String, Value::Bytea(b)) => write_bytes(out, b),
+        (ChType::Geo(shape), Value::Geometry(e)) => write_planar(out, &planar_as(*shape, e)?),
         (ChType::Wkb, Value::Geometry(e)) => {
             let wkb = walshadow_rows::geometry::ewkb_to_iso_wkb(e)
                 .map_err(|reason| EncodeErrorKind::BadGeometry { reason })?;
@@ -674,6 +761,7 @@ fn write_default(out: &mut Vec<u8>, ty: &ChType) {
         | ChType::StringMap
         | ChType::Vector
         | ChType::Wkb => out.push(0),
+        ChType::Geo(_) => write_geo_default(out, ty),
         ChType::Int16 => zeros(out, 2),
         ChType::Int32 | ChType::UInt32 | ChType::Float32 | ChType::Date32 => zeros(out, 4),
         ChType::Int64
@@ -968,6 +1056,56 @@ mod tests {
             crate::ddl::literal(&ChType::StringMap, &h).unwrap(),
             "map('a', '1', 'b', NULL)::Map(String, Nullable(String))"
         );
+    }
+
+    #[test]
+    fn geo_types_take_their_shapes() {
+        use walshadow_types::GeoShape as G;
+        let unhex = |h: &str| -> Vec<u8> {
+            (0..h.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+                .collect()
+        };
+        // POINT(1 2) and POLYGON((0 0,1 0,1 1,0 0)), as EWKB.
+        let point = Value::Geometry(unhex("0101000000000000000000f03f0000000000000040"));
+        let polygon = Value::Geometry(unhex(concat!(
+            "01030000000100000004000000",
+            "00000000000000000000000000000000",
+            "000000000000f03f0000000000000000",
+            "000000000000f03f000000000000f03f",
+            "00000000000000000000000000000000",
+        )));
+        let mut want = 1f64.to_le_bytes().to_vec();
+        want.extend_from_slice(&2f64.to_le_bytes());
+        assert_eq!(enc(&ChType::Geo(G::Point), &point), want);
+        // NULL in a point column: (nan, nan).
+        let null = enc(&ChType::Geo(G::Point), &Value::Null);
+        assert!(f64::from_le_bytes(null[..8].try_into().unwrap()).is_nan());
+        // A polygon is a one-polygon MultiPolygon: [[[4 points]]].
+        let mp = enc(&ChType::Geo(G::MultiPolygon), &polygon);
+        assert_eq!(&mp[..3], &[1, 1, 4]);
+        assert_eq!(mp.len(), 3 + 4 * 16);
+        assert_eq!(enc(&ChType::Geo(G::Polygon), &polygon)[..2], [1, 4]);
+        // Another shape is out of the type's range, naming what it is.
+        let e = err(&ChType::Geo(G::Point), &polygon);
+        assert!(
+            e.is_out_of_range() && e.to_string().contains("a POLYGON"),
+            "{e}"
+        );
+        let z = Value::Geometry(unhex(
+            "0101000080000000000000f03f00000000000000400000000000000840",
+        ));
+        assert!(
+            err(&ChType::Geo(G::Point), &z)
+                .to_string()
+                .contains("POINT Z")
+        );
+        assert_eq!(
+            crate::ddl::literal(&ChType::Geo(G::Polygon), &polygon).unwrap(),
+            "[[(0.0, 0.0), (1.0, 0.0), (1.0, 1.0), (0.0, 0.0)]]::Polygon"
+        );
+        assert_eq!(ChType::Geo(G::Ring).to_string(), "Ring");
     }
 
     #[test]

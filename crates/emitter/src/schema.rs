@@ -260,7 +260,8 @@ impl DestTable {
             let over = rules.types.get(&attr.name).copied();
             let ch_type = match over {
                 None => mapped,
-                Some(o) => overridden(o, attr, key).map_err(|reason| rule(&attr.name, reason))?,
+                Some(o) => overridden(o, attr, key, &desc.types)
+                    .map_err(|reason| rule(&attr.name, reason))?,
             };
             // money maps to a Decimal that holds every amount.
             let out_of_range = if ch_type.has_limited_range()
@@ -278,6 +279,17 @@ impl DestTable {
                         column: attr.name.clone(),
                         policy: p.name(),
                     });
+                }
+                p @ (ValuePolicy::Null | ValuePolicy::Clamp)
+                    if matches!(ch_type, ChType::Geo(_)) =>
+                {
+                    return Err(rule(
+                        &attr.name,
+                        format!(
+                            "ClickHouse's {ch_type} has no NULL and no nearest value, so out_of_range = \"{}\" cannot apply; a value of another shape stops the table",
+                            p.name()
+                        ),
+                    ));
                 }
                 ValuePolicy::String if over.is_some() => {
                     return Err(rule(
@@ -495,7 +507,12 @@ fn same_type_name(a: &str, b: &str) -> bool {
 }
 
 /// The ClickHouse type `over` gives column `attr`, or why it cannot.
-fn overridden(over: TypeOverride, attr: &AttributeDesc, key: bool) -> Result<ChType, String> {
+fn overridden(
+    over: TypeOverride,
+    attr: &AttributeDesc,
+    key: bool,
+    types: &[walshadow_types::catalog::TypeDesc],
+) -> Result<ChType, String> {
     use crate::types::oid;
     let nullable = |t: ChType| {
         if attr.not_null {
@@ -524,6 +541,25 @@ fn overridden(over: TypeOverride, attr: &AttributeDesc, key: bool) -> Result<ChT
         }
         TypeOverride::DateTime64(_) => {
             Err("column_types = \"DateTime64(p)\" is for a timestamp or timestamptz column".into())
+        }
+        TypeOverride::Geo(g) if key => Err(format!(
+            "column_types = \"{}\" cannot be a key column's",
+            g.name()
+        )),
+        TypeOverride::Geo(g) => {
+            let postgis = types.iter().any(|t| {
+                t.oid == attr.type_oid
+                    && (t.is_extension_type("postgis", "geometry")
+                        || t.is_extension_type("postgis", "geography"))
+            });
+            if postgis {
+                Ok(ChType::Geo(g))
+            } else {
+                Err(format!(
+                    "column_types = \"{}\" is for a PostGIS geometry or geography column",
+                    g.name()
+                ))
+            }
         }
     }
 }

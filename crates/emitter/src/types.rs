@@ -108,6 +108,10 @@ pub enum ChType {
     /// `Map(String, Nullable(String))` (an `hstore`; never `Nullable`:
     /// NULL is `{}`).
     StringMap,
+    /// One of ClickHouse's geo types (`column_types`), for a PostGIS
+    /// column: never `Nullable` (NULL and POINT EMPTY are `(nan, nan)`
+    /// in a `Point`, `[]` in the others).
+    Geo(walshadow_types::GeoShape),
     /// `String` holding a PostGIS value as ISO WKB (`ST_AsBinary`'s bytes;
     /// the SRID is not kept).
     Wkb,
@@ -143,9 +147,11 @@ impl ChType {
     /// are since ClickHouse has no nullable array.
     pub fn to_nullable(&self) -> ChType {
         match self {
-            ChType::Nullable(_) | ChType::Array(_) | ChType::StringMap | ChType::Vector => {
-                self.clone()
-            }
+            ChType::Nullable(_)
+            | ChType::Array(_)
+            | ChType::StringMap
+            | ChType::Vector
+            | ChType::Geo(_) => self.clone(),
             ChType::LowCardinality(inner) => ChType::low_cardinality(inner.to_nullable()),
             other => ChType::nullable(other.clone()),
         }
@@ -167,9 +173,11 @@ impl ChType {
     /// low-cardinality element.
     pub fn has_limited_range(&self) -> bool {
         match self {
-            ChType::Decimal { .. } | ChType::Date32 | ChType::DateTime64Utc(_) | ChType::Json => {
-                true
-            }
+            ChType::Decimal { .. }
+            | ChType::Date32
+            | ChType::DateTime64Utc(_)
+            | ChType::Json
+            | ChType::Geo(_) => true,
             ChType::Nullable(i) | ChType::Array(i) | ChType::LowCardinality(i) => {
                 i.has_limited_range()
             }
@@ -245,6 +253,7 @@ impl fmt::Display for ChType {
             ChType::StringMap => f.write_str("Map(String, Nullable(String))"),
             ChType::Vector => f.write_str("Array(Float32)"),
             ChType::Wkb => f.write_str("String"),
+            ChType::Geo(g) => f.write_str(g.name()),
         }
     }
 }

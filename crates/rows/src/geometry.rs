@@ -173,6 +173,104 @@ pub fn ewkb_to_iso_wkb(b: &[u8]) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// A 2D value of one of the shapes ClickHouse's geo types hold.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Planar {
+    /// `None` for POINT EMPTY.
+    Point(Option<[f64; 2]>),
+    LineString(Vec<[f64; 2]>),
+    Polygon(Vec<Vec<[f64; 2]>>),
+    MultiLineString(Vec<Vec<[f64; 2]>>),
+    MultiPolygon(Vec<Vec<Vec<[f64; 2]>>>),
+}
+
+/// What a value is, for messages: `POINT`, `POLYGON Z`, … (its WKB type).
+fn kind_name(g: &Geom, z: bool, m: bool) -> String {
+    let base = match g {
+        Geom::Polygon { .. } => POLYGON,
+        Geom::Points { ty, .. } | Geom::Collection { ty, .. } => *ty,
+    };
+    let name = match base {
+        POINT => "POINT",
+        LINESTRING => "LINESTRING",
+        POLYGON => "POLYGON",
+        4 => "MULTIPOINT",
+        5 => "MULTILINESTRING",
+        6 => "MULTIPOLYGON",
+        7 => "GEOMETRYCOLLECTION",
+        CIRCULARSTRING => "CIRCULARSTRING",
+        9 => "COMPOUNDCURVE",
+        10 => "CURVEPOLYGON",
+        11 => "MULTICURVE",
+        12 => "MULTISURFACE",
+        WKB_POLYHEDRALSURFACE => "POLYHEDRALSURFACE",
+        WKB_TIN => "TIN",
+        WKB_TRIANGLE => "TRIANGLE",
+        _ => "GEOMETRY",
+    };
+    match (z, m) {
+        (true, true) => format!("{name} ZM"),
+        (true, false) => format!("{name} Z"),
+        (false, true) => format!("{name} M"),
+        (false, false) => name.to_owned(),
+    }
+}
+
+fn pairs(coords: &[f64]) -> Vec<[f64; 2]> {
+    coords
+        .chunks_exact(2)
+        .filter_map(|c| match c {
+            [x, y] => Some([*x, *y]),
+            _ => None,
+        })
+        .collect()
+}
+
+/// EWKB as a 2D point, line string, polygon, multi line string or multi
+/// polygon; any other value (another type, Z or M coordinates) is an error
+/// naming what it is.
+pub fn planar(ewkb: &[u8]) -> Result<Planar, String> {
+    let v = parse_ewkb(ewkb)?;
+    let what = || kind_name(&v.geom, v.z, v.m);
+    if v.z || v.m {
+        return Err(what());
+    }
+    let polygon = |g: &Geom| match g {
+        Geom::Polygon { rings } => Some(rings.iter().map(|r| pairs(r)).collect::<Vec<_>>()),
+        _ => None,
+    };
+    let line = |g: &Geom| match g {
+        Geom::Points {
+            ty: LINESTRING,
+            coords,
+        } => Some(pairs(coords)),
+        _ => None,
+    };
+    Ok(match &v.geom {
+        Geom::Points { ty: POINT, coords } => Planar::Point(match coords.as_slice() {
+            [x, y] => Some([*x, *y]),
+            _ => None,
+        }),
+        g @ Geom::Points { ty: LINESTRING, .. } => Planar::LineString(line(g).unwrap_or_default()),
+        g @ Geom::Polygon { .. } => Planar::Polygon(polygon(g).unwrap_or_default()),
+        Geom::Collection { ty: 5, members } => Planar::MultiLineString(
+            members
+                .iter()
+                .map(line)
+                .collect::<Option<_>>()
+                .ok_or_else(what)?,
+        ),
+        Geom::Collection { ty: 6, members } => Planar::MultiPolygon(
+            members
+                .iter()
+                .map(polygon)
+                .collect::<Option<_>>()
+                .ok_or_else(what)?,
+        ),
+        _ => return Err(what()),
+    })
+}
+
 fn parse_stored(b: &[u8]) -> Result<Parsed, String> {
     let mut r = Reader {
         b,
@@ -588,6 +686,37 @@ mod tests {
             hex(&ewkb_to_iso_wkb(&be).unwrap()),
             "0101000000000000000000f03f0000000000000040"
         );
+    }
+
+    #[test]
+    fn planar_shapes_and_what_is_not_one() {
+        let e = |b: Vec<u8>| stored_ewkb(&b).unwrap();
+        let pt = e(stored(4326, 0x40, 0, &words(&[POINT, 1], &[1.0, 2.0])));
+        assert_eq!(planar(&pt).unwrap(), Planar::Point(Some([1.0, 2.0])));
+        let empty = e(stored(0, 0x40, 0, &words(&[POINT, 0], &[])));
+        assert_eq!(planar(&empty).unwrap(), Planar::Point(None));
+        let mp = e(stored(
+            0,
+            0x44,
+            4,
+            &words(
+                &[6, 1, POLYGON, 1, 4, 0],
+                &[0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0],
+            ),
+        ));
+        assert_eq!(
+            planar(&mp).unwrap(),
+            Planar::MultiPolygon(vec![vec![vec![
+                [0.0, 0.0],
+                [1.0, 0.0],
+                [1.0, 1.0],
+                [0.0, 0.0]
+            ]]])
+        );
+        let z = e(stored(0, 0x41, 0, &words(&[POINT, 1], &[1.0, 2.0, 3.0])));
+        assert_eq!(planar(&z).unwrap_err(), "POINT Z");
+        let gc = e(stored(0, 0x40, 0, &words(&[7, 1, POINT, 0], &[])));
+        assert_eq!(planar(&gc).unwrap_err(), "GEOMETRYCOLLECTION");
     }
 
     #[test]

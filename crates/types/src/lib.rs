@@ -15,7 +15,7 @@ mod secret;
 pub mod table_key;
 
 pub use backoff::Backoff;
-pub use column_type::TypeOverride;
+pub use column_type::{GeoShape, TypeOverride};
 pub use lsn::{Lsn, ParseLsnError};
 pub use major::{PgMajor, UnsupportedMajor};
 pub use printable::printable;
