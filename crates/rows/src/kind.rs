@@ -432,9 +432,7 @@ impl<'a> TypeMap<'a> {
                 ))
             }
             "c" => {
-                if t.fields.is_empty() {
-                    return Err(self.refuse(oid, "a composite without fields in the catalog"));
-                }
+                // No fields (`CREATE TYPE t AS ()`): record_out's "()".
                 let mut fields = Vec::with_capacity(t.fields.len());
                 let mut storages = Vec::with_capacity(t.fields.len());
                 for f in &t.fields {

@@ -48,6 +48,7 @@ create type textrange as range (subtype = text, multirange_type_name = textmr);
 create type cpx as (a int, gone text, b text, c int4[], d date);
 alter type cpx drop attribute gone;
 create type nest as (i cpx, n numeric);
+create type empty_t as ();
 "#;
 
 /// The scalar columns in table order: (SQL identifier, type).
@@ -104,6 +105,7 @@ const SCALAR_COLUMNS: &[(&str, &str)] = &[
     ("mrt", "textmr"),
     ("cp", "cpx"),
     ("cn", "nest"),
+    ("ce", "empty_t"),
     ("tsv", "tsvector"),
     ("tsq", "tsquery"),
     ("snap", "pg_snapshot"),
@@ -301,6 +303,8 @@ pub const TYPICAL: Row = &[
     ("mrt", r#"'{["a b",c),["x\"y","z,")}'"#),
     ("cp", "row(1, 'a b', '{1,2}', '2024-01-01')::cpx"),
     ("cn", "row(row(2, '', null, 'infinity')::cpx, 1.5)::nest"),
+    // A composite without fields: record_out's "()".
+    ("ce", "'()'"),
     ("tsnap", "'3:3:'"),
     ("i2v", "'1 -2 32767'"),
     ("oidv", "'0 26 4294967295'"),

@@ -30,7 +30,9 @@ pub fn server_text(
         .iter()
         .map(|c| {
             let c = format!("\"{}\"", c.replace('"', "\"\""));
-            format!("case when {c} is null then null else format('%s', {c}) end")
+            // By its text: `row IS NULL` also holds for a row whose
+            // fields are all NULL, and for a composite without fields.
+            format!("case when ({c})::text is null then null else format('%s', {c}) end")
         })
         .collect();
     let out = cluster.psql(&format!(
