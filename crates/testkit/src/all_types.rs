@@ -49,6 +49,8 @@ create type cpx as (a int, gone text, b text, c int4[], d date);
 alter type cpx drop attribute gone;
 create type nest as (i cpx, n numeric);
 create type empty_t as ();
+create domain rdom as int4range check (not isempty(value));
+create domain tsqdom as tsquery;
 "#;
 
 /// The scalar columns in table order: (SQL identifier, type).
@@ -106,6 +108,8 @@ const SCALAR_COLUMNS: &[(&str, &str)] = &[
     ("cp", "cpx"),
     ("cn", "nest"),
     ("ce", "empty_t"),
+    ("rdm", "rdom"),
+    ("tqd", "tsqdom"),
     ("tsv", "tsvector"),
     ("tsq", "tsquery"),
     ("snap", "pg_snapshot"),
@@ -158,6 +162,12 @@ const ARRAY_COLUMNS: &[(&str, &str)] = &[
     ("a_bx", "box[]"),
     ("a_lsn", "pg_lsn[]"),
     ("a_rtz", "tstzrange[]"),
+    ("a_cp", "cpx[]"),
+    ("a_mr", "int4multirange[]"),
+    ("a_tsq", "tsquery[]"),
+    ("a_tsv", "tsvector[]"),
+    ("a_snap", "pg_snapshot[]"),
+    ("a_rdm", "rdom[]"),
 ];
 
 /// `CREATE TABLE <table>` with an `id serial primary key`, the scalar columns,
@@ -305,6 +315,19 @@ pub const TYPICAL: Row = &[
     ("cn", "row(row(2, '', null, 'infinity')::cpx, 1.5)::nest"),
     // A composite without fields: record_out's "()".
     ("ce", "'()'"),
+    // Domains over a range and a text-search query, and arrays of the
+    // newer types (quoting of their elements' text).
+    ("rdm", "'[1,5)'"),
+    ("tqd", "'a & b:*'"),
+    (
+        "a_cp",
+        r#"array[row(1, 'x, y', '{2}', null)::cpx, null, row(null, null, null, null)::cpx]"#,
+    ),
+    ("a_mr", "array['{[1,2),[4,5)}'::int4multirange, '{}', null]"),
+    ("a_tsq", r"array['a & !b'::tsquery, null, 'c <-> d''s']"),
+    ("a_tsv", "array['x:1 y'::tsvector, '']"),
+    ("a_snap", "array['10:20:12,15'::pg_snapshot, null]"),
+    ("a_rdm", "array['[1,2)'::rdom, null]"),
     ("tsnap", "'3:3:'"),
     ("i2v", "'1 -2 32767'"),
     ("oidv", "'0 26 4294967295'"),
