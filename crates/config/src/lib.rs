@@ -63,6 +63,7 @@
 //! # out_of_range_columns = { born = "clamp" } # the same per column, over the table's
 //! # rename_columns = { ts = "created_at" }  # ClickHouse column names, by source column
 //! # column_types = { doc = "JSON", ts = "DateTime64(3)" } # ClickHouse types instead of the mapping's: String | JSON | DateTime64(0-6) | Point | Polygon | …
+//! # engine = "ReplacingMergeTree"          # or ReplicatedReplacingMergeTree, SharedReplacingMergeTree
 //! # partition_by = "intDiv(id, 1000000)"    # the ClickHouse table's PARTITION BY (over key columns), when walshadow creates it
 //! # order_by = ["tenant_id", "id"]          # its ORDER BY: the replica identity columns in another order
 //! # settings = { index_granularity = 8192 } # its SETTINGS (beside walshadow's own)
@@ -352,6 +353,10 @@ pub struct TableConfig {
     /// `"MultiLineString"`, `"Polygon"`, `"MultiPolygon"`).
     #[serde(default, deserialize_with = "column_types")]
     pub column_types: std::collections::BTreeMap<String, walshadow_types::TypeOverride>,
+    /// The engine of the ClickHouse table walshadow creates, of the
+    /// `ReplacingMergeTree` family its versions and deletes need.
+    #[serde(default)]
+    pub engine: TableEngine,
     /// `PARTITION BY` of the ClickHouse table walshadow creates (a
     /// ClickHouse expression over its columns).
     #[serde(default)]
@@ -385,6 +390,22 @@ fn column_types<'de, D: serde::Deserializer<'de>>(
         .collect()
 }
 
+/// `engine`: which `ReplacingMergeTree` walshadow creates a table with.
+/// Only this family collapses a row's versions by `_version` and drops
+/// deleted rows by `_is_deleted`, which the replication relies on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum TableEngine {
+    /// One server's table (default).
+    #[default]
+    ReplacingMergeTree,
+    /// A replicated table: Keeper path `/clickhouse/tables/{uuid}/{shard}`
+    /// and replica `{replica}`, from the server's macros (`{uuid}` keeps
+    /// the staging copies of loads apart).
+    ReplicatedReplacingMergeTree,
+    /// ClickHouse Cloud's (which also turns `ReplacingMergeTree` into it).
+    SharedReplacingMergeTree,
+}
+
 /// A ClickHouse table setting's value.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(untagged)]
@@ -395,7 +416,11 @@ pub enum SettingValue {
 }
 
 /// Table settings walshadow sets itself and relies on.
-const OWN_TABLE_SETTINGS: [&str; 2] = ["non_replicated_deduplication_window", "allow_nullable_key"];
+const OWN_TABLE_SETTINGS: [&str; 3] = [
+    "non_replicated_deduplication_window",
+    "replicated_deduplication_window",
+    "allow_nullable_key",
+];
 
 /// `out_of_range`: what a column writes for a value its ClickHouse type
 /// cannot hold.
@@ -1585,6 +1610,14 @@ mod tests {
             SettingValue::Text("s3".into())
         );
         assert_eq!(t.settings["ttl_only_drop_parts"], SettingValue::Bool(true));
+        assert_eq!(t.engine, TableEngine::ReplacingMergeTree);
+        let t = parse(&format!(
+            "{GOOD}{ch}[table.\"public.t\"]\nengine = \"ReplicatedReplacingMergeTree\"\n"
+        ))
+        .unwrap()
+        .tables["public.t"]
+            .clone();
+        assert_eq!(t.engine, TableEngine::ReplicatedReplacingMergeTree);
         for (bad, key) in [
             (
                 "settings = { non_replicated_deduplication_window = 5 }",
@@ -1595,6 +1628,11 @@ mod tests {
                 "not a ClickHouse setting name",
             ),
             ("partition_by = \" \"", "partition_by is empty"),
+            ("engine = \"MergeTree\"", "ReplicatedReplacingMergeTree"),
+            (
+                "settings = { replicated_deduplication_window = 5 }",
+                "walshadow sets itself",
+            ),
             ("order_by = [\"\"]", "order_by has an empty"),
         ] {
             let err = parse(&format!("{GOOD}{ch}[table.\"public.t\"]\n{bad}\n"))

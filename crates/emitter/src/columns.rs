@@ -258,8 +258,8 @@ mod tests {
 
     use super::*;
 
-    /// `id int4` (the key), `note text`, `shape` of an unknown composite
-    /// type, `gone` (dropped).
+    /// `id int4` (the key), `note text`, `shape` of a composite type whose
+    /// field the decoders do not know, `gone` (dropped).
     fn table() -> RelationDesc {
         relation(
             "t",
@@ -278,7 +278,18 @@ mod tests {
                 },
             ],
             &["id"],
-            vec![type_desc(90_001, "shape", "c", "C")],
+            vec![walshadow_types::catalog::TypeDesc {
+                // A field of a type the decoders do not know.
+                fields: vec![walshadow_types::catalog::FieldDesc {
+                    name: "q".into(),
+                    type_oid: 99_999,
+                    typmod: -1,
+                    len: -1,
+                    align: "i".into(),
+                    dropped: false,
+                }],
+                ..type_desc(90_001, "shape", "c", "C")
+            }],
         )
     }
 

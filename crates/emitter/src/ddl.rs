@@ -38,7 +38,10 @@ use crate::types::ChType;
 /// Table settings of created tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableSettings {
-    /// `non_replicated_deduplication_window`: how many recent inserts'
+    /// Which `ReplacingMergeTree`.
+    pub engine: TableEngine,
+    /// The deduplication window (`non_replicated_deduplication_window`, or
+    /// `replicated_deduplication_window` for a replicated engine): how many recent inserts'
     /// deduplication tokens ClickHouse remembers per table. Must exceed the
     /// number of batches that can be in doubt at once (retries of one batch
     /// need 1).
@@ -55,6 +58,7 @@ pub struct TableSettings {
 impl Default for TableSettings {
     fn default() -> Self {
         TableSettings {
+            engine: TableEngine::Replacing,
             dedup_window: 1000,
             partition_by: None,
             order_by: Vec::new(),
@@ -158,9 +162,24 @@ impl DestTable {
             &settings.order_by
         };
         let key: Vec<String> = order.iter().map(|k| quote_ident(k)).collect();
+        let (engine, window) = match settings.engine {
+            TableEngine::Replacing => (
+                "ReplacingMergeTree(".to_owned(),
+                "non_replicated_deduplication_window",
+            ),
+            TableEngine::Replicated => (
+                "ReplicatedReplacingMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}', "
+                    .to_owned(),
+                "replicated_deduplication_window",
+            ),
+            TableEngine::Shared => (
+                "SharedReplacingMergeTree(".to_owned(),
+                "replicated_deduplication_window",
+            ),
+        };
         let _ = write!(
             sql,
-            ")\nENGINE = ReplacingMergeTree({}, {})\n",
+            ")\nENGINE = {engine}{}, {})\n",
             quote_ident(&m.version),
             quote_ident(&m.is_deleted),
         );
@@ -169,7 +188,7 @@ impl DestTable {
         }
         let _ = write!(
             sql,
-            "ORDER BY ({})\nSETTINGS non_replicated_deduplication_window = {}",
+            "ORDER BY ({})\nSETTINGS {window} = {}",
             key.join(", "),
             settings.dedup_window
         );
@@ -412,6 +431,22 @@ fn geo_literal(shape: walshadow_types::GeoShape, p: &walshadow_rows::geometry::P
 fn vector_literal(v: &[f32]) -> String {
     let floats: Vec<String> = v.iter().map(|f| format!("{f:?}")).collect();
     format!("[{}]::Array(Float32)", floats.join(", "))
+}
+
+/// The engines walshadow creates tables with: the `ReplacingMergeTree`
+/// family, which collapses a row's versions by `_version` and drops
+/// deleted rows by `_is_deleted`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TableEngine {
+    #[default]
+    Replacing,
+    /// Replicated through Keeper, at `/clickhouse/tables/{uuid}/{shard}`
+    /// as replica `{replica}`: `{uuid}` makes every table's path its own,
+    /// so a load's staging copy (`CREATE TABLE … AS`) and the swap by
+    /// `EXCHANGE TABLES` never share one.
+    Replicated,
+    /// ClickHouse Cloud's.
+    Shared,
 }
 
 /// A ClickHouse literal of type `ty` for `value` (for `DEFAULT`).
@@ -684,6 +719,32 @@ mod tests {
                 "ENGINE = ReplacingMergeTree(`_version`, `_is_deleted`)\nPARTITION BY intDiv(b, 100)\n\
                  ORDER BY (`b`, `a`)\nSETTINGS non_replicated_deduplication_window = 1000, \
                  index_granularity = 1024"
+            ),
+            "{sql}"
+        );
+        // The replicated engines: Keeper's path by the table's own uuid, the
+        // replicated deduplication window.
+        let replicated = TableSettings {
+            engine: TableEngine::Replicated,
+            ..TableSettings::default()
+        };
+        let sql = dest.create_table_sql("db", "t", &replicated);
+        assert!(
+            sql.contains(
+                "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}', \
+                 `_version`, `_is_deleted`)\nORDER BY (`a`, `b`)\nSETTINGS replicated_deduplication_window = 1000"
+            ),
+            "{sql}"
+        );
+        let shared = TableSettings {
+            engine: TableEngine::Shared,
+            ..TableSettings::default()
+        };
+        let sql = dest.create_table_sql("db", "t", &shared);
+        assert!(
+            sql.contains(
+                "ENGINE = SharedReplacingMergeTree(`_version`, `_is_deleted`)\nORDER BY (`a`, `b`)\n\
+                 SETTINGS replicated_deduplication_window = 1000"
             ),
             "{sql}"
         );

@@ -45,8 +45,8 @@ pub use batch::{BatchConfig, FlushError, NotEmpty, RetryPolicy, SealedBatch, Tab
 pub use client::{ClickHouseClient, ClientConfig, InsertSettings, TlsOptions};
 pub use columns::{ColumnRules, DestRules, LeftOut, Masked, TypeOverride, ValuePolicy, ValueRules};
 pub use ddl::{
-    TableSettings, add_column_sql, create_database_sql, create_table_sql, drop_column_sql,
-    modify_nullability_sql, quote_ident, quote_string, rename_column_sql,
+    TableEngine, TableSettings, add_column_sql, create_database_sql, create_table_sql,
+    drop_column_sql, modify_nullability_sql, quote_ident, quote_string, rename_column_sql,
 };
 pub use error::{ClickHouseError, ErrorClass, code_name, is_transient_code};
 pub use rowbinary::{EncodeError, EncodeErrorKind, RowBinaryEncoder, RowMeta};

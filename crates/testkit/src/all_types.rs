@@ -668,7 +668,7 @@ mod tests {
             "{sql}"
         );
         assert!(
-            sql.ends_with("  a_rtz tstzrange[],\n  dropped_late int8\n);"),
+            sql.ends_with("  a_rdm rdom[],\n  dropped_late int8\n);"),
             "{sql}"
         );
         assert!(sql.starts_with("create table t (\n  id serial primary key,\n  b bool,"));

@@ -9,7 +9,7 @@ use std::time::Duration;
 use walshadow_config::{
     BackfillConfig, BackupConfig, ClickHouseConfig, Config, SettingValue, SourceConfig, TableConfig,
 };
-use walshadow_emitter::{BatchConfig, ColumnRules, MetaColumns, TableSettings};
+use walshadow_emitter::{BatchConfig, ColumnRules, MetaColumns, TableEngine, TableSettings};
 use walshadow_txn::AssemblerConfig;
 use walshadow_wal_reader::replication::ConnConfig;
 
@@ -90,15 +90,21 @@ impl StreamSettings {
         self.tables.keys().cloned().collect()
     }
 
-    /// The column rules of the tables pinned in the config file that have
-    /// any.
     /// How the ClickHouse table of `key` is created: a pinned table's
-    /// `partition_by`, `order_by` and `settings`, else the defaults.
+    /// `engine`, `partition_by`, `order_by` and `settings`, else the
+    /// defaults.
     pub(super) fn table_settings(&self, key: &str) -> TableSettings {
         let Some(t) = self.tables.get(key) else {
             return TableSettings::default();
         };
         TableSettings {
+            engine: match t.engine {
+                walshadow_config::TableEngine::ReplacingMergeTree => TableEngine::Replacing,
+                walshadow_config::TableEngine::ReplicatedReplacingMergeTree => {
+                    TableEngine::Replicated
+                }
+                walshadow_config::TableEngine::SharedReplacingMergeTree => TableEngine::Shared,
+            },
             partition_by: t.partition_by.clone(),
             order_by: t.order_by.clone(),
             extra: t
@@ -117,6 +123,8 @@ impl StreamSettings {
         }
     }
 
+    /// The column rules of the tables pinned in the config file that have
+    /// any.
     pub(super) fn column_rules(&self) -> HashMap<String, ColumnRules> {
         crate::scope::column_rules(&self.tables)
     }
