@@ -48,6 +48,10 @@ exclude_columns = ["id"]
 
 [table."public.tagged"]
 initial_load = "copy"
+
+[table."public.narrow"]
+initial_load = "copy"
+include_columns = ["v"]
 "#;
 
 /// The ClickHouse columns of table `name`, in order.
@@ -77,13 +81,16 @@ fn left_out(major: PgMajor) -> Result<()> {
          create table keyed (id int primary key, v text);
          insert into keyed values (1, 'a');
          create table plain (id int primary key, p jsonpath);
-         insert into plain values (1, '$.a');",
+         insert into plain values (1, '$.a');
+         create table narrow (id int primary key, v text, secret text, p jsonpath);
+         insert into narrow select g, 'v' || g, 's' || g, '$.x' from generate_series(1, 100) g;",
     )?;
     h.init()?;
     h.start_run()?;
     wait_loaded(&mut h, "public.shapes")?;
     wait_loaded(&mut h, "public.walked")?;
     wait_loaded(&mut h, "public.tagged")?;
+    wait_loaded(&mut h, "public.narrow")?;
     // Then the WAL: updates of left-out columns only, of kept ones, deletes
     // and inserts.
     h.source.psql(
@@ -100,7 +107,11 @@ fn left_out(major: PgMajor) -> Result<()> {
          update tagged set ha = array[hstore('c', 'd')] where id % 5 = 0;
          update tagged set ha = null where id = 6;
          alter table tagged add column hd hstore default hstore(array['z', 'n'], array['1', null]);
-         update tagged set hd = hd || hstore('w', 'x') where id % 4 = 0;",
+         update tagged set hd = hd || hstore('w', 'x') where id % 4 = 0;
+         update narrow set v = 'w' || id, secret = 'changed' where id % 3 = 0;
+         update narrow set secret = 'only this' where id % 5 = 0;
+         delete from narrow where id % 7 = 0;
+         insert into narrow values (500, 'late', 'x', '$.y');",
     )?;
     h.wait_caught_up(CATCH_UP)?;
     let n = h.assert_equal(
@@ -110,6 +121,17 @@ fn left_out(major: PgMajor) -> Result<()> {
     )?;
     ensure!(n > 600, "{n} rows of shapes");
     h.assert_equal("public.walked", "walked", &[same("id"), same("v")])?;
+    // include_columns: the named columns and the key, nothing else (an
+    // undecodable column not named does not hold the table up).
+    h.assert_equal("public.narrow", "narrow", &[same("id"), same("v")])?;
+    ensure!(
+        ch_columns(&h, "narrow")?
+            .iter()
+            .filter(|c| !c.starts_with('_'))
+            .eq(["id", "v"].iter()),
+        "narrow: {:?}",
+        ch_columns(&h, "narrow")?
+    );
     // Extension types (known to the shadow by their extension) stream as
     // their text, through the load and the WAL.
     // hstore as Map(String, Nullable(String)): the pairs, sorted. `hd`
@@ -178,8 +200,7 @@ fn left_out(major: PgMajor) -> Result<()> {
     );
     let log = h.run_log();
     ensure!(
-        log.contains("exclude_columns names a column the table does not have")
-            && log.contains("nope"),
+        log.contains("names a column the table does not have") && log.contains("nope"),
         "no warning of the unknown exclusion:\n{log}"
     );
 
@@ -233,6 +254,30 @@ fn left_out(major: PgMajor) -> Result<()> {
         .map(|o| o.keys().map(String::as_str).collect())
         .unwrap_or_default();
     ensure!(left == ["r"], "opted left_out: {left:?}");
+    // include_columns in a row: the named column and the key only.
+    h.source.psql(
+        "create table opted_narrow (id int primary key, v text, secret text, p jsonpath);
+         insert into opted_narrow select g, 'v' || g, 's' || g, '$.z' from generate_series(1, 80) g;
+         insert into walshadow.tables (schema_name, table_name, initial_load, include_columns)
+           values ('public', 'opted_narrow', 'copy', '{v}');",
+    )?;
+    wait_loaded(&mut h, "public.opted_narrow")?;
+    h.source
+        .psql("update opted_narrow set v = 'u', secret = 'no' where id % 2 = 0;")?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal(
+        "public.opted_narrow",
+        "opted_narrow",
+        &[same("id"), same("v")],
+    )?;
+    let narrow = ch_columns(&h, "opted_narrow")?;
+    ensure!(
+        narrow
+            .iter()
+            .filter(|c| !c.starts_with('_'))
+            .eq(["id", "v"].iter()),
+        "opted_narrow: {narrow:?}"
+    );
 
     // The default stops the table, naming the column and the options.
     let plain = h.table_state("public.plain")?;

@@ -58,6 +58,7 @@
 //! [table."public.orders"]                   # a pinned table: streams from the start
 //! # initial_load = "copy"                   # none (default) | copy | base_backup | object_store: load its rows first
 //! # exclude_columns = ["blob"]              # columns left out of ClickHouse and of every load
+//! # include_columns = ["name", "email"]     # or: the only columns kept (and the key's)
 //! # unsupported_columns = "stop"            # a column walshadow cannot decode: stop the table, or "skip" the column
 //! # out_of_range = "stop"                   # a value ClickHouse cannot hold (numeric NaN, dates outside 1900-2299, infinity): stop | null | clamp | string
 //! # out_of_range_columns = { born = "clamp" } # the same per column, over the table's
@@ -329,6 +330,11 @@ pub struct TableConfig {
     /// decoded, not written. A replica identity column cannot be.
     #[serde(default)]
     pub exclude_columns: Vec<String>,
+    /// When given, the only columns replicated besides the replica
+    /// identity's (which always are); the others are left out as if
+    /// excluded.
+    #[serde(default)]
+    pub include_columns: Vec<String>,
     /// A column of a type walshadow cannot replicate: `stop` the table
     /// (default, naming the column) or `skip` the column.
     #[serde(default)]
@@ -478,6 +484,7 @@ CREATE TABLE IF NOT EXISTS {s}.{t} (
     destination  text,
     resync       bigint NOT NULL DEFAULT 0,
     exclude_columns text[],
+    include_columns text[],
     unsupported_columns text CHECK (lower(unsupported_columns) IN ('stop', 'skip')),
     out_of_range text CHECK ({OUT_OF_RANGE_CHECK}),
     out_of_range_columns jsonb CHECK ({OUT_OF_RANGE_COLUMNS_CHECK}),
@@ -486,12 +493,13 @@ CREATE TABLE IF NOT EXISTS {s}.{t} (
     PRIMARY KEY (schema_name, table_name)
 );
 ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS exclude_columns text[];
+ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS include_columns text[];
 ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS unsupported_columns text CHECK (lower(unsupported_columns) IN ('stop', 'skip'));
 ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS out_of_range text CHECK ({OUT_OF_RANGE_CHECK});
 ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS out_of_range_columns jsonb CHECK ({OUT_OF_RANGE_COLUMNS_CHECK});
 ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS rename_columns jsonb CHECK ({RENAME_COLUMNS_CHECK});
 ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS column_types jsonb CHECK ({COLUMN_TYPES_CHECK});
-COMMENT ON TABLE {s}.{t} IS 'walshadow: a row per table to stream (replicate), how to load its existing rows (initial_load: none or NULL, copy, base_backup, object_store) the ClickHouse table it streams into (destination; NULL: table_name in public, schema_name__table_name elsewhere); raising resync (walshadow table resync) loads the table again and swaps it in; exclude_columns and unsupported_columns (stop or skip) leave columns out of ClickHouse; out_of_range (stop, null, clamp, string) and out_of_range_columns (a JSON object of column to the same) say what a value ClickHouse cannot hold is written as; rename_columns (a JSON object of column to ClickHouse name) and column_types (a JSON object of column to String, JSON, DateTime64(0-6) or a geo type such as Point or MultiPolygon) shape the ClickHouse table';"
+COMMENT ON TABLE {s}.{t} IS 'walshadow: a row per table to stream (replicate), how to load its existing rows (initial_load: none or NULL, copy, base_backup, object_store) the ClickHouse table it streams into (destination; NULL: table_name in public, schema_name__table_name elsewhere); raising resync (walshadow table resync) loads the table again and swaps it in; exclude_columns, include_columns (the only columns kept besides the key) and unsupported_columns (stop or skip) leave columns out of ClickHouse; out_of_range (stop, null, clamp, string) and out_of_range_columns (a JSON object of column to the same) say what a value ClickHouse cannot hold is written as; rename_columns (a JSON object of column to ClickHouse name) and column_types (a JSON object of column to String, JSON, DateTime64(0-6) or a geo type such as Point or MultiPolygon) shape the ClickHouse table';"
     )
 }
 
@@ -1218,6 +1226,14 @@ impl Config {
                     "table.out_of_range_columns",
                     format!(
                         "[table.{key:?}] out_of_range_columns has an empty column name {bad:?}: name columns as the source spells them"
+                    ),
+                ));
+            }
+            if let Some(bad) = t.include_columns.iter().find(|c| c.is_empty()) {
+                return Err(invalid(
+                    "table.include_columns",
+                    format!(
+                        "[table.{key:?}] include_columns has an empty name {bad:?}: list column names as the source spells them"
                     ),
                 ));
             }

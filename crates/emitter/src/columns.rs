@@ -31,6 +31,9 @@ use crate::types::clickhouse_type;
 pub struct ColumnRules {
     /// Column names left out whatever their type.
     pub exclude: BTreeSet<String>,
+    /// When not empty, the only columns kept besides the replica identity's
+    /// (`include_columns`).
+    pub include: BTreeSet<String>,
     /// Columns of types walshadow cannot replicate are left out rather
     /// than stopping the table.
     pub skip_unsupported: bool,
@@ -149,6 +152,7 @@ impl ColumnRules {
     /// Whether these rules leave nothing out of any table.
     pub fn is_empty(&self) -> bool {
         self.exclude.is_empty()
+            && self.include.is_empty()
             && !self.skip_unsupported
             && self.values.is_empty()
             && self.rename.is_empty()
@@ -196,12 +200,20 @@ impl ColumnRules {
             Vec::new()
         };
         let key: BTreeSet<&str> = desc.replica_identity.iter().map(String::as_str).collect();
+        // Under FULL every column is the key: include_columns cannot keep
+        // the key and leave the rest out.
+        let full = desc.replica_identity_kind == "f";
         let table = format!("{}.{}", desc.schema, desc.name);
         let mut refused = Vec::new();
         let mut left_out = Vec::new();
         for a in desc.attributes.iter_mut().filter(|a| !a.dropped) {
             let reason = if self.exclude.contains(&a.name) {
                 "exclude_columns".to_owned()
+            } else if !self.include.is_empty()
+                && !self.include.contains(&a.name)
+                && (full || !key.contains(a.name.as_str()))
+            {
+                "not in include_columns".to_owned()
             } else if let Some((_, why)) = undecodable.iter().find(|(c, _)| *c == a.name) {
                 format!("unsupported_columns = \"skip\" ({why})")
             } else {
@@ -221,6 +233,7 @@ impl ColumnRules {
         let unknown = self
             .exclude
             .iter()
+            .chain(&self.include)
             .chain(self.values.columns.keys())
             .chain(self.rename.keys())
             .chain(self.types.keys())
@@ -236,8 +249,8 @@ impl ColumnRules {
             let them = if refused.len() == 1 { "it" } else { "them" };
             format!(
                 "table {table}: the column rules would leave out {} of its replica identity, \
-                 by which ClickHouse keys its rows; take {them} out of exclude_columns, or give \
-                 the table a key without {them}",
+                 by which ClickHouse keys its rows; take {them} out of exclude_columns (or add \
+                 {them} to include_columns), or give the table a key without {them}",
                 refused.join(", "),
             )
         });
@@ -323,6 +336,27 @@ mod tests {
         assert_eq!(m.left_out[0].column, "note");
         assert_eq!(m.left_out[0].reason, "exclude_columns");
         assert!(RowDecoder::new(&m.desc).is_err(), "shape still refuses");
+    }
+
+    #[test]
+    fn include_keeps_the_named_columns_and_the_key() {
+        let include = |names: &[&str]| ColumnRules {
+            include: names.iter().map(|s| s.to_string()).collect(),
+            ..ColumnRules::default()
+        };
+        let m = include(&["note", "nope"]).apply(table());
+        assert_eq!(live(&m.desc), ["id", "note"], "the key is kept unnamed");
+        assert_eq!(m.left_out[0].column, "shape");
+        assert_eq!(m.left_out[0].reason, "not in include_columns");
+        assert_eq!(m.unknown, ["nope"]);
+        assert!(m.refused.is_none());
+        // Under REPLICA IDENTITY FULL every column is the key: none can go.
+        let mut full = table();
+        full.replica_identity_kind = "f".into();
+        full.replica_identity = vec!["id".into(), "note".into(), "shape".into()];
+        let m = include(&["note"]).apply(full);
+        let why = m.refused.expect("refused");
+        assert!(why.contains("include_columns"), "{why}");
     }
 
     #[test]

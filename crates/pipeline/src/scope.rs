@@ -46,6 +46,7 @@ pub fn column_rules(tables: &BTreeMap<String, TableConfig>) -> HashMap<String, C
             };
             let rules = ColumnRules {
                 exclude: t.exclude_columns.iter().cloned().collect(),
+                include: t.include_columns.iter().cloned().collect(),
                 skip_unsupported: t.unsupported_columns == UnsupportedColumns::Skip,
                 values: ValueRules {
                     table: policy(t.out_of_range),
@@ -65,6 +66,8 @@ pub fn column_rules(tables: &BTreeMap<String, TableConfig>) -> HashMap<String, C
 }
 
 /// An opt-in or opt-out read from the config table.
+// One per config-table row change, short-lived: no need to box `Set`.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScopeChange {
     /// A row was written: `replicate`, `initial_load` and `destination`
@@ -103,6 +106,9 @@ pub struct RowColumnRules {
     /// `exclude_columns text[]`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclude: Vec<String>,
+    /// `include_columns text[]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub include: Vec<String>,
     /// `unsupported_columns = 'skip'`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub skip_unsupported: bool,
@@ -123,6 +129,7 @@ pub struct RowColumnRules {
 impl RowColumnRules {
     pub fn is_empty(&self) -> bool {
         self.exclude.is_empty()
+            && self.include.is_empty()
             && !self.skip_unsupported
             && self.out_of_range.is_none()
             && self.out_of_range_columns.is_empty()
@@ -180,6 +187,7 @@ impl RowColumnRules {
         let policy = |name: &str| ValuePolicy::parse(name).unwrap_or_default();
         ColumnRules {
             exclude: self.exclude.iter().cloned().collect(),
+            include: self.include.iter().cloned().collect(),
             skip_unsupported: self.skip_unsupported,
             values: ValueRules {
                 table: self.out_of_range.as_deref().map(policy).unwrap_or_default(),
@@ -197,6 +205,17 @@ impl RowColumnRules {
                 .collect(),
         }
     }
+}
+
+/// The non-empty names of a `text[]`.
+fn names(a: &walshadow_rows::ArrayValue) -> Vec<String> {
+    a.elements
+        .iter()
+        .filter_map(|e| match e {
+            Value::Text(t) if !t.is_empty() => Some(t.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The fields of a config-table row decoded by `decoder`; `None` if the
@@ -217,16 +236,8 @@ pub fn config_row(decoder: &RowDecoder, values: &[Value]) -> Option<ConfigRow> {
             ("initial_load", Value::Text(t)) => initial_load = Some(t.clone()),
             ("destination", Value::Text(t)) if !t.is_empty() => destination = Some(t.clone()),
             ("resync", Value::Int64(n)) => resync = Some(*n),
-            ("exclude_columns", Value::Array(a)) => {
-                columns.exclude = a
-                    .elements
-                    .iter()
-                    .filter_map(|e| match e {
-                        Value::Text(t) if !t.is_empty() => Some(t.clone()),
-                        _ => None,
-                    })
-                    .collect();
-            }
+            ("exclude_columns", Value::Array(a)) => columns.exclude = names(a),
+            ("include_columns", Value::Array(a)) => columns.include = names(a),
             ("unsupported_columns", Value::Text(t)) => {
                 columns.skip_unsupported = t.eq_ignore_ascii_case("skip");
             }

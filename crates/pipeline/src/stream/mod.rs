@@ -1137,6 +1137,13 @@ impl Streamer {
 }
 
 /// The config table's rows as the source has them now (first run only).
+/// The non-empty names of a `text[]` column read as JSON.
+fn json_names(json: Option<&str>) -> Vec<String> {
+    json.and_then(|j| serde_json::from_str::<Vec<Option<String>>>(j).ok())
+        .map(|v| v.into_iter().flatten().filter(|c| !c.is_empty()).collect())
+        .unwrap_or_default()
+}
+
 async fn config_rows_now(settings: &StreamSettings) -> Vec<ScopeChange> {
     let config_key = settings.config_key();
     let Some((schema, name)) = walshadow_config::split_table_name(config_key) else {
@@ -1151,7 +1158,8 @@ async fn config_rows_now(settings: &StreamSettings) -> Vec<ScopeChange> {
         "select schema_name, table_name, initial_load, to_jsonb(c)->>'destination', to_jsonb(c)->>'resync', \
          to_jsonb(c)->>'exclude_columns', to_jsonb(c)->>'unsupported_columns', \
          to_jsonb(c)->>'out_of_range', to_jsonb(c)->>'out_of_range_columns', \
-         to_jsonb(c)->>'rename_columns', to_jsonb(c)->>'column_types' from {}.{} c \
+         to_jsonb(c)->>'rename_columns', to_jsonb(c)->>'column_types', \
+         to_jsonb(c)->>'include_columns' from {}.{} c \
          where replicate and exists (select 1 from pg_catalog.pg_class k join pg_catalog.pg_roles r on r.oid = k.relowner \
          where k.oid = c.tableoid and (r.rolname = current_user or r.rolsuper))",
         quote(&schema),
@@ -1178,13 +1186,8 @@ async fn config_rows_now(settings: &StreamSettings) -> Vec<ScopeChange> {
                     resync: r.text(i, 4).and_then(|n| n.parse().ok()),
                     columns: {
                         let mut columns = crate::scope::RowColumnRules {
-                            exclude: r
-                                .text(i, 5)
-                                .and_then(|j| serde_json::from_str::<Vec<Option<String>>>(j).ok())
-                                .map(|v| {
-                                    v.into_iter().flatten().filter(|c| !c.is_empty()).collect()
-                                })
-                                .unwrap_or_default(),
+                            exclude: json_names(r.text(i, 5)),
+                            include: json_names(r.text(i, 11)),
                             skip_unsupported: r
                                 .text(i, 6)
                                 .is_some_and(|u| u.eq_ignore_ascii_case("skip")),
@@ -1202,6 +1205,7 @@ async fn config_rows_now(settings: &StreamSettings) -> Vec<ScopeChange> {
                         if let Some(j) = r.text(i, 10) {
                             columns.set_column_types(j);
                         }
+
                         columns
                     },
                 })

@@ -720,7 +720,7 @@ fn note_left_out(
         tracing::info!(table = %key, column = %column, lsn = %lsn, "column no longer left out: it is added to the ClickHouse table; rows written before hold NULL (or its type's default) until `walshadow table resync {key}` loads them again");
     }
     for column in unknown {
-        tracing::warn!(table = %key, column = %column, "exclude_columns names a column the table does not have (a typo, or since dropped)");
+        tracing::warn!(table = %key, column = %column, "a column rule (exclude_columns, include_columns, out_of_range_columns, rename_columns, column_types) names a column the table does not have (a typo, or since dropped)");
     }
     t.left_out = now;
 }
