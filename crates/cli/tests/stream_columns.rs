@@ -52,6 +52,9 @@ initial_load = "copy"
 [table."public.narrow"]
 initial_load = "copy"
 include_columns = ["v"]
+
+[table."public.tagged_walk"]
+initial_load = "base_backup"
 "#;
 
 /// The ClickHouse columns of table `name`, in order.
@@ -82,6 +85,8 @@ fn left_out(major: PgMajor) -> Result<()> {
          insert into keyed values (1, 'a');
          create table plain (id int primary key, p jsonpath);
          insert into plain values (1, '$.a');
+         create table tagged_walk as select * from tagged;
+         alter table tagged_walk add primary key (id);
          create table narrow (id int primary key, v text, secret text, p jsonpath);
          insert into narrow select g, 'v' || g, 's' || g, '$.x' from generate_series(1, 100) g;",
     )?;
@@ -91,6 +96,7 @@ fn left_out(major: PgMajor) -> Result<()> {
     wait_loaded(&mut h, "public.walked")?;
     wait_loaded(&mut h, "public.tagged")?;
     wait_loaded(&mut h, "public.narrow")?;
+    wait_loaded(&mut h, "public.tagged_walk")?;
     // Then the WAL: updates of left-out columns only, of kept ones, deletes
     // and inserts.
     h.source.psql(
@@ -108,6 +114,7 @@ fn left_out(major: PgMajor) -> Result<()> {
          update tagged set ha = null where id = 6;
          alter table tagged add column hd hstore default hstore(array['z', 'n'], array['1', null]);
          update tagged set hd = hd || hstore('w', 'x') where id % 4 = 0;
+         update tagged_walk set ci = lower(ci::text), hs = hs || hstore('walked', null) where id % 3 = 0;
          update narrow set v = 'w' || id, secret = 'changed' where id % 3 = 0;
          update narrow set secret = 'only this' where id % 5 = 0;
          delete from narrow where id % 7 = 0;
@@ -147,6 +154,12 @@ fn left_out(major: PgMajor) -> Result<()> {
             ),
         )
     };
+    // hstore[]: Array(Map(String, Nullable(String))), a NULL element {}.
+    let hstores = col(
+        "coalesce(array_to_string(array(select coalesce((select string_agg(key || '=' || coalesce(value, '<null>'), ',' order by key) from each(e)), '') \
+           from unnest(ha) with ordinality u(e, i) order by i), ';'), '')",
+        "arrayStringConcat(arrayMap(m -> arrayStringConcat(arraySort(arrayMap((k, v) -> concat(k, '=', ifNull(v, '<null>')), mapKeys(m), mapValues(m))), ','), ha), ';')",
+    );
     h.assert_equal(
         "public.tagged",
         "tagged",
@@ -156,13 +169,14 @@ fn left_out(major: PgMajor) -> Result<()> {
             same("lt"),
             pairs("hs"),
             pairs("hd"),
-            // hstore[]: Array(Map(String, Nullable(String))), a NULL element {}.
-            col(
-                "coalesce(array_to_string(array(select coalesce((select string_agg(key || '=' || coalesce(value, '<null>'), ',' order by key) from each(e)), '') \
-                   from unnest(ha) with ordinality u(e, i) order by i), ';'), '')",
-                "arrayStringConcat(arrayMap(m -> arrayStringConcat(arraySort(arrayMap((k, v) -> concat(k, '=', ifNull(v, '<null>')), mapKeys(m), mapValues(m))), ','), ha), ';')",
-            ),
+            hstores.clone(),
         ],
+    )?;
+    // The same types through a base_backup walk.
+    h.assert_equal(
+        "public.tagged_walk",
+        "tagged_walk",
+        &[same("id"), same("ci"), same("lt"), pairs("hs"), hstores],
     )?;
 
     let shapes = ch_columns(&h, "shapes")?;
@@ -317,25 +331,30 @@ fn vectors(major: PgMajor) -> Result<()> {
         major,
         "vectors",
         &[],
-        "[table.\"public.emb\"]\ninitial_load = \"copy\"\n",
+        "[backfill]\nbackup_checkpoint = \"fast\"\n[table.\"public.emb\"]\ninitial_load = \"copy\"\n\
+         [table.\"public.emb_walk\"]\ninitial_load = \"base_backup\"\n",
     )?;
     h.source.psql(
         "create extension vector;
          create table emb (id int primary key, v vector(3), w vector, vs vector[]);
          insert into emb select g, format('[%s,%s,-1]', g, g * 0.5)::vector, null,
            case g % 3 when 0 then null when 1 then array['[1,2]'::vector, null, '[3]'] else '{}' end
-           from generate_series(1, 100) g;",
+           from generate_series(1, 100) g;
+         create table emb_walk as select * from emb;
+         alter table emb_walk add primary key (id);",
     )?;
     h.init()?;
     h.start_run()?;
     wait_loaded(&mut h, "public.emb")?;
+    wait_loaded(&mut h, "public.emb_walk")?;
     h.source.psql(
         "update emb set v = '[0,0,0]', w = '[1.5,2.5]' where id % 3 = 0;
          insert into emb values (500, '[7,8,9]', (select array_agg(g * 0.25)::vector from generate_series(1, 1000) g));
          update emb set vs = array[null, '[0.5]'::vector] where id % 4 = 0;
          delete from emb where id % 10 = 0;
          alter table emb add column vd vector[] default array['[1,-1]'::vector];
-         update emb set vd = null where id % 7 = 0;",
+         update emb set vd = null where id % 7 = 0;
+         update emb_walk set v = '[1,1,1]' where id % 9 = 0;",
     )?;
     h.wait_caught_up(CATCH_UP)?;
     let text = |c: &str| {
@@ -384,6 +403,12 @@ fn vectors(major: PgMajor) -> Result<()> {
         ));
     }
     h.assert_equal("public.emb", "emb", &cols)?;
+    // The same types through a base_backup walk.
+    h.assert_equal(
+        "public.emb_walk",
+        "emb_walk",
+        &[same("id"), text("v"), text("w"), vectors("vs")],
+    )?;
     let ty = h.ch.query(
         "SELECT type FROM system.columns WHERE database = 'app' AND table = 'emb' AND name = 'v'",
     )?;
