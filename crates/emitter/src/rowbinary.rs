@@ -70,14 +70,33 @@ impl fmt::Display for EncodeError {
             Some(c) => write!(f, "table {}, column {c:?}: {}", self.table, self.kind)?,
             None => write!(f, "table {}: {}", self.table, self.kind)?,
         }
-        if let (Some(c), true) = (&self.column, self.kind.is_out_of_range()) {
-            write!(
+        let range = match &self.kind {
+            EncodeErrorKind::OutOfRange { range, .. } => Some(*range),
+            _ => None,
+        };
+        match (&self.column, range) {
+            // A geo type has no NULL and no nearest value.
+            (Some(c), Some(GEO_RANGE)) => write!(
+                f,
+                "; change the value on the source, or take {c:?} out of column_types in \
+                 [table.\"{}\"] (it is then ISO WKB), then `walshadow table resync {}`",
+                self.table, self.table
+            )?,
+            (Some(c), Some(JSON_RANGE)) => write!(
+                f,
+                "; or write it as NULL: out_of_range_columns = {{ {c:?} = \"null\" }}, or take \
+                 {c:?} out of column_types (it is then a String of the document), in \
+                 [table.\"{}\"] (or the config table's row), then `walshadow table resync {}`",
+                self.table, self.table
+            )?,
+            (Some(c), _) if self.kind.is_out_of_range() => write!(
                 f,
                 "; or say what the column writes instead: out_of_range_columns = \
                  {{ {c:?} = \"null\" | \"clamp\" | \"string\" }} in [table.\"{}\"] (or the \
                  config table's out_of_range_columns), then `walshadow table resync {}`",
                 self.table, self.table
-            )?;
+            )?,
+            _ => {}
         }
         Ok(())
     }
@@ -152,6 +171,11 @@ impl EncodeErrorKind {
         )
     }
 }
+
+/// The range of a ClickHouse geo type, in [`EncodeErrorKind::OutOfRange`].
+const GEO_RANGE: &str = "2D values of that shape only";
+/// The range of ClickHouse's `JSON`.
+const JSON_RANGE: &str = "a JSON object; this document is an array or a scalar";
 
 /// A column's `out_of_range` policy while one of its values is encoded,
 /// and how many values (the column's, or its array elements) it replaced.
@@ -229,9 +253,10 @@ impl RowBinaryEncoder {
             });
         };
         for (live_index, c) in t.columns.iter().enumerate() {
+            // The source's name: the one every column rule is keyed by.
             let at = |kind| EncodeError {
                 table: t.source.clone(),
-                column: Some(c.name.clone()),
+                column: Some(c.source.clone()),
                 kind,
             };
             if meta.deleted && !c.key {
@@ -343,7 +368,7 @@ pub(crate) fn planar_as(
     let outside = |what: String| EncodeErrorKind::OutOfRange {
         value: format!("a {what}"),
         ch_type: shape.name().into(),
-        range: "2D values of that shape only",
+        range: GEO_RANGE,
     };
     let p = walshadow_rows::geometry::planar(ewkb).map_err(outside)?;
     Ok(match (shape, p) {
@@ -605,7 +630,7 @@ fn encode_under(
                         shown
                     },
                     ch_type: ty.to_string(),
-                    range: "a JSON object; this document is an array or a scalar",
+                    range: JSON_RANGE,
                 });
             }
             write_bytes(out, s.as_bytes());

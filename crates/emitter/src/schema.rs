@@ -166,9 +166,11 @@ pub enum SchemaError {
     #[error("metadata column names must be distinct and non-empty, got {names:?}")]
     BadMetaNames { names: Vec<String> },
     #[error(
-        "table {table}: column {column:?} changed type from {from} to {to} in ClickHouse terms, \
+        "table {table}: column {column:?} changed type from {} to {} in ClickHouse terms, \
          which ClickHouse cannot convert the rows already written to exactly (a sorting key \
-         column, or not a widening); load the table again: walshadow table resync {table}"
+         column, or not a widening); load the table again: walshadow table resync {table}",
+        .from.described(),
+        .to.described()
     )]
     TypeChange {
         table: String,

@@ -218,6 +218,17 @@ impl ChType {
         }
     }
 
+    /// The type for messages: as ClickHouse names it, and what a `String`
+    /// holds where that is not text (`String of ISO WKB`).
+    pub fn described(&self) -> String {
+        match self {
+            ChType::Wkb => "String of ISO WKB".into(),
+            ChType::Nullable(i) => format!("Nullable({})", i.described()),
+            ChType::Array(i) => format!("Array({})", i.described()),
+            other => other.to_string(),
+        }
+    }
+
     /// Array nesting depth (0 for a scalar).
     pub fn array_depth(&self) -> usize {
         match self {

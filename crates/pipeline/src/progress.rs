@@ -39,6 +39,12 @@ pub struct TableProgress {
     pub destination: String,
     /// The source relation as its ClickHouse table was last made to match.
     pub schema: Option<RelationDesc>,
+    /// The column names, types and value policies its ClickHouse table was
+    /// last made with (`rename_columns`, `column_types`, `out_of_range`…),
+    /// so a start tells a rule changed in the file from one unchanged.
+    /// Absent in files of earlier versions: the current rules are taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout_rules: Option<crate::scope::RowColumnRules>,
     pub stopped: Option<Stopped>,
     /// Rows written to ClickHouse (inserts, updates and delete markers).
     pub rows: u64,
@@ -125,6 +131,7 @@ impl TableProgress {
         TableProgress {
             destination,
             schema: None,
+            layout_rules: None,
             stopped: None,
             rows: 0,
             opted_in: false,

@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use walshadow_config::{OutOfRange, TableConfig, UnsupportedColumns};
-use walshadow_emitter::{ColumnRules, TypeOverride, ValuePolicy, ValueRules};
+use walshadow_emitter::{ColumnRules, DestRules, TypeOverride, ValuePolicy, ValueRules};
 use walshadow_rows::{RowDecoder, Value};
 
 /// The column rules of the pinned tables that have any.
@@ -179,6 +179,29 @@ impl RowColumnRules {
                 Some((c, t.name()))
             })
             .collect();
+    }
+
+    /// The layout part of `rules` (policies, names, types), as recorded in
+    /// `progress.json` ([`crate::progress::TableProgress::layout_rules`]).
+    pub fn from_dest(rules: &DestRules) -> RowColumnRules {
+        RowColumnRules {
+            out_of_range: Some(rules.values.table)
+                .filter(|p| *p != ValuePolicy::Stop)
+                .map(|p| p.name().to_owned()),
+            out_of_range_columns: rules
+                .values
+                .columns
+                .iter()
+                .map(|(c, p)| (c.clone(), p.name().to_owned()))
+                .collect(),
+            rename_columns: rules.rename.clone(),
+            column_types: rules
+                .types
+                .iter()
+                .map(|(c, t)| (c.clone(), t.name()))
+                .collect(),
+            ..RowColumnRules::default()
+        }
     }
 
     /// The rules; a policy name the config table's checks would refuse

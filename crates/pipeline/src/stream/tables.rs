@@ -123,6 +123,15 @@ impl Streamer {
             // alone (a config-table row updated) changes it with the
             // descriptor as it was.
             let current = self.tables.get(&key).and_then(|t| t.dest.clone());
+            // Before this process made it, the layout is the one the rules
+            // recorded with the schema made (a rule changed in the file
+            // since shows as a change).
+            let recorded = self
+                .progress
+                .tables
+                .get(&key)
+                .and_then(|t| t.layout_rules.as_ref())
+                .map(|r| r.rules().dest());
             let dest_name = self.dest_of(&key);
             let statements = match &old_schema {
                 None => {
@@ -148,13 +157,22 @@ impl Streamer {
                 }
                 Some(old_desc)
                     if *old_desc == *desc
-                        && current.as_ref().is_none_or(|c| c.columns == new.columns) =>
+                        && match &current {
+                            Some(c) => c.columns == new.columns,
+                            None => recorded.as_ref().is_none_or(|r| *r == rules),
+                        } =>
                 {
                     Vec::new()
                 }
                 Some(old_desc) => {
                     let old = match current.map_or_else(
-                        || DestTable::with_rules(old_desc, &self.settings.meta, &rules),
+                        || {
+                            DestTable::with_rules(
+                                old_desc,
+                                &self.settings.meta,
+                                recorded.as_ref().unwrap_or(&rules),
+                            )
+                        },
                         Ok,
                     ) {
                         Ok(d) => d,
@@ -215,10 +233,15 @@ impl Streamer {
                     // NULLs it wrote into its type's default.
                     if let Ok(d) = &diff {
                         let left_null = d.changes.iter().find_map(|c| match c {
+                            // By attnum: a rename in the same change gave
+                            // the column its new name.
                             walshadow_emitter::SchemaChange::MakeNotNull { name, .. }
-                                if old.column(name).is_some_and(|c| {
-                                    c.out_of_range == walshadow_emitter::ValuePolicy::Null
-                                }) =>
+                                if new
+                                    .column(name)
+                                    .and_then(|n| old.columns.iter().find(|o| o.attnum == n.attnum))
+                                    .is_some_and(|c| {
+                                        c.out_of_range == walshadow_emitter::ValuePolicy::Null
+                                    }) =>
                             {
                                 Some(name.clone())
                             }
@@ -373,6 +396,7 @@ impl Streamer {
             }
             if let Some(t) = self.progress.tables.get_mut(&key) {
                 t.schema = Some((*desc).clone());
+                t.layout_rules = Some(crate::scope::RowColumnRules::from_dest(&rules));
                 note_left_out(t, &key, lsn, &left_out, &unknown);
                 if let Some(since) = t.waiting_for_key.take() {
                     tracing::info!(table = %key, lsn = %lsn, since = %since, "the table has a key now: its rows are loaded (copy) and it streams from here");
