@@ -87,6 +87,11 @@ enum State {
     Streaming,
     /// The walsender skipped COPY mode; the end is known already.
     EndPending(TimeLineId, Lsn),
+    /// The server's error arrived; what follows it is read up to
+    /// ReadyForQuery before the error is returned. Kept in the state, so a
+    /// call cancelled while reading (the caller's `select!` taking another
+    /// branch) loses no error: the next call returns it.
+    Failed(crate::replication::DbError),
     /// Back in command mode.
     Ended,
 }
@@ -205,14 +210,21 @@ impl WalStream {
     /// Cancel-safe: dropping the future loses no received data.
     pub async fn next(&mut self) -> Result<Option<WalEvent>> {
         loop {
-            match self.state {
+            match &self.state {
                 State::Ended => return Ok(None),
-                State::EndPending(next_tli, switch_lsn) => {
+                &State::EndPending(next_tli, switch_lsn) => {
                     self.state = State::Ended;
                     return Ok(Some(WalEvent::EndOfTimeline {
                         next_tli,
                         switch_lsn,
                     }));
+                }
+                State::Failed(error) => {
+                    let error = error.clone();
+                    // ReadyForQuery follows; the connection stays usable.
+                    let _ = self.read_to_ready().await;
+                    self.state = State::Ended;
+                    return Err(server_error("START_REPLICATION", error));
                 }
                 State::Streaming => {}
             }
@@ -288,11 +300,8 @@ impl WalStream {
                     }));
                 }
                 BackendMessage::Other(backend::Message::ErrorResponse(e)) => {
-                    let error = db_error(&e);
-                    self.state = State::Ended;
-                    // ReadyForQuery follows; the connection stays usable.
-                    let _ = self.read_to_ready().await;
-                    return Err(server_error("START_REPLICATION", error));
+                    // Returned by the state's arm above, cancel-safely.
+                    self.state = State::Failed(db_error(&e));
                 }
                 BackendMessage::Other(backend::Message::NoticeResponse(_)) => {}
                 BackendMessage::Other(backend::Message::ParameterStatus(p)) => {
