@@ -133,29 +133,8 @@ fn decode_fixed(kind: &Kind, b: &[u8]) -> Result<Value, DatumError> {
             })?;
             Value::Enum(label.clone())
         }
-        Kind::Numeric
-        | Kind::Text
-        | Kind::Bytea
-        | Kind::Json
-        | Kind::Jsonb
-        | Kind::Inet
-        | Kind::Cidr
-        | Kind::Bit
-        | Kind::Xml
-        | Kind::Range(_)
-        | Kind::Multirange(_)
-        | Kind::Composite(_)
-        | Kind::Ltree
-        | Kind::TsVector
-        | Kind::TsQuery
-        | Kind::Geometry
-        | Kind::Snapshot
-        | Kind::SpaceVector(_)
-        | Kind::Vector
-        | Kind::HalfVec
-        | Kind::SparseVec
-        | Kind::Hstore
-        | Kind::Array(_) => return decode_body(kind, b),
+        // Varlena kinds (`fixed_len` is the one exhaustive list).
+        _ => return decode_body(kind, b),
     })
 }
 

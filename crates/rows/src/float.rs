@@ -183,6 +183,46 @@ fn remove_digits(
     (vr + u64::from(vr == vm || last >= 5), removed)
 }
 
+/// The value as Ryu's `mv * 2^e2`, with the bounds of the values that
+/// round to it (`mp`, `mm`, same scale).
+struct Interval {
+    e2: i32,
+    mv: u64,
+    mp: u64,
+    mm: u64,
+}
+
+/// The steps `d2d` and `f2d` share: an integer below 2 to the power of
+/// the mantissa's bits plus one prints exactly (`Err` with it, as
+/// `d2d_small_int`), anything else gives the interval of Step 2.
+fn interval(
+    ieee_mantissa: u64,
+    ieee_exponent: i32,
+    mantissa_bits: i32,
+    bias: i32,
+) -> Result<Interval, u64> {
+    let e2 = ieee_exponent - bias - mantissa_bits;
+    if ieee_exponent != 0 && (-mantissa_bits..=0).contains(&e2) {
+        let m2 = (1u64 << mantissa_bits) | ieee_mantissa;
+        if ieee_mantissa & ((1u64 << -e2) - 1) == 0 {
+            return Err(m2 >> -e2);
+        }
+    }
+    let (e2, m2) = if ieee_exponent == 0 {
+        (1 - bias - mantissa_bits - 2, ieee_mantissa)
+    } else {
+        (e2 - 2, (1u64 << mantissa_bits) | ieee_mantissa)
+    };
+    let mv = 4 * m2;
+    let mm_shift = u64::from(ieee_mantissa != 0 || ieee_exponent <= 1);
+    Ok(Interval {
+        e2,
+        mv,
+        mp: mv + 2,
+        mm: mv - 1 - mm_shift,
+    })
+}
+
 /// `d2d` (and `d2d_small_int`): the decimal `output * 10^exp` PostgreSQL
 /// prints for a positive finite double.
 fn d2d(bits: u64) -> (u64, i32, bool) {
@@ -190,23 +230,11 @@ fn d2d(bits: u64) -> (u64, i32, bool) {
     const BIAS: i32 = 1023;
     let ieee_mantissa = bits & ((1u64 << MANTISSA_BITS) - 1);
     let ieee_exponent = ((bits >> MANTISSA_BITS) & 0x7ff) as i32;
-    // Integers in [1, 2^53) print exactly.
-    let e2 = ieee_exponent - BIAS - MANTISSA_BITS;
-    if ieee_exponent != 0 && (-MANTISSA_BITS..=0).contains(&e2) {
-        let m2 = (1u64 << MANTISSA_BITS) | ieee_mantissa;
-        if ieee_mantissa & ((1u64 << -e2) - 1) == 0 {
-            return (m2 >> -e2, 0, true);
-        }
-    }
-    let (e2, m2) = if ieee_exponent == 0 {
-        (1 - BIAS - MANTISSA_BITS - 2, ieee_mantissa)
-    } else {
-        (e2 - 2, (1u64 << MANTISSA_BITS) | ieee_mantissa)
-    };
-    let mv = 4 * m2;
-    let mp = mv + 2;
-    let mm_shift = u64::from(ieee_mantissa != 0 || ieee_exponent <= 1);
-    let mm = mv - 1 - mm_shift;
+    let Interval { e2, mv, mp, mm } =
+        match interval(ieee_mantissa, ieee_exponent, MANTISSA_BITS, BIAS) {
+            Ok(i) => i,
+            Err(small_int) => return (small_int, 0, true),
+        };
     let mut vr_tz = false;
     let (e10, mut vp_exclusive);
     if e2 >= 0 {
@@ -246,22 +274,11 @@ fn f2d(bits: u32) -> (u64, i32, bool) {
     const BIAS: i32 = 127;
     let ieee_mantissa = u64::from(bits & ((1u32 << MANTISSA_BITS) - 1));
     let ieee_exponent = ((bits >> MANTISSA_BITS) & 0xff) as i32;
-    let e2 = ieee_exponent - BIAS - MANTISSA_BITS;
-    if ieee_exponent != 0 && (-MANTISSA_BITS..=0).contains(&e2) {
-        let m2 = (1u64 << MANTISSA_BITS) | ieee_mantissa;
-        if ieee_mantissa & ((1u64 << -e2) - 1) == 0 {
-            return (m2 >> -e2, 0, true);
-        }
-    }
-    let (e2, m2) = if ieee_exponent == 0 {
-        (1 - BIAS - MANTISSA_BITS - 2, ieee_mantissa)
-    } else {
-        (e2 - 2, (1u64 << MANTISSA_BITS) | ieee_mantissa)
-    };
-    let mv = 4 * m2;
-    let mp = mv + 2;
-    let mm_shift = u64::from(ieee_mantissa != 0 || ieee_exponent <= 1);
-    let mm = mv - 1 - mm_shift;
+    let Interval { e2, mv, mp, mm } =
+        match interval(ieee_mantissa, ieee_exponent, MANTISSA_BITS, BIAS) {
+            Ok(i) => i,
+            Err(small_int) => return (small_int, 0, true),
+        };
     let q = if e2 >= 0 {
         log10_pow2(e2)
     } else {

@@ -74,36 +74,21 @@ impl TupleHeader {
     /// points at).
     pub fn parse(tuple: &[u8]) -> Result<TupleHeader, GateError> {
         let short = || GateError::ShortTuple { len: tuple.len() };
-        let head = tuple
-            .get(..SIZEOF_HEAP_TUPLE_HEADER)
-            .and_then(|h| <&[u8; SIZEOF_HEAP_TUPLE_HEADER]>::try_from(h).ok())
-            .ok_or_else(short)?;
-        let [
-            x0,
-            x1,
-            x2,
-            x3,
-            m0,
-            m1,
-            m2,
-            m3,
-            f0,
-            f1,
-            f2,
-            f3,
-            _,
-            _,
-            _,
-            _,
-            _,
-            _,
-            i20,
-            i21,
-            i0,
-            i1,
-            _,
-        ] = *head;
-        Ok(TupleHeader {
+        // t_xmin, t_xmax, t_field3 at 0; t_ctid at 12; t_infomask2 and
+        // t_infomask at 18; t_hoff at 22.
+        if tuple.len() < SIZEOF_HEAP_TUPLE_HEADER {
+            return Err(short());
+        }
+        Self::from_parts(tuple.get(..12), tuple.get(18..22)).ok_or_else(short)
+    }
+
+    /// The fields from the three xids' 12 bytes and the two masks' 4
+    /// (infomask2 first), little-endian as on the page.
+    fn from_parts(xids: Option<&[u8]>, masks: Option<&[u8]>) -> Option<TupleHeader> {
+        let [x0, x1, x2, x3, m0, m1, m2, m3, f0, f1, f2, f3] =
+            *<&[u8; 12]>::try_from(xids?).ok()?;
+        let [i20, i21, i0, i1] = *<&[u8; 4]>::try_from(masks?).ok()?;
+        Some(TupleHeader {
             xmin: u32::from_le_bytes([x0, x1, x2, x3]),
             xmax: u32::from_le_bytes([m0, m1, m2, m3]),
             xvac: u32::from_le_bytes([f0, f1, f2, f3]),
@@ -131,32 +116,7 @@ impl TupleHeader {
 
     /// Inverse of [`TupleHeader::encode`]; `None` when `bytes` is short.
     pub(crate) fn decode(bytes: &[u8]) -> Option<TupleHeader> {
-        let head = <&[u8; ENCODED_LEN]>::try_from(bytes.get(..ENCODED_LEN)?).ok()?;
-        let [
-            x0,
-            x1,
-            x2,
-            x3,
-            m0,
-            m1,
-            m2,
-            m3,
-            v0,
-            v1,
-            v2,
-            v3,
-            i20,
-            i21,
-            i0,
-            i1,
-        ] = *head;
-        Some(TupleHeader {
-            xmin: u32::from_le_bytes([x0, x1, x2, x3]),
-            xmax: u32::from_le_bytes([m0, m1, m2, m3]),
-            xvac: u32::from_le_bytes([v0, v1, v2, v3]),
-            infomask2: u16::from_le_bytes([i20, i21]),
-            infomask: u16::from_le_bytes([i0, i1]),
-        })
+        Self::from_parts(bytes.get(..12), bytes.get(12..ENCODED_LEN))
     }
 }
 

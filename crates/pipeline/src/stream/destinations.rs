@@ -2,7 +2,11 @@
 //! and the stream's requests that wait out a destination that does not
 //! take them (status, metrics and the log say so meanwhile).
 
-use super::*;
+use std::time::Duration;
+
+use walshadow_emitter::{ClickHouseClient, ClickHouseError, ClientConfig, TlsOptions};
+
+use super::{DESTINATION_BACKOFF, StreamError, Streamer};
 
 /// How often an unreachable ClickHouse is asked whether it is back.
 const PING_EVERY: Duration = Duration::from_millis(500);

@@ -20,7 +20,11 @@ use tokio::task::{JoinError, JoinHandle};
 use walshadow_emitter::SealedBatch;
 
 use super::positions::Boundary;
-use super::*;
+use std::time::{Duration, Instant};
+
+use walshadow_emitter::ClickHouseError;
+
+use super::{StreamError, Streamer, key_display};
 
 /// One try of each sealed batch; `None` where the task ended before the
 /// try did.

@@ -39,17 +39,17 @@
 //! inside the record's own bytes, so unique per row); `_version` orders by
 //! both.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
-use walshadow_emitter::{
-    ClickHouseClient, ClickHouseError, ClientConfig, DestTable, RowBinaryEncoder, RowMeta,
-    SchemaDiff, TableBatch, TlsOptions,
-};
+use walshadow_changes::assemble::Assembled;
+use walshadow_changes::change::Change;
+use walshadow_changes::decode::{CommitEvent, Event, record_events};
+use walshadow_emitter::{DestTable, TableBatch};
 use walshadow_intake::TapEvent;
-use walshadow_rows::{RowDecoder, RowError, ToastChunk, Value};
+use walshadow_rows::{RowDecoder, RowError};
 use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_shadow::run::Shadow;
 use walshadow_txn::{Assembler, CommittedTxn};
@@ -61,13 +61,9 @@ use crate::backfills::Backfills;
 use crate::catalog_reach::Reach;
 use crate::progress::{Progress, Stopped, TableProgress};
 use crate::relations::{Relations, Resolved};
-use crate::scope::{ScopeChange, config_row};
+use crate::scope::ScopeChange;
 use crate::status::{StatusFile, TableStatus, ToastStatus};
-use crate::toast::{SourceReadError, SourceValue, Toast, Wait};
-use walshadow_changes::assemble::Assembled;
-use walshadow_changes::change::{Change, ChangeKind, OwnedTuple};
-use walshadow_changes::decode::{CommitEvent, Event, record_events};
-use walshadow_changes::rows::{ChangeRowsError, Layout, change_rows};
+use crate::toast::Toast;
 
 mod catalog;
 mod destinations;

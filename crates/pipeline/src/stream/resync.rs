@@ -24,7 +24,12 @@
 //! says whether it applied (the destination has it) or not (`R` still has
 //! it).
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+use walshadow_emitter::{ClickHouseClient, RowBinaryEncoder, TableBatch};
+use walshadow_types::Lsn;
+
+use super::{StreamError, Streamer, Table};
 
 impl Streamer {
     /// Starts (or starts again) a resync of `key` at `s`, loading in `mode`;

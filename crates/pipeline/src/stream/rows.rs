@@ -2,7 +2,20 @@
 //! rows to scope changes, table rows decoded (TOAST values read from the
 //! source when the mirror lacks them) into their table's batch.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+use walshadow_changes::change::{Change, ChangeKind, OwnedTuple};
+use walshadow_changes::decode::CommitEvent;
+use walshadow_changes::rows::{ChangeRowsError, Layout, change_rows};
+use walshadow_emitter::RowMeta;
+use walshadow_rows::{RowDecoder, RowError, ToastChunk, Value};
+use walshadow_types::catalog::RelationDesc;
+use walshadow_types::{Lsn, Oid};
+
+use super::{DESTINATION_BACKOFF, RelationDecoder, RowsFault, StreamError, Streamer, row_error};
+use crate::relations::Resolved;
+use crate::toast::{SourceReadError, SourceValue, Wait};
 
 impl Streamer {
     pub(super) async fn apply_change(

@@ -2,7 +2,18 @@
 //! config table, whose opt-ins and opt-outs are applied at their commit,
 //! with the initial loads they start.
 
-use super::*;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use walshadow_changes::change::{Change, ChangeKind, OwnedTuple};
+use walshadow_changes::decode::CommitEvent;
+use walshadow_rows::RowDecoder;
+use walshadow_types::Lsn;
+use walshadow_types::catalog::RelationDesc;
+
+use super::{StreamError, Streamer, Table, destinations};
+use crate::progress::{Progress, TableProgress};
+use crate::scope::{ScopeChange, config_row};
 use walshadow_emitter::ColumnRules;
 
 /// See the module doc.

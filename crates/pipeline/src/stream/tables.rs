@@ -1,7 +1,17 @@
 //! The ClickHouse side of each table: created and altered to follow the
 //! catalog, stopped alone on a definite error, truncated.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use walshadow_changes::decode::CommitEvent;
+use walshadow_emitter::{DestTable, RowBinaryEncoder, RowMeta, SchemaDiff, TableBatch};
+use walshadow_rows::{RowDecoder, Value};
+use walshadow_types::catalog::RelationDesc;
+use walshadow_types::{Lsn, Oid};
+
+use super::{StreamError, Streamer};
+use crate::progress::{Stopped, TableProgress};
 
 /// From this many tables seen for the first time in one refresh, their
 /// ClickHouse columns are read in one query.

@@ -33,17 +33,46 @@ const PING_BACKOFF: walshadow_types::Backoff =
     walshadow_types::Backoff::new(Duration::from_millis(1), Duration::from_millis(32));
 /// When to ask the standby where it is next: soon (backing off) while its
 /// apply is behind what was sent, at the status interval once it caught up.
-fn next_ping(
-    apply: Lsn,
-    sent: Lsn,
-    backoff: &mut walshadow_types::Backoff,
+#[derive(Debug)]
+struct Pings {
+    /// The standby's apply position, as it last said.
+    last_apply: Lsn,
+    /// When the next keepalive asking for a reply goes out.
+    at: Instant,
+    backoff: walshadow_types::Backoff,
     status_interval: Duration,
-) -> Instant {
-    if apply >= sent {
-        backoff.reset();
-        Instant::now() + status_interval
-    } else {
-        Instant::now() + backoff.next_delay()
+}
+
+impl Pings {
+    fn new(last_apply: Lsn, status_interval: Duration) -> Pings {
+        Pings {
+            last_apply,
+            at: Instant::now(),
+            backoff: PING_BACKOFF,
+            status_interval,
+        }
+    }
+
+    /// The standby said where it applied to.
+    fn applied(&mut self, apply: Lsn, sent: Lsn) {
+        self.last_apply = apply;
+        self.schedule(sent);
+    }
+
+    /// The next ping after one sent now (or a reply heard now).
+    fn schedule(&mut self, sent: Lsn) {
+        self.at = if self.last_apply >= sent {
+            self.backoff.reset();
+            Instant::now() + self.status_interval
+        } else {
+            Instant::now() + self.backoff.next_delay()
+        };
+    }
+
+    /// Ask right away (idle after data).
+    fn now(&mut self) {
+        self.backoff.reset();
+        self.at = Instant::now();
     }
 }
 
@@ -653,10 +682,8 @@ impl Session {
         let mut sent = start;
         let mut done_sending = false;
         let mut returned_reader = None;
-        let mut last_apply = self.shared.positions.borrow().apply;
+        let mut pings = Pings::new(self.shared.positions.borrow().apply, cfg.status_interval);
         let mut last_heard = Instant::now();
-        let mut backoff = PING_BACKOFF;
-        let mut ping_at = Instant::now();
         let mut buf = vec![0u8; MAX_SEND_SIZE as usize];
 
         loop {
@@ -676,10 +703,7 @@ impl Session {
                     .await?
                 {
                     EventOutcome::Continue => {}
-                    EventOutcome::Apply(apply) => {
-                        last_apply = apply;
-                        ping_at = next_ping(apply, sent, &mut backoff, cfg.status_interval);
-                    }
+                    EventOutcome::Apply(apply) => pings.applied(apply, sent),
                     EventOutcome::CopyDone(r) => returned_reader = Some(r),
                     EventOutcome::Gone => return Ok(None),
                 }
@@ -750,8 +774,7 @@ impl Session {
                 self.shared.status.send_modify(|s| s.sent = sent);
                 if sent == limit {
                     // Idle after data: ask where the standby is right away.
-                    backoff.reset();
-                    ping_at = Instant::now();
+                    pings.now();
                 }
                 continue;
             }
@@ -763,23 +786,20 @@ impl Session {
             }
 
             let now = Instant::now();
-            if now >= ping_at && !done_sending {
+            if now >= pings.at && !done_sending {
                 msg::keepalive(&mut self.out, sent, msg::pg_now(), true);
                 self.send().await?;
-                ping_at = next_ping(last_apply, sent, &mut backoff, cfg.status_interval);
+                pings.schedule(sent);
             }
             if now.duration_since(last_heard) > cfg.standby_timeout {
                 return Err(SessionError::Timeout(cfg.standby_timeout));
             }
-            let wake = ping_at.min(last_heard + cfg.standby_timeout);
+            let wake = pings.at.min(last_heard + cfg.standby_timeout);
             tokio::select! {
                 ev = events.recv() => match ev {
                     Some(ev) => match self.on_event(ev, sent, &mut done_sending, &mut last_heard).await? {
                         EventOutcome::Continue => {}
-                        EventOutcome::Apply(apply) => {
-                            last_apply = apply;
-                            ping_at = next_ping(apply, sent, &mut backoff, cfg.status_interval);
-                        }
+                        EventOutcome::Apply(apply) => pings.applied(apply, sent),
                         EventOutcome::CopyDone(r) => returned_reader = Some(r),
                         EventOutcome::Gone => return Ok(None),
                     },

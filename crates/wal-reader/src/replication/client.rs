@@ -296,10 +296,7 @@ impl ReplicationClient {
         let remedy = format!(
             "slot {name:?} may or may not have been created; check pg_replication_slots and drop it if it is unwanted"
         );
-        self.run(&cmd, self.config.command_timeout, &remedy)
-            .await
-            .map_err(|e| slot_error(name, e))?;
-        Ok(())
+        self.slot_command(name, &cmd, &remedy).await
     }
 
     /// `DROP_REPLICATION_SLOT name [WAIT]`. With `wait` the server blocks
@@ -314,7 +311,13 @@ impl ReplicationClient {
         let remedy = format!(
             "slot {name:?} is still held by another connection; stop that consumer (pg_replication_slots.active_pid) or drop without WAIT"
         );
-        self.run(&cmd, self.config.command_timeout, &remedy)
+        self.slot_command(name, &cmd, &remedy).await
+    }
+
+    /// A slot command bounded by `command_timeout`; `remedy` is what a
+    /// timeout tells the operator.
+    async fn slot_command(&mut self, name: &str, cmd: &str, remedy: &str) -> Result<()> {
+        self.run(cmd, self.config.command_timeout, remedy)
             .await
             .map_err(|e| slot_error(name, e))?;
         Ok(())
