@@ -3,6 +3,7 @@
 
 mod backup_cmd;
 mod catalog_cmd;
+mod ctl_cmd;
 mod shadow_cmd;
 mod table_cmd;
 mod teardown_cmd;
@@ -54,6 +55,10 @@ enum Command {
     /// slot flush), lag in bytes and seconds, and per-table row counts and
     /// stopped tables with the reason and remedy.
     Status(shadow_cmd::StatusArgs),
+    /// Control a running `walshadow run` over its socket in the state
+    /// directory (owner only): its live status, pause and resume the
+    /// stream, reload the config file.
+    Ctl(ctl_cmd::CtlArgs),
     /// Read relation descriptors from the shadow's catalog.
     #[command(subcommand)]
     Catalog(CatalogCommand),
@@ -228,6 +233,29 @@ fn man_page(dir: Option<std::path::PathBuf>) -> anyhow::Result<()> {
     }
 }
 
+/// The environment variable that sets what is logged (over `[log] level`).
+const LOG_ENV: &str = "WALSHADOW_LOG";
+
+type LogLevel = walshadow_pipeline::daemon::LogLevelHook;
+
+/// Sets what is logged; `None` while `WALSHADOW_LOG` decides.
+static LOG_LEVEL: std::sync::OnceLock<Option<LogLevel>> = std::sync::OnceLock::new();
+
+/// The hook `[log] level` goes through, unless `WALSHADOW_LOG` is set.
+fn log_level() -> Option<LogLevel> {
+    LOG_LEVEL.get().cloned().flatten()
+}
+
+/// `[log] level` applied through the subscriber's reload handle.
+fn level_setter<S: 'static>(
+    handle: tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, S>,
+) -> LogLevel {
+    std::sync::Arc::new(move |level: &str| {
+        let f = tracing_subscriber::EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+        handle.reload(f).map_err(|e| e.to_string())
+    })
+}
+
 fn main() -> std::process::ExitCode {
     // Everything walshadow writes — state, spill files, the filtered WAL,
     // the TOAST mirror, scratch files of loads, sockets — holds source data
@@ -240,23 +268,36 @@ fn main() -> std::process::ExitCode {
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let cli = Cli::parse();
     let log_format = cli.log_format;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("WALSHADOW_LOG")
+    let filter = tracing_subscriber::EnvFilter::try_from_env(LOG_ENV)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    match cli.log_format {
-        LogFormat::Text => tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(move || LogWriter { plain: !terminal })
-            .with_ansi(terminal)
-            .init(),
+    // `[log] level` is set, and reloaded, through the handle.
+    let level: LogLevel = match cli.log_format {
+        LogFormat::Text => {
+            let b = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(move || LogWriter { plain: !terminal })
+                .with_ansi(terminal)
+                .with_filter_reloading();
+            let handle = b.reload_handle();
+            b.init();
+            level_setter(handle)
+        }
         // JSON escapes every value itself: one event, one line.
-        LogFormat::Json => tracing_subscriber::fmt()
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .with_env_filter(filter)
-            .with_writer(move || LogWriter { plain: false })
-            .init(),
-    }
+        LogFormat::Json => {
+            let b = tracing_subscriber::fmt()
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_env_filter(filter)
+                .with_writer(move || LogWriter { plain: false })
+                .with_filter_reloading();
+            let handle = b.reload_handle();
+            b.init();
+            level_setter(handle)
+        }
+    };
+    // `WALSHADOW_LOG` wins over the file.
+    let _ = LOG_LEVEL.set(std::env::var_os(LOG_ENV).is_none().then_some(level));
     if terminal && matches!(cli.command, Command::Run(_)) {
         walshadow_pipeline::load_bars::enable();
     }
@@ -264,6 +305,7 @@ fn main() -> std::process::ExitCode {
         Command::Init(args) => shadow_cmd::init(args),
         Command::Run(args) => shadow_cmd::run(args),
         Command::Status(args) => shadow_cmd::status(args),
+        Command::Ctl(args) => ctl_cmd::ctl(args),
         Command::Table(TableCommand::List(args)) => table_cmd::list(args),
         Command::Table(TableCommand::Resync(args)) => table_cmd::resync(args),
         Command::Toast(ToastCommand::Stats(args)) => toast_cmd::stats(args),

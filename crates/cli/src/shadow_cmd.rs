@@ -47,6 +47,10 @@ pub fn init(args: InitArgs) -> anyhow::Result<()> {
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
+    let log_level = crate::log_level();
+    if let (Some(set), Some(level)) = (&log_level, &config.log.level) {
+        set(level).map_err(|e| anyhow::anyhow!("[log] level {level:?}: {e}"))?;
+    }
     runtime()?.block_on(async {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
@@ -59,7 +63,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             tracing::info!("stopping");
             let _ = stop_tx.send(true);
         });
-        walshadow_pipeline::daemon::run(&config, stop_rx).await?;
+        walshadow_pipeline::daemon::run(
+            &config,
+            walshadow_pipeline::daemon::RunOptions {
+                config_path: args.config.clone(),
+                log_level,
+            },
+            stop_rx,
+        )
+        .await?;
         anyhow::Ok(())
     })
 }

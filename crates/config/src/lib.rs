@@ -187,6 +187,18 @@ pub struct Config {
     /// Pinned tables by `schema.name`.
     #[serde(default, rename = "table")]
     pub tables: std::collections::BTreeMap<String, TableConfig>,
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+/// `[log]`: what `run` logs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// Which events are written, as `WALSHADOW_LOG` takes them (`info`,
+    /// `debug`, `warn,walshadow_pipeline=debug`); `info` when absent.
+    /// `WALSHADOW_LOG`, when set, wins. A reload applies it at once.
+    pub level: Option<String>,
 }
 
 /// `[clickhouse]`: the destination.

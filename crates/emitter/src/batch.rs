@@ -105,6 +105,12 @@ impl TableBatch {
         &self.table
     }
 
+    /// New size limits (a reloaded config): they apply to the rows held
+    /// too, at the next check.
+    pub fn set_config(&mut self, config: BatchConfig) {
+        self.config = config;
+    }
+
     pub fn rows(&self) -> usize {
         self.rows
     }

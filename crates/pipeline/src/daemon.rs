@@ -9,8 +9,9 @@ use walshadow_config::Config;
 use walshadow_intake::WalTap;
 use walshadow_shadow::run::{RunError, Shadow, ShadowSettings, StatePaths, load_init_state};
 
+use crate::control::{Command, ControlSocket, Reply, Responder};
 use crate::progress::Progress;
-use crate::stream::{StreamControl, StreamError, StreamSettings, Streamer};
+use crate::stream::{StreamControl, StreamError, StreamRequest, StreamSettings, Streamer};
 
 /// Raw WAL chunks (≤ 128 KiB each) queued between the feed and the
 /// pipeline: bounds the memory between them.
@@ -50,13 +51,60 @@ pub enum DaemonError {
     },
 }
 
+/// Requests of `walshadow ctl` queued for the stream.
+const REQUEST_QUEUE: usize = 16;
+
+/// Sets what is logged (a `WALSHADOW_LOG`-style filter), or says why it
+/// cannot.
+pub type LogLevelHook = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+/// What `run` needs besides the config.
+pub struct RunOptions {
+    /// The file `config` came from, which a reload (`walshadow ctl
+    /// reload`, SIGHUP) reads again.
+    pub config_path: std::path::PathBuf,
+    /// Applies `[log] level`; `None` while `WALSHADOW_LOG` decides.
+    pub log_level: Option<LogLevelHook>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("config_path", &self.config_path)
+            .field("log_level", &self.log_level.is_some())
+            .finish()
+    }
+}
+
 /// Runs until `stop` turns true.
-pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), DaemonError> {
+pub async fn run(
+    config: &Config,
+    options: RunOptions,
+    stop: watch::Receiver<bool>,
+) -> Result<(), DaemonError> {
     walshadow_shadow::run::warn_about_transport(config);
     // What the shadow and the WAL intake take from the config, once.
     let settings = ShadowSettings::from(config);
     // Before the shadow, its sockets, the metrics port or the mirror.
     let _lock = walshadow_shadow::state_lock::StateLock::acquire(&config.state.dir, "run")?;
+    // SIGHUP's default ends the process: taken before anything slow.
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(|e| StreamError::State(format!("listening for SIGHUP: {e}")))?;
+    let socket = ControlSocket::bind(&config.state.dir)
+        .map_err(|e| StreamError::State(format!("the control socket: {e}")))?;
+    let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
+    let control = tokio::spawn(serve_control(
+        socket,
+        hangups,
+        Controlled {
+            config: config.clone(),
+            path: options.config_path,
+            log_level: options.log_level,
+            stream: config.clickhouse.is_some().then_some(req_tx),
+        },
+        stop.clone(),
+    ));
+    let _control = AbortOnDrop(control);
     // Without a destination only the shadow runs; with one, tables come
     // from the config file and from the config table.
     let archive = wal_archive(config);
@@ -152,6 +200,7 @@ pub async fn run(config: &Config, stop: watch::Receiver<bool>) -> Result<(), Dae
             stop: stop.clone(),
             source_end: Arc::clone(&source_end),
             archive: Arc::clone(&archive_turns),
+            requests: req_rx,
         },
     )
     .await
@@ -242,5 +291,192 @@ async fn stop_shadow(shadow: Arc<Shadow>) {
             }
         }
         Err(_) => tracing::warn!("the shadow is still in use; leaving it running"),
+    }
+}
+
+/// Ends the control task with `run`.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What the control socket and SIGHUP act on.
+struct Controlled {
+    /// The config as last applied.
+    config: Config,
+    path: std::path::PathBuf,
+    log_level: Option<LogLevelHook>,
+    /// The stream's requests; `None` without `[clickhouse]`.
+    stream: Option<mpsc::Sender<StreamRequest>>,
+}
+
+/// Answers `walshadow ctl` and SIGHUP until `run` stops.
+async fn serve_control(
+    socket: ControlSocket,
+    mut hangups: tokio::signal::unix::Signal,
+    mut c: Controlled,
+    mut stop: watch::Receiver<bool>,
+) {
+    tracing::info!(socket = %socket.path().display(), "taking `walshadow ctl` commands");
+    loop {
+        tokio::select! {
+            next = socket.next() => match next {
+                Ok((cmd, responder)) => c.answer(cmd, responder).await,
+                Err(e) => {
+                    tracing::warn!("the control socket failed ({e}); `walshadow ctl` is not answered until a restart");
+                    return;
+                }
+            },
+            _ = hangups.recv() => {
+                tracing::info!("SIGHUP: reloading {}", c.path.display());
+                let reply = c.reload().await;
+                if !reply.ok {
+                    tracing::error!("reload refused: {}", reply.message);
+                }
+            }
+            _ = async { let _ = stop.wait_for(|s| *s).await; } => return,
+        }
+    }
+}
+
+impl Controlled {
+    async fn answer(&mut self, cmd: Command, mut responder: Responder) {
+        tracing::info!(command = cmd.name(), "walshadow ctl");
+        let reply = match cmd {
+            Command::Reload => self.reload().await,
+            Command::Status => match self.ask(StreamRequest::Status).await {
+                Ok(status) => Reply {
+                    status: Some(status),
+                    ..Reply::ok("streaming status")
+                },
+                Err(r) => r,
+            },
+            Command::Pause => self.ask(StreamRequest::Pause).await.unwrap_or_else(|r| r),
+            Command::Resume => self.ask(StreamRequest::Resume).await.unwrap_or_else(|r| r),
+        };
+        responder.send(&reply).await;
+    }
+
+    /// A request to the stream and its answer; a refusal when there is no
+    /// stream to ask.
+    async fn ask<T>(
+        &self,
+        req: impl FnOnce(tokio::sync::oneshot::Sender<T>) -> StreamRequest,
+    ) -> Result<T, Reply> {
+        let Some(stream) = &self.stream else {
+            return Err(Reply::refused(
+                "this run has no [clickhouse] section: it keeps the shadow fed and streams no tables",
+            ));
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let gone =
+            || Reply::refused("the stream is not running (see the log and `walshadow status`)");
+        stream.send(req(tx)).await.map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())
+    }
+
+    /// Reads the file again: nothing changes unless it validates; the
+    /// answer says what was applied and what waits for a restart.
+    async fn reload(&mut self) -> Reply {
+        let path = self.path.display().to_string();
+        let new = match Config::load(&self.path) {
+            Ok(c) => c,
+            Err(e) => {
+                return Reply::refused(format!("{path} does not validate, nothing changed: {e}"));
+            }
+        };
+        let mut needs_restart = Vec::new();
+        let mut applied = Vec::new();
+        // What is logged goes first: a filter that does not parse
+        // changes nothing.
+        let old_level = self.config.log.level.clone();
+        if new.log.level != old_level {
+            match &self.log_level {
+                None => needs_restart.push(
+                    "[log] level: WALSHADOW_LOG is set and wins (unset it, then restart)".into(),
+                ),
+                Some(set) => {
+                    let level = new.log.level.as_deref().unwrap_or("info");
+                    if let Err(e) = set(level) {
+                        return Reply::refused(format!(
+                            "{path}: [log] level {level:?} is not a filter ({e}); nothing changed"
+                        ));
+                    }
+                    applied.push(format!("[log] level: {old_level:?} → {:?}", new.log.level));
+                }
+            }
+        }
+        let restore_level = |c: &Controlled| {
+            if let (Some(set), true) = (&c.log_level, new.log.level != old_level) {
+                let _ = set(old_level.as_deref().unwrap_or("info"));
+            }
+        };
+        let sections = [
+            ("[shadow]", self.config.shadow != new.shadow),
+            ("[metrics]", self.config.metrics != new.metrics),
+            (
+                "[clickhouse] (added or removed)",
+                self.config.clickhouse.is_some() != new.clickhouse.is_some(),
+            ),
+        ];
+        for (section, changed) in sections {
+            if changed {
+                needs_restart.push(format!("{section}: changed"));
+            }
+        }
+        if self.stream.is_some()
+            && let Some(_) = &new.clickhouse
+        {
+            let settings = match StreamSettings::new(&new) {
+                Ok(s) => s,
+                Err(e) => {
+                    restore_level(self);
+                    return Reply::refused(format!("{path}: {e}; nothing changed"));
+                }
+            };
+            match self
+                .ask(|tx| StreamRequest::Reload(Box::new(settings), tx))
+                .await
+            {
+                Ok(Ok(r)) => {
+                    applied.extend(r.applied);
+                    needs_restart.extend(r.needs_restart);
+                }
+                Ok(Err(e)) => {
+                    restore_level(self);
+                    return Reply::refused(format!(
+                        "{path}: [clickhouse] cannot be used ({e}); nothing changed"
+                    ));
+                }
+                Err(r) => {
+                    restore_level(self);
+                    return r;
+                }
+            }
+        }
+        self.config = new;
+        for change in &applied {
+            tracing::info!("reload applied {change}");
+        }
+        for change in &needs_restart {
+            tracing::warn!("reload: {change}; applied at the next start of `walshadow run`");
+        }
+        let mut message = format!("reloaded {path}");
+        if applied.is_empty() && needs_restart.is_empty() {
+            message.push_str(": nothing changed");
+        }
+        if !applied.is_empty() {
+            message.push_str(&format!("; applied: {}", applied.join(", ")));
+        }
+        if !needs_restart.is_empty() {
+            message.push_str(&format!(
+                "; applied at the next start of `walshadow run`: {}",
+                needs_restart.join(", ")
+            ));
+        }
+        Reply::ok(message)
     }
 }

@@ -14,6 +14,7 @@
 pub mod backfills;
 pub mod backup_admin;
 pub mod catalog_reach;
+pub mod control;
 pub mod daemon;
 pub mod load_bars;
 pub mod metrics;

@@ -24,6 +24,7 @@
 //! | `walshadow_table_stop_reason{table,reason}` | gauge | 1 while the table is stopped, `reason` its stop code (the operator guide's stop table) |
 //! | `walshadow_table_reloads_total{table,reason}` | counter | tables walshadow loaded again by itself after a change ClickHouse cannot follow in place (`reason`: `full_identity_columns`, `partial_truncate`, `partitions_changed`, `type_changed`: a type change without a rewrite that may change the values' text, or a composite type gaining or losing a field) |
 //! | `walshadow_config_table_ignored` | gauge | 1 while the config table's rows are ignored (it belongs to another role) |
+//! | `walshadow_paused` | gauge | 1 while the stream is paused by `walshadow ctl pause` |
 //! | `walshadow_wal_from_archive` | gauge | 1 while the source no longer has the WAL the intake needs and the `[backup]` store's archive serves it |
 //! | `walshadow_archive_segments_read_total` | counter | WAL segments read from the archive |
 //! | `walshadow_destination_errors_total{code,class}` | counter | failed ClickHouse requests of the stream, by exception code (`http_NNN` without one, `connection`, `timeout`, `bad_response`) and class (transient, environment, definite) |
@@ -176,6 +177,7 @@ struct Inner {
     /// table resumes or stops for another reason.
     stop_reasons: std::sync::Mutex<std::collections::HashMap<String, String>>,
     config_table_ignored: U64Gauge,
+    paused: U64Gauge,
     wal_from_archive: U64Gauge,
     archive_segments_read: Counter,
     table_reloads: Family<StopLabels, Counter>,
@@ -282,6 +284,12 @@ impl Metrics {
             "walshadow_config_table_ignored",
             "1 while the config table's rows are ignored because another role owns it (walshadow status says which), else 0",
             config_table_ignored.clone(),
+        );
+        let paused = U64Gauge::default();
+        r.register(
+            "walshadow_paused",
+            "1 while the stream is paused by `walshadow ctl pause` (no WAL is taken; the slot keeps it), else 0",
+            paused.clone(),
         );
         let wal_from_archive = U64Gauge::default();
         r.register(
@@ -463,6 +471,7 @@ impl Metrics {
                 table_stop_reason,
                 stop_reasons: Default::default(),
                 config_table_ignored,
+                paused,
                 wal_from_archive,
                 archive_segments_read,
                 table_reloads,
@@ -615,6 +624,11 @@ impl Metrics {
                 .set(1);
             shown.insert(table.into(), reason.into());
         }
+    }
+
+    /// Whether the stream is paused (`walshadow ctl pause`).
+    pub fn set_paused(&self, paused: bool) {
+        self.inner.paused.set(u64::from(paused));
     }
 
     /// Whether the config table's rows are ignored (another role owns it).

@@ -160,6 +160,20 @@ pub struct Progress {
     pub restart: Lsn,
     /// Pinned tables by `schema.name`.
     pub tables: BTreeMap<String, TableProgress>,
+    /// Paused by `walshadow ctl pause` (kept across restarts until
+    /// `resume`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<Paused>,
+}
+
+/// The stream takes no WAL: `walshadow ctl pause`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Paused {
+    /// Unix ms of the pause.
+    pub since_unix_ms: u64,
+    /// `applied` when it paused: everything committed up to here is in
+    /// ClickHouse, nothing later is applied until `resume`.
+    pub at: Lsn,
 }
 
 /// Why the progress file could not be used.
@@ -173,6 +187,7 @@ impl Progress {
             applied: start,
             restart: start,
             tables: BTreeMap::new(),
+            paused: None,
         }
     }
 }
@@ -208,6 +223,8 @@ struct ProgressParts<'a> {
     applied: Lsn,
     restart: Lsn,
     tables: BTreeMap<&'a str, &'a serde_json::value::RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paused: &'a Option<Paused>,
 }
 
 impl ProgressWriter {
@@ -236,6 +253,7 @@ impl ProgressWriter {
             applied,
             restart,
             tables: _,
+            ref paused,
         } = *p;
         let parts = ProgressParts {
             format_version,
@@ -247,6 +265,7 @@ impl ProgressWriter {
                 .iter()
                 .map(|(k, (_, raw))| (k.as_str(), raw.as_ref()))
                 .collect(),
+            paused,
         };
         serde_json::to_vec(&parts)
     }

@@ -50,6 +50,10 @@ pub struct StatusReport {
     pub wal_from_archive: bool,
     /// Segments the archive served since the daemon started.
     pub archive_segments_read: u64,
+    /// Paused by `walshadow ctl pause` (running or not: a start stays
+    /// paused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused: Option<crate::progress::Paused>,
 }
 
 /// Why the status could not be put together.
@@ -160,6 +164,11 @@ pub async fn status(config: &Config) -> Result<StatusReport, ReportError> {
             .and_then(|f| f.config_table_ignored.clone()),
         wal_from_archive: file.as_ref().is_some_and(|f| running && f.wal_from_archive),
         archive_segments_read: file.as_ref().map_or(0, |f| f.archive_segments_read),
+        paused: match (&file, &progress) {
+            (Some(f), _) if running => f.paused.clone(),
+            (_, Some(p)) => p.paused.clone(),
+            _ => None,
+        },
     })
 }
 
@@ -190,6 +199,15 @@ impl fmt::Display for StatusReport {
             if let Some(e) = &d.last_error {
                 writeln!(f, "  last error:    {e}")?;
             }
+        }
+        if let Some(p) = &self.paused {
+            let secs = crate::status::unix_ms_now().saturating_sub(p.since_unix_ms) / 1000;
+            writeln!(
+                f,
+                "stream:          PAUSED for {secs} s at {} (`walshadow ctl pause`): no WAL is \
+                 taken, the source's slot keeps it; `walshadow ctl resume` streams again",
+                p.at
+            )?;
         }
         if let Some(why) = &self.config_table_ignored {
             writeln!(f, "config table:    IGNORED: {}", printable(why))?;

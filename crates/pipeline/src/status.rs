@@ -114,6 +114,9 @@ pub struct StatusFile {
     /// Why the config table's rows are ignored, while they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_table_ignored: Option<String>,
+    /// Paused by `walshadow ctl pause`: no WAL is taken until `resume`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<crate::progress::Paused>,
 }
 
 /// Whether ClickHouse takes what the stream sends. While `failing_since`

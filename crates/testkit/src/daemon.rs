@@ -47,7 +47,7 @@ pub struct Walshadow {
     /// Extra environment of `run` and every command (test hooks,
     /// `PGPASSFILE`, failpoints).
     pub env: Vec<(String, String)>,
-    /// `WALSHADOW_LOG` of `run`.
+    /// `WALSHADOW_LOG` of `run`; empty: unset (`[log] level` decides).
     pub log_filter: String,
     /// How many of the run log's last lines an error carries; `None`: all.
     pub error_log_lines: Option<usize>,
@@ -182,9 +182,14 @@ impl Walshadow {
             .create(true)
             .append(true)
             .open(&self.run_log)?;
-        let child = Command::new(&self.bin)
-            .args(["run", "--config", self.config()])
-            .env("WALSHADOW_LOG", &self.log_filter)
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(["run", "--config", self.config()]);
+        if self.log_filter.is_empty() {
+            cmd.env_remove("WALSHADOW_LOG");
+        } else {
+            cmd.env("WALSHADOW_LOG", &self.log_filter);
+        }
+        let child = cmd
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -66,6 +66,7 @@ use crate::status::{StatusFile, TableStatus, ToastStatus};
 use crate::toast::Toast;
 
 mod catalog;
+mod control;
 mod destinations;
 mod flush;
 mod inserts;
@@ -79,7 +80,7 @@ mod tables;
 
 pub use destinations::clickhouse_client;
 pub(crate) use positions::raise_replay_ceiling;
-pub use settings::StreamSettings;
+pub use settings::{Reloaded, StreamSettings};
 
 /// Walked TOAST chunks of a `base_backup` load copied into the mirror per
 /// timer tick (about 2 KB each).
@@ -175,9 +176,10 @@ struct Table {
     decoders: rustc_hash::FxHashMap<Oid, RelationDecoder>,
 }
 
-/// What the daemon hands the stream besides its state: the stop request
-/// and the source's WAL end as the feed hears it.
-#[derive(Debug, Clone)]
+/// What the daemon hands the stream besides its state: the stop request,
+/// the source's WAL end as the feed hears it, and `walshadow ctl`'s
+/// requests.
+#[derive(Debug)]
 pub struct StreamControl {
     /// Turns true when `run` is asked to stop.
     pub stop: watch::Receiver<bool>,
@@ -185,6 +187,25 @@ pub struct StreamControl {
     pub source_end: Arc<std::sync::atomic::AtomicU64>,
     /// The intake's turns on the `[backup]` store's WAL archive.
     pub archive: Arc<walshadow_intake::ArchiveTurns>,
+    /// Requests of `walshadow ctl` and SIGHUP, answered between chunks.
+    pub requests: mpsc::Receiver<StreamRequest>,
+}
+
+/// A request to the running stream.
+#[derive(Debug)]
+pub enum StreamRequest {
+    /// The status document (`walshadow status --json`).
+    Status(tokio::sync::oneshot::Sender<serde_json::Value>),
+    /// Stop taking WAL once the rows in hand are in ClickHouse.
+    Pause(tokio::sync::oneshot::Sender<crate::control::Reply>),
+    /// Take WAL again.
+    Resume(tokio::sync::oneshot::Sender<crate::control::Reply>),
+    /// New settings from a reloaded config file: what changed is applied
+    /// where it can be, the answer says what and what waits for a restart.
+    Reload(
+        Box<StreamSettings>,
+        tokio::sync::oneshot::Sender<Result<settings::Reloaded, String>>,
+    ),
 }
 
 /// The streaming state machine; see the module doc.
@@ -232,6 +253,8 @@ pub struct Streamer {
     /// Tables whose row waits for a TOAST read the source cannot serve
     /// now, with what status shows.
     source_waits: BTreeMap<String, String>,
+    /// `walshadow ctl` and SIGHUP.
+    requests: mpsc::Receiver<StreamRequest>,
 }
 
 impl Streamer {
@@ -283,6 +306,7 @@ impl Streamer {
             stop,
             source_end,
             archive,
+            requests,
         } = control;
         let ch = clickhouse_client(&settings.clickhouse)?;
         let assembler = Assembler::open(settings.assembler.clone())?;
@@ -402,6 +426,7 @@ impl Streamer {
             source_end,
             archive,
             source_waits: BTreeMap::new(),
+            requests,
         };
         let progress_applied = s.progress.applied;
         for key in &pinned {
@@ -522,7 +547,19 @@ impl Streamer {
     pub async fn run(mut self, mut rx: mpsc::Receiver<TapEvent>) -> Result<(), StreamError> {
         // `status` has something to show from the start.
         self.write_status();
+        if let Some(p) = &self.progress.paused {
+            tracing::warn!(
+                at = %p.at,
+                "paused (by `walshadow ctl pause`): no WAL is taken, the slot keeps it; `walshadow ctl resume` streams again"
+            );
+        }
         loop {
+            let paused = self.progress.paused.is_some();
+            // Paused, the tap is not read, so its closing is not seen:
+            // the stop request ends the loop instead.
+            if paused && *self.stop.borrow_and_update() {
+                break;
+            }
             let deadline = self.next_deadline();
             // While a flush is in flight the next waits for it to land.
             let under_way = self.flush_under_way();
@@ -537,7 +574,9 @@ impl Streamer {
             // stream behind does no per-tick work per chunk.
             let wake = tokio::select! {
                 biased;
-                ev = rx.recv() => Wake::Wal(ev),
+                Some(req) = self.requests.recv() => Wake::Request(req),
+                ev = rx.recv(), if !paused => Wake::Wal(ev),
+                Ok(()) = self.stop.changed(), if paused => continue,
                 answers = async {
                     match self.in_flight.as_mut() {
                         Some(f) => f.answered().await,
@@ -564,6 +603,10 @@ impl Streamer {
                 }
                 Wake::Idle => {
                     self.begin_flush().await?;
+                    continue;
+                }
+                Wake::Request(req) => {
+                    self.on_request(req).await?;
                     continue;
                 }
             }
@@ -1092,7 +1135,15 @@ impl Streamer {
 
     fn write_status(&mut self) {
         self.last_status = Instant::now();
-        let status = StatusFile {
+        let status = self.status_now();
+        self.update_metrics(&status);
+        if let Err(e) = status.write(&self.settings.state_dir) {
+            tracing::debug!("writing status: {e}");
+        }
+    }
+
+    fn status_now(&mut self) -> StatusFile {
+        StatusFile {
             pid: std::process::id(),
             updated_unix_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -1124,10 +1175,7 @@ impl Streamer {
                 .relations
                 .as_ref()
                 .and_then(|r| r.config_table_ignored().map(str::to_owned)),
-        };
-        self.update_metrics(&status);
-        if let Err(e) = status.write(&self.settings.state_dir) {
-            tracing::debug!("writing status: {e}");
+            paused: self.progress.paused.clone(),
         }
     }
 }
@@ -1241,6 +1289,7 @@ impl Streamer {
             m.set_table_stopped(key, t.stopped.as_ref().map(|s| s.code.as_str()));
         }
         m.set_config_table_ignored(status.config_table_ignored.is_some());
+        m.set_paused(status.paused.is_some());
         m.set_archive(status.wal_from_archive, status.archive_segments_read);
         let pending = self.backfills.pending_by_mode();
         for mode in ["copy", "base_backup", "object_store"] {
@@ -1258,6 +1307,7 @@ enum Wake {
     Landed(Result<inserts::Tries, tokio::task::JoinError>),
     Clock,
     Idle,
+    Request(StreamRequest),
 }
 
 fn key_display(key: &[Option<String>]) -> String {

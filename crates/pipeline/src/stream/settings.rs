@@ -134,3 +134,104 @@ impl StreamSettings {
         &self.source_config.config_table
     }
 }
+
+/// What a reloaded config file changed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Reloaded {
+    /// Applied now, each as `[section] key: old → new`.
+    pub applied: Vec<String>,
+    /// Changed in the file, applied at the next start.
+    pub needs_restart: Vec<String>,
+}
+
+impl StreamSettings {
+    /// What differs in `new`: what the stream applies while it runs (the
+    /// batch and flush settings, ClickHouse's endpoint, credentials and
+    /// TLS), and what waits for a restart (everything else it reads).
+    pub(super) fn reload_plan(&self, new: &StreamSettings) -> Reloaded {
+        let mut r = Reloaded::default();
+        let (o, n) = (&self.clickhouse, &new.clickhouse);
+        macro_rules! compare {
+            ($into:ident: $($field:ident),*) => {$(
+                if o.$field != n.$field {
+                    r.$into.push(format!(
+                        "[clickhouse] {}: {:?} → {:?}",
+                        stringify!($field), o.$field, n.$field
+                    ));
+                }
+            )*};
+        }
+        compare!(applied: url, user, password_file, ca_file, client_cert, client_key,
+            insecure_skip_tls_verify, batch_rows, batch_mb, batch_ms, idle_flush_ms,
+            insert_concurrency, request_timeout_s);
+        if o.password != n.password {
+            r.applied.push("[clickhouse] password: changed".into());
+        }
+        compare!(needs_restart: database, lsn_column, seq_column, xid_column,
+            commit_time_column, deleted_column);
+        for key in self.tables.keys().filter(|k| !new.tables.contains_key(*k)) {
+            r.needs_restart.push(format!("[table.{key:?}]: removed"));
+        }
+        for (key, t) in &new.tables {
+            match self.tables.get(key) {
+                None => r.needs_restart.push(format!("[table.{key:?}]: added")),
+                Some(old) if old != t => r.needs_restart.push(format!("[table.{key:?}]: changed")),
+                Some(_) => {}
+            }
+        }
+        let sections = [
+            ("[source]", self.source_config != new.source_config),
+            ("[backfill]", self.backfill != new.backfill),
+            ("[backup]", self.backup != new.backup),
+            (
+                "[stream]",
+                self.memory_bytes != new.memory_bytes || self.toast_cache_mb != new.toast_cache_mb,
+            ),
+            (
+                "[state]",
+                self.state_dir != new.state_dir || self.spill_dir != new.spill_dir,
+            ),
+        ];
+        for (section, changed) in sections {
+            if changed {
+                r.needs_restart.push(format!("{section}: changed"));
+            }
+        }
+        r
+    }
+
+    /// Whether `new` makes another ClickHouse client: endpoint,
+    /// credentials, TLS or request timeout.
+    pub(super) fn client_differs(&self, new: &StreamSettings) -> bool {
+        let (o, n) = (&self.clickhouse, &new.clickhouse);
+        (&o.url, &o.user, &o.password, &o.password_file, &o.ca_file)
+            != (&n.url, &n.user, &n.password, &n.password_file, &n.ca_file)
+            || (
+                &o.client_cert,
+                &o.client_key,
+                o.insecure_skip_tls_verify,
+                o.request_timeout_s,
+            ) != (
+                &n.client_cert,
+                &n.client_key,
+                n.insecure_skip_tls_verify,
+                n.request_timeout_s,
+            )
+    }
+
+    /// Takes what [`StreamSettings::reload_plan`] applies live from `new`.
+    pub(super) fn apply_live(&mut self, new: &StreamSettings) {
+        let kept = self.clickhouse.clone();
+        self.clickhouse = ClickHouseConfig {
+            database: kept.database,
+            lsn_column: kept.lsn_column,
+            seq_column: kept.seq_column,
+            xid_column: kept.xid_column,
+            commit_time_column: kept.commit_time_column,
+            deleted_column: kept.deleted_column,
+            ..new.clickhouse.clone()
+        };
+        self.batch = new.batch.clone();
+        self.flush = new.flush;
+    }
+}
