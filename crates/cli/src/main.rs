@@ -141,6 +141,16 @@ enum TableCommand {
     /// `resync` column, which `run` reads from the WAL. Same as
     /// `UPDATE walshadow.tables SET resync = resync + 1 WHERE …`.
     Resync(table_cmd::ResyncArgs),
+    /// Opt a table in: its config-table row says replicate, with its
+    /// initial load. `run` applies it at that commit, running now or
+    /// later. Same as `INSERT INTO walshadow.tables … ON CONFLICT … DO
+    /// UPDATE SET replicate = true`. A table pinned in the config file is
+    /// refused: its [table] section wins over the config table.
+    Add(table_cmd::AddArgs),
+    /// Opt a table out: its config-table row says not to replicate (`UPDATE
+    /// … SET replicate = false`); streaming stops at that commit and its
+    /// ClickHouse table stays. A pinned table is refused, as for add.
+    Remove(table_cmd::RemoveArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -308,6 +318,8 @@ fn main() -> std::process::ExitCode {
         Command::Ctl(args) => ctl_cmd::ctl(args),
         Command::Table(TableCommand::List(args)) => table_cmd::list(args),
         Command::Table(TableCommand::Resync(args)) => table_cmd::resync(args),
+        Command::Table(TableCommand::Add(args)) => table_cmd::add(args),
+        Command::Table(TableCommand::Remove(args)) => table_cmd::remove(args),
         Command::Toast(ToastCommand::Stats(args)) => toast_cmd::stats(args),
         Command::Toast(ToastCommand::Compact(args)) => toast_cmd::compact(args),
         Command::Catalog(CatalogCommand::Show(args)) => catalog_cmd::show(args),

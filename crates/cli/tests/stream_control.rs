@@ -324,3 +324,70 @@ fn other_users(major: PgMajor) -> Result<()> {
 }
 
 per_major!(other_users => another_user_cannot_control_the_run: pg15, pg18);
+
+fn add_remove(major: PgMajor) -> Result<()> {
+    let mut h = streaming(major, "table-add")?;
+    h.source.psql(
+        "create table u (id int primary key, v text); \
+         insert into u select g, 'a' from generate_series(1, 50) g",
+    )?;
+    let cli_err = |h: &StreamHarness, args: &[&str]| -> Result<String> {
+        let out = h.cli(args)?;
+        ensure!(!out.status.success(), "{args:?} succeeded");
+        Ok(String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let config = h.config().to_owned();
+    // The file's tables are the file's.
+    for cmd in ["add", "remove"] {
+        let err = cli_err(&h, &["table", cmd, "public.t", "--config", &config])?;
+        ensure!(err.contains("pinned in the config file"), "{err}");
+    }
+    let err = cli_err(
+        &h,
+        &[
+            "table",
+            "add",
+            "public.u",
+            "--initial-load",
+            "snapshot",
+            "--config",
+            &config,
+        ],
+    )?;
+    ensure!(
+        err.contains("one of none, copy, base_backup, object_store"),
+        "{err}"
+    );
+    let err = cli_err(&h, &["table", "remove", "public.u", "--config", &config])?;
+    ensure!(err.contains("has no row in the config table"), "{err}");
+
+    let out = h.cli_ok(&["table", "add", "public.u", "--config", &config])?;
+    ensure!(out.contains("added to the config table"), "{out}");
+    common::loads::wait_loaded(&mut h, "public.u")?;
+    h.source
+        .psql("insert into u select g, 'b' from generate_series(51, 60) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure!(h.assert_equal("u", "u", &cols())? == 60);
+
+    let out = h.cli_ok(&["table", "remove", "public.u", "--config", &config])?;
+    ensure!(out.contains("set not to replicate"), "{out}");
+    h.source
+        .psql("insert into u select g, 'c' from generate_series(61, 70) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure!(
+        ch_count(&h, "u")? == 60,
+        "rows of an opted-out table arrived"
+    );
+    let list = h.cli_ok(&["table", "list", "--config", &config])?;
+    ensure!(
+        list.lines()
+            .any(|l| l.contains("public.u") && l.contains("opted out")),
+        "{list}"
+    );
+    // t streamed on throughout.
+    ensure!(h.assert_equal("t", "t", &cols())? == 100);
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(add_remove => tables_added_and_removed_through_the_config_table: pg15, pg18);

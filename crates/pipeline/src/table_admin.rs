@@ -1,6 +1,12 @@
-//! `walshadow table list` and `walshadow table resync`: the tables in
-//! scope as the state directory records them, and the way back for a
-//! stopped one.
+//! `walshadow table list`, `add`, `remove` and `resync`: the tables in
+//! scope as the state directory records them, opting tables in and out,
+//! and the way back for a stopped one.
+//!
+//! `add` and `remove` write the config table's row of the table (`replicate`
+//! true or false), as an operator's SQL would: the change is in the source's
+//! WAL, so `run` applies it at its commit whether it runs now or later. A
+//! table pinned in the config file is the file's: its `[table]` section wins
+//! over any row, so both commands refuse it and name the section.
 //!
 //! A resync is asked for through the config table, like every change of
 //! scope: the command raises the row's `resync` counter (inserting the row
@@ -38,8 +44,18 @@ pub enum AdminError {
     BadKey(String),
     #[error("--initial-load {0:?}: a resync loads with copy or base_backup")]
     BadMode(String),
+    #[error("--initial-load {0:?}: one of none, copy, base_backup, object_store")]
+    BadLoad(String),
     #[error(
-        "the config table {table}: {message}; walshadow table resync writes it as source.url's \
+        "{0} is pinned in the config file: its [table.{0:?}] section decides, not the config \
+         table; edit or remove the section, then `walshadow ctl reload` names it and the next \
+         start of `walshadow run` applies it"
+    )]
+    Pinned(String),
+    #[error("{0} has no row in the config table {1}: it was never added there")]
+    NoRow(String, String),
+    #[error(
+        "the config table {table}: {message}; walshadow table writes it as source.url's \
          role: give that role INSERT and UPDATE on it (or run, as a role that may: {sql})"
     )]
     Source {
@@ -219,10 +235,7 @@ pub async fn request_resync(config: &Config, key: &str, mode: &str) -> Result<Ls
     if !in_scope {
         return Err(AdminError::NotInScope(key.into()));
     }
-    let table = &config.source.config_table;
-    let (cs, cn) =
-        walshadow_types::split_table_key(table).ok_or_else(|| AdminError::BadKey(table.clone()))?;
-    let qualified = format!("{}.{}", quote_ident(&cs), quote_ident(&cn));
+    let qualified = config_table(config)?;
     let upsert = format!(
         "INSERT INTO {qualified} AS c (schema_name, table_name, replicate, initial_load, resync) \
          VALUES ({}, {}, true, {}, 1) \
@@ -236,35 +249,132 @@ pub async fn request_resync(config: &Config, key: &str, mode: &str) -> Result<Ls
     let add_column = format!(
         "ALTER TABLE {qualified} ADD COLUMN IF NOT EXISTS resync bigint NOT NULL DEFAULT 0"
     );
+    let check = format!(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass({}) AND attname = 'resync' AND NOT attisdropped",
+        quote_literal(&qualified)
+    );
+    write_config_table(config, "walshadow-table-resync", &upsert, |c| {
+        Box::pin(async move {
+            if c.simple_query(&check).await?.rows.is_empty() {
+                c.simple_query(&add_column).await?;
+            }
+            Ok(())
+        })
+    })
+    .await
+    .map(|(lsn, _)| lsn)
+}
+
+/// `walshadow table add`: the table's config-table row says replicate,
+/// with `mode` as its initial load (and `destination`, when given). Returns
+/// the source's WAL position after the change.
+pub async fn add(
+    config: &Config,
+    key: &str,
+    mode: &str,
+    destination: Option<&str>,
+) -> Result<Lsn, AdminError> {
+    let load = walshadow_config::InitialLoad::parse(Some(mode))
+        .map_err(|_| AdminError::BadLoad(mode.into()))?;
+    let (schema, name) =
+        walshadow_types::split_table_key(key).ok_or_else(|| AdminError::BadKey(key.into()))?;
+    if config.tables.contains_key(key) {
+        return Err(AdminError::Pinned(key.into()));
+    }
+    let qualified = config_table(config)?;
+    let dest = destination.map_or_else(|| "NULL".into(), quote_literal);
+    let upsert = format!(
+        "INSERT INTO {qualified} AS c (schema_name, table_name, replicate, initial_load, destination) \
+         VALUES ({}, {}, true, {}, {dest}) \
+         ON CONFLICT (schema_name, table_name) DO UPDATE \
+         SET replicate = true, initial_load = EXCLUDED.initial_load, destination = EXCLUDED.destination",
+        quote_literal(&schema),
+        quote_literal(&name),
+        quote_literal(load.as_str()),
+    );
+    write_config_table(config, "walshadow-table-add", &upsert, |_| {
+        Box::pin(async { Ok(()) })
+    })
+    .await
+    .map(|(lsn, _)| lsn)
+}
+
+/// `walshadow table remove`: the table's config-table row says not to
+/// replicate (the row stays, as its history). Its ClickHouse table stays.
+pub async fn remove(config: &Config, key: &str) -> Result<Lsn, AdminError> {
+    let (schema, name) =
+        walshadow_types::split_table_key(key).ok_or_else(|| AdminError::BadKey(key.into()))?;
+    if config.tables.contains_key(key) {
+        return Err(AdminError::Pinned(key.into()));
+    }
+    let qualified = config_table(config)?;
+    let update = format!(
+        "UPDATE {qualified} SET replicate = false WHERE schema_name = {} AND table_name = {}",
+        quote_literal(&schema),
+        quote_literal(&name),
+    );
+    let (lsn, rows) = write_config_table(config, "walshadow-table-remove", &update, |_| {
+        Box::pin(async { Ok(()) })
+    })
+    .await?;
+    if rows == 0 {
+        return Err(AdminError::NoRow(
+            key.into(),
+            config.source.config_table.clone(),
+        ));
+    }
+    Ok(lsn)
+}
+
+/// The config table, quoted.
+fn config_table(config: &Config) -> Result<String, AdminError> {
+    let table = &config.source.config_table;
+    let (cs, cn) =
+        walshadow_types::split_table_key(table).ok_or_else(|| AdminError::BadKey(table.clone()))?;
+    Ok(format!("{}.{}", quote_ident(&cs), quote_ident(&cn)))
+}
+
+type Prepare<'a> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = Result<(), walshadow_wal_reader::replication::ReplicationError>,
+            > + Send
+            + 'a,
+    >,
+>;
+
+/// Runs `statement` on the config table as source.url's role, after
+/// `prepare`; returns the WAL position after it and the rows it touched.
+async fn write_config_table(
+    config: &Config,
+    application: &str,
+    statement: &str,
+    prepare: impl for<'a> FnOnce(&'a mut ReplicationClient) -> Prepare<'a>,
+) -> Result<(Lsn, u64), AdminError> {
     let source_error = |message: String| AdminError::Source {
-        table: table.clone(),
+        table: config.source.config_table.clone(),
         message,
-        sql: upsert.clone(),
+        sql: statement.to_owned(),
     };
     let mut cfg =
         ConnConfig::from_url(&config.source.url).map_err(|e| source_error(e.to_string()))?;
     cfg.physical = false;
-    cfg.application_name = Some("walshadow-table-resync".into());
+    cfg.application_name = Some(application.into());
     let mut c = ReplicationClient::connect(&cfg)
         .await
         .map_err(|e| source_error(e.to_string()))?;
     let result = async {
-        let has = c
-            .simple_query(&format!(
-                "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass({}) AND attname = 'resync' AND NOT attisdropped",
-                quote_literal(&qualified)
-            ))
-            .await?;
-        if has.rows.is_empty() {
-            c.simple_query(&add_column).await?;
-        }
-        c.simple_query(&upsert).await?;
-        c.simple_query("SELECT pg_current_wal_insert_lsn()").await
+        prepare(&mut c).await?;
+        let done = c.simple_query(statement).await?;
+        let at = c.simple_query("SELECT pg_current_wal_insert_lsn()").await?;
+        Ok::<_, walshadow_wal_reader::replication::ReplicationError>((done, at))
     }
     .await;
     c.close().await;
-    let r = result.map_err(|e| source_error(e.to_string()))?;
-    r.text(0, 0)
+    let (done, at) = result.map_err(|e| source_error(e.to_string()))?;
+    let lsn = at
+        .text(0, 0)
         .and_then(|t| t.parse().ok())
-        .ok_or_else(|| source_error("no WAL position after the request".into()))
+        .ok_or_else(|| source_error("no WAL position after the change".into()))?;
+    Ok((lsn, done.affected_rows()))
 }

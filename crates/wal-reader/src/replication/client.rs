@@ -42,6 +42,16 @@ impl QueryResult {
     pub fn get(&self, name: &str) -> Option<&str> {
         self.text(0, self.column(name)?)
     }
+
+    /// The count a command tag ends with: the rows an `INSERT`, `UPDATE`
+    /// or `DELETE` touched (`UPDATE 3`, `INSERT 0 1`); 0 without one.
+    pub fn affected_rows(&self) -> u64 {
+        self.command_tag
+            .as_deref()
+            .and_then(|t| t.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
 }
 
 /// `IDENTIFY_SYSTEM`.
