@@ -22,11 +22,13 @@ pub struct CtlArgs {
 /// What to ask the running `walshadow run`.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum CtlCommand {
-    /// The live status (as `walshadow status --json`, from the run itself).
+    /// The running stream's status document, now (the fields of
+    /// status.json: positions, tables, ClickHouse's health, the pause).
     Status,
-    /// Land the rows in hand in ClickHouse, then take no more WAL: nothing
-    /// is applied until `resume`, across restarts too. The source's slot
-    /// keeps the WAL meanwhile (its pg_wal grows). Loads under way go on.
+    /// Land the rows the stream decoded in ClickHouse, then take no more
+    /// WAL: nothing is applied until `resume`, across restarts too. The
+    /// source's slot keeps the WAL meanwhile (its pg_wal grows). Loads
+    /// under way go on; none starts or swaps until `resume`.
     Pause,
     /// Take WAL again after a pause.
     Resume,

@@ -23,7 +23,7 @@ use walshadow_testkit::per_major;
 
 use anyhow::{Context, Result, ensure};
 use common::{BIN, OracleColumn, StreamHarness, same};
-use walshadow_testkit::{Lsn, PgMajor, ServerUser, wait_until};
+use walshadow_testkit::{FaultProxy, Lsn, PgMajor, ProxyMode, ServerUser, wait_until};
 
 const CATCH_UP: Duration = Duration::from_secs(180);
 /// `nobody` on Debian.
@@ -103,11 +103,11 @@ fn pause_resume(major: PgMajor) -> Result<()> {
     let mode = std::fs::metadata(&socket)?.mode() & 0o777;
     ensure!(mode == 0o600, "control.sock mode {mode:o}");
 
-    // Rows committed just before the pause are in ClickHouse when it
-    // answers.
+    // What the stream decoded is in ClickHouse when the pause answers.
     h.source
         .psql("insert into t select g, 'b' from generate_series(101, 150) g")?;
-    let before_pause = h.source.flush_lsn()?;
+    h.wait_caught_up(CATCH_UP)?;
+    let before_pause = h.applied()?.context("applied")?;
     let out = ctl(&h, "pause")?;
     ensure!(out.contains("paused at"), "{out}");
     ensure!(
@@ -295,7 +295,10 @@ fn other_users(major: PgMajor) -> Result<()> {
         !out.status.success(),
         "another user paused the stream:\n{err}"
     );
-    ensure!(err.contains("Permission denied"), "{err}");
+    ensure!(
+        err.contains("permission denied: only the user walshadow runs as"),
+        "{err}"
+    );
     // Past the mode, the peer's credentials refuse it.
     let socket = h.state_dir.join("control.sock");
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666))?;
@@ -391,3 +394,49 @@ fn add_remove(major: PgMajor) -> Result<()> {
 }
 
 per_major!(add_remove => tables_added_and_removed_through_the_config_table: pg15, pg18);
+
+/// A reload is taken while the stream waits for ClickHouse: the endpoint
+/// it waits on is replaced and the waiting insert goes through at once; a
+/// pause asked meanwhile is refused with what the stream waits for.
+fn reload_while_waiting(major: PgMajor) -> Result<()> {
+    let mut h = streaming(major, "reload-wait")?;
+    let direct = format!("url = \"{}\"", h.ch.url());
+    let proxy = FaultProxy::start(&h.ch.url())?;
+    proxy.set_mode(ProxyMode::Status(502));
+    let good = std::fs::read_to_string(&h.config)?;
+    ensure!(good.contains(&direct), "{good}");
+    std::fs::write(
+        &h.config,
+        good.replace(&direct, &format!("url = \"{}\"", proxy.url())),
+    )?;
+    let out = ctl(&h, "reload")?;
+    ensure!(out.contains("[clickhouse] url:"), "{out}");
+
+    h.source
+        .psql("insert into t select g, 'b' from generate_series(101, 200) g")?;
+    wait_until(
+        Duration::from_secs(60),
+        "the stream waiting for ClickHouse",
+        || {
+            let s = h.status_json()?;
+            Ok(s["destination"]["failing_since_unix_ms"].is_u64())
+        },
+    )?;
+    let out = h.cli(&["ctl", "--config", h.config(), "pause"])?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success() && err.contains("the stream waits for ClickHouse"),
+        "{err}"
+    );
+
+    std::fs::write(&h.config, &good)?;
+    let out = ctl(&h, "reload")?;
+    ensure!(out.contains("[clickhouse] url:"), "{out}");
+    h.wait_caught_up(CATCH_UP)?;
+    ensure!(h.assert_equal("t", "t", &cols())? == 200);
+    ensure!(h.status_json()?["destination"]["failing_since_unix_ms"].is_null());
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(reload_while_waiting => a_reload_fixes_the_endpoint_the_stream_waits_on: pg15, pg18);

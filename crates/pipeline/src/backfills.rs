@@ -111,15 +111,14 @@ pub struct LoadResources {
 }
 
 impl Backfills {
-    /// Reads the ledger; every open entry is queued again (resumed from its
-    /// marks when it starts).
-    #[allow(clippy::too_many_arguments)]
     /// The ClickHouse client of loads started from now on (a reloaded
     /// config); loads under way keep theirs.
     pub fn set_client(&mut self, ch: ClickHouseClient) {
         self.ch = ch;
     }
 
+    /// Reads the ledger; every open entry is queued again (resumed from its
+    /// marks when it starts).
     pub fn open(
         state_dir: PathBuf,
         config: BackfillConfig,

@@ -1,14 +1,15 @@
 //! `walshadow ctl`: commands to a running `walshadow run` over a unix
 //! socket in the state directory.
 //!
-//! The socket is `<state>/control.sock`, mode 0600, in a directory only
-//! its owner may enter; on top of that a connection is served only when
-//! its peer is the socket's owner or root (`SO_PEERCRED`), so another user
-//! of the host can neither pause the stream nor read its status. One
+//! The socket is `<state>/control.sock`, mode 0600 (the state directory
+//! itself is 0700, or 0711 when `run` runs as root and hands the shadow
+//! its socket directories); on top of that a connection is served only
+//! when its peer is the socket's owner or root (`SO_PEERCRED`), so another
+//! user of the host can neither pause the stream nor read its status. One
 //! request a connection: a JSON line in, a JSON line out.
 //!
-//! The socket, not the metrics listener: it needs no token to keep, no
-//! port to open, and its access is the state directory's.
+//! The socket, not the metrics listener: it needs no token to keep and no
+//! port to open.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -32,7 +33,8 @@ pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Command {
-    /// The stream's status, as `walshadow status --json` shows it.
+    /// The running stream's status document (the fields of
+    /// `<state>/status.json`, now).
     Status,
     /// Stop taking WAL (the slot keeps it) once the rows in hand are in
     /// ClickHouse; kept across restarts until `resume`.
@@ -93,6 +95,8 @@ pub enum ControlError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("{path}: permission denied: only the user walshadow runs as, or root, may control it")]
+    NotAllowed { path: PathBuf },
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -219,8 +223,11 @@ impl Responder {
             return;
         };
         text.push(b'\n');
-        if let Err(e) = self.stream.write_all(&text).await {
-            tracing::debug!("control socket: the client left before its answer: {e}");
+        // A client that does not read holds up no later request.
+        match tokio::time::timeout(Duration::from_secs(5), self.stream.write_all(&text)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!("control socket: the client left before its answer: {e}"),
+            Err(_) => tracing::warn!("control socket: the client took no answer within 5 s"),
         }
     }
 }
@@ -228,13 +235,16 @@ impl Responder {
 /// Sends `cmd` to the `run` of `state_dir` and returns its answer.
 pub async fn request(state_dir: &Path, cmd: Command) -> Result<Reply, ControlError> {
     let path = state_dir.join(SOCKET);
-    let mut stream =
-        UnixStream::connect(&path)
-            .await
-            .map_err(|source| ControlError::NotRunning {
+    let mut stream = UnixStream::connect(&path).await.map_err(|source| {
+        if source.kind() == std::io::ErrorKind::PermissionDenied {
+            ControlError::NotAllowed { path: path.clone() }
+        } else {
+            ControlError::NotRunning {
                 path: path.clone(),
                 source,
-            })?;
+            }
+        }
+    })?;
     let io = |source| ControlError::Io {
         path: path.clone(),
         source,

@@ -54,6 +54,10 @@ pub enum DaemonError {
 /// Requests of `walshadow ctl` queued for the stream.
 const REQUEST_QUEUE: usize = 16;
 
+/// How long a request waits for the stream's answer: within the client's
+/// own wait, so the client hears why.
+const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(100);
+
 /// Sets what is logged (a `WALSHADOW_LOG`-style filter), or says why it
 /// cannot.
 pub type LogLevelHook = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
@@ -97,12 +101,11 @@ pub async fn run(
         socket,
         hangups,
         Controlled {
-            config: config.clone(),
+            running: config.clone(),
             path: options.config_path,
             log_level: options.log_level,
             stream: config.clickhouse.is_some().then_some(req_tx),
         },
-        stop.clone(),
     ));
     let _control = AbortOnDrop(control);
     // Without a destination only the shadow runs; with one, tables come
@@ -236,13 +239,16 @@ pub async fn run(
     // what it held is not recorded and is replayed at the next start,
     // exactly as after `kill -9`.
     let stopping = *stop.borrow();
-    let joined = if stopping {
+    // An intake that failed ends `run` the same way: a paused stream,
+    // which does not read the tap, would not see it close.
+    let joined = if stopping || fed.is_err() {
         match tokio::time::timeout(STOP_GRACE, &mut stream_task).await {
             Ok(r) => r,
             Err(_) => {
                 tracing::warn!(
-                    "ClickHouse did not take the last rows within {STOP_GRACE:?} of the stop request; \
-                     stopping without them (they are streamed again at the next start)"
+                    "ClickHouse did not take the last rows within {STOP_GRACE:?} of the stop \
+                     (or the WAL intake's end); stopping without them (they are streamed again at \
+                     the next start)"
                 );
                 stream_task.abort();
                 let _ = stream_task.await;
@@ -305,20 +311,22 @@ impl Drop for AbortOnDrop {
 
 /// What the control socket and SIGHUP act on.
 struct Controlled {
-    /// The config as last applied.
-    config: Config,
+    /// The config in effect: the one `run` started with, and what reloads
+    /// applied of later ones. A change that waits for a restart is named
+    /// at every reload until then.
+    running: Config,
     path: std::path::PathBuf,
     log_level: Option<LogLevelHook>,
     /// The stream's requests; `None` without `[clickhouse]`.
     stream: Option<mpsc::Sender<StreamRequest>>,
 }
 
-/// Answers `walshadow ctl` and SIGHUP until `run` stops.
+/// Answers `walshadow ctl` and SIGHUP until `run` ends (the socket goes
+/// with it; a drain after a stop request is still answered).
 async fn serve_control(
     socket: ControlSocket,
     mut hangups: tokio::signal::unix::Signal,
     mut c: Controlled,
-    mut stop: watch::Receiver<bool>,
 ) {
     tracing::info!(socket = %socket.path().display(), "taking `walshadow ctl` commands");
     loop {
@@ -326,8 +334,10 @@ async fn serve_control(
             next = socket.next() => match next {
                 Ok((cmd, responder)) => c.answer(cmd, responder).await,
                 Err(e) => {
-                    tracing::warn!("the control socket failed ({e}); `walshadow ctl` is not answered until a restart");
-                    return;
+                    // Out of descriptors, a connection aborted: the next
+                    // one may do.
+                    tracing::warn!("the control socket: {e}");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 }
             },
             _ = hangups.recv() => {
@@ -337,7 +347,6 @@ async fn serve_control(
                     tracing::error!("reload refused: {}", reply.message);
                 }
             }
-            _ = async { let _ = stop.wait_for(|s| *s).await; } => return,
         }
     }
 }
@@ -374,8 +383,19 @@ impl Controlled {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let gone =
             || Reply::refused("the stream is not running (see the log and `walshadow status`)");
-        stream.send(req(tx)).await.map_err(|_| gone())?;
-        rx.await.map_err(|_| gone())
+        let late = || {
+            Reply::refused(format!(
+                "the stream did not answer within {ASK_TIMEOUT:?}: it is busy (starting, or \
+                 waiting for the shadow; see walshadow status); the request stays queued and \
+                 takes effect when the stream gets to it"
+            ))
+        };
+        tokio::time::timeout(ASK_TIMEOUT, async {
+            stream.send(req(tx)).await.map_err(|_| gone())?;
+            rx.await.map_err(|_| gone())
+        })
+        .await
+        .map_err(|_| late())?
     }
 
     /// Reads the file again: nothing changes unless it validates; the
@@ -392,7 +412,7 @@ impl Controlled {
         let mut applied = Vec::new();
         // What is logged goes first: a filter that does not parse
         // changes nothing.
-        let old_level = self.config.log.level.clone();
+        let old_level = self.running.log.level.clone();
         if new.log.level != old_level {
             match &self.log_level {
                 None => needs_restart.push(
@@ -414,14 +434,26 @@ impl Controlled {
                 let _ = set(old_level.as_deref().unwrap_or("info"));
             }
         };
-        let sections = [
-            ("[shadow]", self.config.shadow != new.shadow),
-            ("[metrics]", self.config.metrics != new.metrics),
+        let r = &self.running;
+        let mut sections = vec![
+            ("[shadow]", r.shadow != new.shadow),
+            ("[metrics]", r.metrics != new.metrics),
             (
                 "[clickhouse] (added or removed)",
-                self.config.clickhouse.is_some() != new.clickhouse.is_some(),
+                r.clickhouse.is_some() != new.clickhouse.is_some(),
             ),
         ];
+        if self.stream.is_none() {
+            // No stream to ask: every section it would judge.
+            sections.extend([
+                ("[source]", r.source != new.source),
+                ("[state]", r.state != new.state),
+                ("[stream]", r.stream != new.stream),
+                ("[backfill]", r.backfill != new.backfill),
+                ("[backup]", r.backup != new.backup),
+                ("[table]", r.tables != new.tables),
+            ]);
+        }
         for (section, changed) in sections {
             if changed {
                 needs_restart.push(format!("{section}: changed"));
@@ -457,7 +489,9 @@ impl Controlled {
                 }
             }
         }
-        self.config = new;
+        if self.log_level.is_some() {
+            self.running.log = new.log;
+        }
         for change in &applied {
             tracing::info!("reload applied {change}");
         }

@@ -29,6 +29,49 @@ impl Streamer {
         Ok(())
     }
 
+    /// A request that comes while the stream waits for ClickHouse (or the
+    /// source): answered at once. True when a reload made a new ClickHouse
+    /// client, which the wait then tries without waiting more. A pause is
+    /// refused: the rows in hand cannot land now.
+    pub(super) fn on_request_while_waiting(
+        &mut self,
+        req: StreamRequest,
+    ) -> Result<bool, StreamError> {
+        match req {
+            StreamRequest::Status(tx) => {
+                let status = self.status_now();
+                let _ = tx.send(serde_json::to_value(&status).unwrap_or_default());
+            }
+            StreamRequest::Pause(tx) => {
+                let waiting = self
+                    .destinations
+                    .health
+                    .waiting_for
+                    .clone()
+                    .unwrap_or_else(|| "a source read".into());
+                answer(
+                    tx,
+                    Reply::refused(format!(
+                        "the stream waits for ClickHouse ({waiting}; see walshadow status): a \
+                         pause lands the rows in hand first, which cannot happen now; ask again \
+                         once ClickHouse takes them"
+                    )),
+                );
+            }
+            StreamRequest::Resume(tx) => {
+                let reply = self.resume_stream()?;
+                answer(tx, reply);
+            }
+            StreamRequest::Reload(new, tx) => {
+                let reloaded = self.reload_settings(&new);
+                let new_client = reloaded.as_ref().is_ok_and(|r| r.new_client);
+                let _ = tx.send(reloaded);
+                return Ok(new_client);
+            }
+        }
+        Ok(false)
+    }
+
     /// Lands the rows in hand, then takes no more WAL: nothing is applied
     /// past `applied` until `resume`, and a restart stays paused.
     async fn pause_stream(&mut self) -> Result<Reply, StreamError> {
@@ -73,14 +116,24 @@ impl Streamer {
     /// Applies what can change while running; a ClickHouse setting that
     /// does not make a client changes nothing.
     fn reload_settings(&mut self, new: &StreamSettings) -> Result<super::Reloaded, String> {
-        let plan = self.settings.reload_plan(new);
-        let client_changed = self.settings.client_differs(new);
+        let mut plan = self.settings.reload_plan(new);
+        // TLS files are read when a client is made: one rotated in place
+        // (same path) needs a new client too.
+        let tls_files = {
+            let c = &new.clickhouse;
+            c.ca_file.is_some() || c.client_cert.is_some() || c.client_key.is_some()
+        };
         let mut live = self.settings.clone();
         live.apply_live(new);
-        if client_changed {
+        if self.settings.client_differs(new) || tls_files {
             let client = clickhouse_client(&live.clickhouse).map_err(|e| e.to_string())?;
             self.destinations.client = client.clone();
             self.backfills.set_client(client);
+            plan.new_client = true;
+            if tls_files {
+                plan.applied
+                    .push("[clickhouse] TLS files: read again".into());
+            }
         }
         self.settings = live;
         for t in self.tables.values_mut() {

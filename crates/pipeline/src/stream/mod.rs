@@ -528,6 +528,13 @@ impl Streamer {
             tokio::select! {
                 _ = tokio::time::sleep(step) => {}
                 _ = stop.wait_for(|s| *s) => return Err(StreamError::Stopping),
+                // `walshadow ctl` is answered meanwhile: a reload may be
+                // what ClickHouse waits for (a password, a certificate).
+                Some(req) = self.requests.recv() => {
+                    if self.on_request_while_waiting(req)? {
+                        return Ok(true);
+                    }
+                }
             }
             if let Some(within) = ping
                 && self.destinations.client.ping(within).await.is_ok()
@@ -543,7 +550,8 @@ impl Streamer {
     }
 
     /// Runs until the tap closes (the feed stopped), then flushes and
-    /// records progress.
+    /// records progress. Paused, it also ends on a stop request (the tap
+    /// is not read then, so its closing is not seen).
     pub async fn run(mut self, mut rx: mpsc::Receiver<TapEvent>) -> Result<(), StreamError> {
         // `status` has something to show from the start.
         self.write_status();
@@ -555,8 +563,6 @@ impl Streamer {
         }
         loop {
             let paused = self.progress.paused.is_some();
-            // Paused, the tap is not read, so its closing is not seen:
-            // the stop request ends the loop instead.
             if paused && *self.stop.borrow_and_update() {
                 break;
             }
@@ -653,11 +659,17 @@ impl Streamer {
     }
 
     async fn on_timer(&mut self) -> Result<(), StreamError> {
-        self.refresh_pending(None).await?;
-        if self
-            .settings
-            .flush
-            .due(self.batches(), self.last_flush, Instant::now())
+        // Paused, nothing is applied: no refresh, flush, swap or new load
+        // until `resume` (loads under way go on in their own tasks).
+        let paused = self.progress.paused.is_some();
+        if !paused {
+            self.refresh_pending(None).await?;
+        }
+        if !paused
+            && self
+                .settings
+                .flush
+                .due(self.batches(), self.last_flush, Instant::now())
         {
             self.begin_flush().await?;
         }
@@ -665,7 +677,7 @@ impl Streamer {
             self.write_progress()?;
         }
         self.backfills.reap();
-        if self.progress.tables.values().any(|t| t.resync.is_some()) {
+        if !paused && self.progress.tables.values().any(|t| t.resync.is_some()) {
             self.finish_resyncs().await?;
         }
         for h in self.backfills.take_toast_handoffs() {
@@ -675,7 +687,7 @@ impl Streamer {
             // Bounded per tick: the stream goes on meanwhile.
             self.toast.import_step(TOAST_IMPORT_STEP)?;
         }
-        if self.backfills.has_work() {
+        if !paused && self.backfills.has_work() {
             self.connect_relations().await?;
             self.start_loads();
         }

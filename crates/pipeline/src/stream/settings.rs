@@ -142,6 +142,8 @@ pub struct Reloaded {
     pub applied: Vec<String>,
     /// Changed in the file, applied at the next start.
     pub needs_restart: Vec<String>,
+    /// A new ClickHouse client was made (the endpoint, credentials or TLS).
+    pub new_client: bool,
 }
 
 impl StreamSettings {
