@@ -75,6 +75,8 @@
 //! are also opted in and out at runtime by rows of the source-side config
 //! table (`[source] config_table`), read from the WAL.
 
+pub mod pattern;
+
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -184,9 +186,13 @@ pub struct Config {
     /// live here, never in a source table.
     #[serde(default)]
     pub backup: Option<BackupConfig>,
-    /// Pinned tables by `schema.name`.
+    /// Pinned tables by `schema.name` (one table each; pattern sections are
+    /// in `patterns`).
     #[serde(default, rename = "table")]
     pub tables: std::collections::BTreeMap<String, TableConfig>,
+    /// `[table]` sections that name tables by pattern, in key order.
+    #[serde(skip)]
+    pub patterns: Vec<pattern::TablePattern>,
     #[serde(default)]
     pub log: LogConfig,
 }
@@ -386,6 +392,10 @@ pub struct TableConfig {
     /// `SETTINGS` of the ClickHouse table walshadow creates, beside its own.
     #[serde(default)]
     pub settings: std::collections::BTreeMap<String, SettingValue>,
+    /// A pattern section only: tables it does not take, by name or by
+    /// pattern (`"public.tmp_*"`, `"~_old$"`), whatever it matches.
+    #[serde(default)]
+    pub exclude: Vec<String>,
 }
 
 /// `column_types`: each value a [`walshadow_types::TypeOverride`]'s spelling.
@@ -885,14 +895,60 @@ impl Config {
 
     /// Parses and checks `text` (read from `path`, named in errors).
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
             message: e.to_string(),
         })?;
+        config.split_patterns(path)?;
         config.check(path)?;
         let mut config = config;
         config.load_secrets(path)?;
         Ok(config)
+    }
+
+    /// Moves the pattern sections of `[table]` into `patterns`; a pattern
+    /// that does not parse, one with a `destination` (each table it takes
+    /// streams into its own), or an `exclude` on one table is an error.
+    fn split_patterns(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |problem| ConfigError::Invalid {
+            path: path.to_owned(),
+            key: "table",
+            problem,
+        };
+        let keys: Vec<String> = self
+            .tables
+            .keys()
+            .filter(|k| pattern::is_pattern(k))
+            .cloned()
+            .collect();
+        for key in keys {
+            let Some(config) = self.tables.remove(&key) else {
+                continue;
+            };
+            if config.destination.is_some() {
+                return Err(invalid(format!(
+                    "[table.{key:?}] is a pattern: each table it takes streams into its own \
+                     ClickHouse table (its default name), so it has no destination"
+                )));
+            }
+            let p = pattern::TablePattern::new(&key, config)
+                .map_err(|problem| invalid(format!("[table.{key:?}]: {problem}")))?;
+            self.patterns.push(p);
+        }
+        if let Some((key, _)) = self.tables.iter().find(|(_, t)| !t.exclude.is_empty()) {
+            return Err(invalid(format!(
+                "[table.{key:?}] names one table: exclude belongs to pattern sections \
+                 ([table.\"public.*\"], [table.\"~regex\"])"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The pattern section that takes `schema.name`, if any (the first in
+    /// key order; a table pinned by name is the file's own, whatever
+    /// patterns say).
+    pub fn pattern_for(&self, schema: &str, name: &str) -> Option<&pattern::TablePattern> {
+        self.patterns.iter().find(|p| p.takes(schema, name))
     }
 
     /// The ClickHouse password from `password_file` or
@@ -1285,7 +1341,7 @@ impl Config {
                 ));
             }
         }
-        if !self.tables.is_empty() && self.clickhouse.is_none() {
+        if (!self.tables.is_empty() || !self.patterns.is_empty()) && self.clickhouse.is_none() {
             return Err(invalid(
                 "clickhouse",
                 "tables are pinned but there is no [clickhouse] section (url, database) to stream them to".into(),

@@ -169,6 +169,15 @@ impl Relations {
         self.catalog_lsn
     }
 
+    /// The tables a pattern may take, as the catalog is at `catalog_lsn`.
+    pub async fn user_tables(
+        &mut self,
+        feeder: &Feeder,
+    ) -> Result<Vec<(String, String)>, ResolveError> {
+        self.ready(feeder).await?;
+        Ok(self.catalog.user_tables().await?)
+    }
+
     /// Makes sure the shadow shows the catalog as of `catalog_lsn`.
     async fn ready(&mut self, feeder: &Feeder) -> Result<(), ResolveError> {
         if !self.replayed {

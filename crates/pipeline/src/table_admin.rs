@@ -52,6 +52,11 @@ pub enum AdminError {
          start of `walshadow run` applies it"
     )]
     Pinned(String),
+    #[error(
+        "{0} is taken by the config file's pattern [table.{1:?}]: the file decides, not the \
+         config table; add it to that section's exclude to manage it by the config table"
+    )]
+    ByPattern(String, String),
     #[error("{0} has no row in the config table {1}: it was never added there")]
     NoRow(String, String),
     #[error(
@@ -278,9 +283,7 @@ pub async fn add(
         .map_err(|_| AdminError::BadLoad(mode.into()))?;
     let (schema, name) =
         walshadow_types::split_table_key(key).ok_or_else(|| AdminError::BadKey(key.into()))?;
-    if config.tables.contains_key(key) {
-        return Err(AdminError::Pinned(key.into()));
-    }
+    refuse_file_tables(config, key, &schema, &name)?;
     let qualified = config_table(config)?;
     let dest = destination.map_or_else(|| "NULL".into(), quote_literal);
     let upsert = format!(
@@ -304,9 +307,7 @@ pub async fn add(
 pub async fn remove(config: &Config, key: &str) -> Result<Lsn, AdminError> {
     let (schema, name) =
         walshadow_types::split_table_key(key).ok_or_else(|| AdminError::BadKey(key.into()))?;
-    if config.tables.contains_key(key) {
-        return Err(AdminError::Pinned(key.into()));
-    }
+    refuse_file_tables(config, key, &schema, &name)?;
     let qualified = config_table(config)?;
     let update = format!(
         "UPDATE {qualified} SET replicate = false WHERE schema_name = {} AND table_name = {}",
@@ -324,6 +325,22 @@ pub async fn remove(config: &Config, key: &str) -> Result<Lsn, AdminError> {
         ));
     }
     Ok(lsn)
+}
+
+/// A table the config file pins, by name or by pattern, is the file's.
+fn refuse_file_tables(
+    config: &Config,
+    key: &str,
+    schema: &str,
+    name: &str,
+) -> Result<(), AdminError> {
+    if config.tables.contains_key(key) {
+        return Err(AdminError::Pinned(key.into()));
+    }
+    match config.pattern_for(schema, name) {
+        Some(p) => Err(AdminError::ByPattern(key.into(), p.key.clone())),
+        None => Ok(()),
+    }
 }
 
 /// The config table, quoted.

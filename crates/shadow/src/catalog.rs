@@ -283,6 +283,28 @@ impl ShadowCatalog {
         Ok(out)
     }
 
+    /// Every table a pattern may take, as `(schema, name)`: ordinary and
+    /// partitioned tables that are not partitions themselves (those stream
+    /// through their root), not temporary or unlogged, outside the
+    /// system's schemas.
+    pub async fn user_tables(&mut self) -> Result<Vec<(String, String)>, CatalogError> {
+        let r = self
+            .query(
+                "select n.nspname, c.relname from pg_catalog.pg_class c \
+                   join pg_catalog.pg_namespace n on n.oid operator(pg_catalog.=) c.relnamespace \
+                  where c.relkind operator(pg_catalog.=) any ('{r,p}'::pg_catalog.\"char\"[]) \
+                    and not c.relispartition \
+                    and c.relpersistence operator(pg_catalog.=) 'p' \
+                    and n.nspname operator(pg_catalog.<>) 'information_schema' \
+                    and pg_catalog.left(n.nspname, 3) operator(pg_catalog.<>) 'pg_' \
+                  order by 1, 2",
+            )
+            .await?;
+        Ok((0..r.rows.len())
+            .filter_map(|i| Some((r.text(i, 0)?.to_owned(), r.text(i, 1)?.to_owned())))
+            .collect())
+    }
+
     /// The leaf partitions of partitioned table `oid` (empty for a table
     /// that is not partitioned).
     pub async fn leaf_partitions(&mut self, oid: Oid) -> Result<Vec<Oid>, CatalogError> {

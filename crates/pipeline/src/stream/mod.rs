@@ -71,6 +71,7 @@ mod destinations;
 mod flush;
 mod inserts;
 mod loads;
+mod patterns;
 mod positions;
 mod resync;
 mod rows;
@@ -167,7 +168,7 @@ impl From<TableFault> for RowsFault {
 }
 
 /// Per pinned table, while running.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Table {
     /// The ClickHouse layout rows are encoded for (from the root relation).
     dest: Option<DestTable>,
@@ -463,14 +464,7 @@ impl Streamer {
                 }
                 entry.destination = dest;
             }
-            s.tables.insert(
-                key.clone(),
-                Table {
-                    dest: None,
-                    batch: None,
-                    decoders: Default::default(),
-                },
-            );
+            s.tables.insert(key.clone(), Table::default());
         }
         if first_run {
             // Rows written to the config table before the stream's start
@@ -890,6 +884,9 @@ impl Streamer {
                 }
             }
         }
+        if c.catalog_changed && !skip {
+            self.take_created_tables(c.end).await?;
+        }
         if let Some(txn) = txn {
             if skip {
                 drop(txn);
@@ -1112,6 +1109,9 @@ impl Streamer {
             )
             .await?;
             self.catalog.relations = Some(relations);
+            // The tables the file's patterns take, as the catalog is where
+            // the stream resumes.
+            self.take_pattern_tables(self.progress.applied).await?;
             self.refresh_tables(self.progress.applied, None).await?;
             if !self.toast.knows_catalog() {
                 let feeder = &self.shadow.feeder;

@@ -89,14 +89,7 @@ impl Streamer {
         }
         self.metrics.set_table_stopped(key, None);
         self.toast.clear_waits(key);
-        self.tables.insert(
-            key.to_owned(),
-            Table {
-                dest: None,
-                batch: None,
-                decoders: Default::default(),
-            },
-        );
+        self.tables.insert(key.to_owned(), Table::default());
         self.scope.pinned.insert(key.to_owned());
         // A fresh load: marks of an earlier one (say, this same resync
         // before a crash) name blocks of a table dropped above.

@@ -27,6 +27,9 @@ pub(super) struct Scope {
     pub config_decoder: Option<(Arc<RelationDesc>, RowDecoder)>,
     /// Tables in scope the catalog does not have (yet).
     pub missing: BTreeSet<String>,
+    /// Tables a pattern takes that were refused (their destination is
+    /// taken): said once, not taken at every look.
+    pub refused_by_pattern: BTreeSet<String>,
 }
 
 impl Scope {
@@ -36,6 +39,7 @@ impl Scope {
             changes: Vec::new(),
             config_decoder: None,
             missing: BTreeSet::new(),
+            refused_by_pattern: BTreeSet::new(),
         }
     }
 }
@@ -59,6 +63,18 @@ impl Streamer {
     /// See [`column_rules`].
     pub(super) fn column_rules(&self) -> HashMap<String, ColumnRules> {
         column_rules(&self.settings, &self.progress)
+    }
+
+    /// Tables came into scope or left it: progress is written at the next
+    /// tick, and the loads and the catalog session see the new set.
+    pub(super) fn scope_changed(&mut self) {
+        self.progress_dirty = true;
+        let rules = self.column_rules();
+        self.backfills.set_column_rules(rules.clone());
+        if let Some(r) = self.catalog.relations.as_mut() {
+            r.set_pinned(self.scope.pinned.clone());
+            r.set_column_rules(rules);
+        }
     }
 
     /// Starts the loads whose `S` has been decoded, into tables whose
@@ -340,14 +356,7 @@ impl Streamer {
                 entry.stopped = None;
                 entry.resync_seen = resync_seen;
                 entry.columns = columns;
-                self.tables.insert(
-                    key.clone(),
-                    Table {
-                        dest: None,
-                        batch: None,
-                        decoders: Default::default(),
-                    },
-                );
+                self.tables.insert(key.clone(), Table::default());
                 if load != walshadow_config::InitialLoad::None {
                     self.backfills.request(&key, load.as_str(), s)?;
                 }
@@ -387,13 +396,7 @@ impl Streamer {
         if !changed {
             return Ok(());
         }
-        self.progress_dirty = true;
-        let rules = self.column_rules();
-        self.backfills.set_column_rules(rules.clone());
-        if let Some(r) = self.catalog.relations.as_mut() {
-            r.set_pinned(self.scope.pinned.clone());
-            r.set_column_rules(rules);
-        }
+        self.scope_changed();
         let (pinned, config) = (&self.scope.pinned, self.settings.config_key());
         self.catalog
             .interest

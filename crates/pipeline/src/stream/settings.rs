@@ -30,6 +30,10 @@ pub struct StreamSettings {
     /// `[source]`: the config table and `config_table_allow`.
     pub(super) source_config: SourceConfig,
     pub(super) tables: BTreeMap<String, TableConfig>,
+    /// `[table]` sections naming tables by pattern.
+    pub(super) patterns: Vec<walshadow_config::pattern::TablePattern>,
+    /// Tables in `tables` that a pattern took, with the pattern's key.
+    pub(super) by_pattern: BTreeMap<String, String>,
     pub(super) backfill: BackfillConfig,
     pub(super) state_dir: PathBuf,
     pub(super) spill_dir: PathBuf,
@@ -76,6 +80,8 @@ impl StreamSettings {
             source,
             source_config: config.source.clone(),
             tables: config.tables.clone(),
+            patterns: config.patterns.clone(),
+            by_pattern: BTreeMap::new(),
             backfill: config.backfill.clone(),
             state_dir: config.state.dir.clone(),
             spill_dir: config.state.spill_dir(),
@@ -171,11 +177,22 @@ impl StreamSettings {
         }
         compare!(needs_restart: database, lsn_column, seq_column, xid_column,
             commit_time_column, deleted_column);
-        for key in self.tables.keys().filter(|k| !new.tables.contains_key(*k)) {
+        for key in self
+            .tables
+            .keys()
+            .filter(|k| !new.tables.contains_key(*k) && !self.by_pattern.contains_key(*k))
+        {
             r.needs_restart.push(format!("[table.{key:?}]: removed"));
         }
+        if self.patterns != new.patterns {
+            r.needs_restart.push("[table] patterns: changed".into());
+        }
         for (key, t) in &new.tables {
-            match self.tables.get(key) {
+            match self
+                .tables
+                .get(key)
+                .filter(|_| !self.by_pattern.contains_key(key))
+            {
                 None => r.needs_restart.push(format!("[table.{key:?}]: added")),
                 Some(old) if old != t => r.needs_restart.push(format!("[table.{key:?}]: changed")),
                 Some(_) => {}

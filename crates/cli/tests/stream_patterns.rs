@@ -1,0 +1,119 @@
+//! Tables taken by pattern, on PostgreSQL 15 and 18, ending with the
+//! row-by-row oracle: a glob (`public.ord_*`) with an exclusion and a
+//! regular expression (`~^app\.ev_[0-9]+$`), each with `copy` loads.
+//! Tables that match when `run` starts are loaded and stream; tables a
+//! commit creates later are taken at that commit, the rows of their own
+//! transaction included; an excluded table, tables that match no pattern,
+//! and temporary and unlogged tables that would match are left alone;
+//! `table add` refuses a table a pattern takes; a restart goes on.
+
+mod common;
+
+use std::time::Duration;
+use walshadow_testkit::per_major;
+
+use anyhow::{Result, ensure};
+use common::{BIN, OracleColumn, StreamHarness, same};
+use walshadow_testkit::{PgMajor, wait_until};
+
+const CATCH_UP: Duration = Duration::from_secs(180);
+
+fn cols() -> Vec<OracleColumn> {
+    vec![same("id"), same("v")]
+}
+
+const PATTERNS: &str = r#"
+[table."public.ord_*"]
+initial_load = "copy"
+exclude = ["public.ord_skip"]
+
+[table."~^app\\.ev_[0-9]+$"]
+initial_load = "copy"
+"#;
+
+fn ch_tables(h: &StreamHarness) -> Result<Vec<String>> {
+    Ok(h.ch
+        .query("SELECT name FROM system.tables WHERE database = 'app' ORDER BY name")?
+        .lines()
+        .map(str::to_owned)
+        .collect())
+}
+
+fn patterns(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(BIN, major, "patterns", &[], PATTERNS)?;
+    h.source.psql(
+        "create table ord_a (id int primary key, v text); \
+         insert into ord_a select g, 'a' from generate_series(1, 50) g; \
+         create table ord_skip (id int primary key, v text); \
+         insert into ord_skip values (1, 'x'); \
+         create table other (id int primary key, v text); \
+         insert into other values (1, 'x'); \
+         create schema app; \
+         create table app.ev_1 (id int primary key, v text); \
+         insert into app.ev_1 select g, 'e' from generate_series(1, 10) g; \
+         create table app.ev_x (id int primary key, v text); \
+         insert into app.ev_x values (1, 'x')",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    common::loads::wait_loaded(&mut h, "public.ord_a")?;
+    common::loads::wait_loaded(&mut h, "app.ev_1")?;
+
+    // Made while streaming: taken at their commits, their own rows too.
+    h.source.psql(
+        "begin; create table ord_new (id int primary key, v text); \
+         insert into ord_new select g, 'n' from generate_series(1, 20) g; commit; \
+         create table app.ev_2 (id int primary key, v text); \
+         insert into app.ev_2 select g, 'f' from generate_series(1, 5) g; \
+         create unlogged table ord_unlogged (id int primary key, v text); \
+         insert into ord_unlogged values (1, 'u'); \
+         create temp table ord_tmp (id int primary key, v text); \
+         insert into ord_tmp values (1, 't'); \
+         update ord_new set v = 'm' where id <= 5; delete from ord_new where id = 20; \
+         update ord_a set v = 'b' where id <= 10; \
+         insert into app.ev_1 values (11, 'g')",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure!(h.assert_equal("ord_a", "ord_a", &cols())? == 50);
+    ensure!(h.assert_equal("ord_new", "ord_new", &cols())? == 19);
+    ensure!(h.assert_equal("app.ev_1", "app__ev_1", &cols())? == 11);
+    ensure!(h.assert_equal("app.ev_2", "app__ev_2", &cols())? == 5);
+    let tables = ch_tables(&h)?;
+    for absent in ["ord_skip", "other", "app__ev_x", "ord_unlogged", "ord_tmp"] {
+        ensure!(
+            !tables.iter().any(|t| t == absent),
+            "{absent} in ClickHouse: {tables:?}"
+        );
+    }
+    let log = h.run_log();
+    ensure!(
+        log.lines()
+            .any(|l| l.contains("table taken by a pattern") && l.contains("public.ord_new")),
+        "no log line for ord_new"
+    );
+
+    // The file's pattern decides, not the config table.
+    let out = h.cli(&["table", "add", "public.ord_a", "--config", h.config()])?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success() && err.contains("taken by the config file's pattern"),
+        "{err}"
+    );
+
+    // A restart takes the same tables and goes on.
+    h.stop_run()?;
+    h.start_run()?;
+    h.source
+        .psql("insert into ord_new select g, 'r' from generate_series(21, 30) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure!(h.assert_equal("ord_new", "ord_new", &cols())? == 29);
+    wait_until(
+        Duration::from_secs(5),
+        "the same tables after the restart",
+        || Ok(ch_tables(&h)? == tables),
+    )?;
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(patterns => tables_taken_by_pattern_at_start_and_when_created: pg15, pg18);
