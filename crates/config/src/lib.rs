@@ -764,25 +764,9 @@ impl SourceConfig {
     }
 }
 
-/// `pattern` (with `*` for any run of characters) matches all of `text`.
+/// `pattern` (`*` any run of characters, `?` one) matches all of `text`.
 fn wildcard_match(pattern: &str, text: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    let [first, middle @ .., last] = parts.as_slice() else {
-        return pattern == text;
-    };
-    if parts.len() == 1 {
-        return pattern == text;
-    }
-    let Some(mut rest) = text.strip_prefix(first) else {
-        return false;
-    };
-    for m in middle {
-        match rest.find(m) {
-            Some(i) => rest = &rest[i + m.len()..],
-            None => return false,
-        }
-    }
-    rest.len() >= last.len() && rest.ends_with(last)
+    pattern::glob(pattern, text)
 }
 
 fn default_config_table() -> String {
@@ -1198,8 +1182,15 @@ impl Config {
             ));
         }
         let mut destinations: std::collections::BTreeMap<String, &str> = Default::default();
-        for (key, t) in &self.tables {
-            if let Some(dest) = t.destination_of(key) {
+        // Pattern sections are checked as sections naming one table are,
+        // but for what only a single table has: its name and destination.
+        let sections = self
+            .tables
+            .iter()
+            .map(|(k, t)| (k, t, false))
+            .chain(self.patterns.iter().map(|p| (&p.key, &p.config, true)));
+        for (key, t, is_pattern) in sections {
+            if !is_pattern && let Some(dest) = t.destination_of(key) {
                 if let Some(problem) = walshadow_types::destination_problem(&dest) {
                     return Err(invalid(
                         "table.destination",
@@ -1321,6 +1312,9 @@ impl Config {
                     ),
                 ));
             }
+            if is_pattern {
+                continue;
+            }
             if let Some((schema, name)) = split_table_name(key)
                 && walshadow_types::table_key(&schema, &name) != *key
             {
@@ -1439,6 +1433,44 @@ mod tests {
         assert!(e.contains("config_table_allow"), "{e}");
         // Empty: anything.
         assert!(parse(GOOD).unwrap().source.allows("secret.t"));
+    }
+
+    #[test]
+    fn pattern_sections_are_checked_as_tables_are() {
+        let with = |section: &str| {
+            parse(&format!(
+                "{GOOD}\n[clickhouse]\nurl = \"http://localhost:8123\"\ndatabase = \"app\"\n{section}"
+            ))
+        };
+        let c =
+            with("[table.\"public.*\"]\nexclude = [\"public.tmp_*\"]\n[table.\"public.orders\"]\n")
+                .unwrap();
+        assert_eq!(c.patterns.len(), 1);
+        assert!(c.tables.contains_key("public.orders"));
+        assert!(c.pattern_for("public", "items").is_some());
+        assert!(c.pattern_for("public", "tmp_1").is_none());
+        for (section, needle) in [
+            (
+                "[table.\"public.*\"]\ninitial_load = \"snapshot\"\n",
+                "initial_load",
+            ),
+            (
+                "[table.\"public.*\"]\ndestination = \"x\"\n",
+                "no destination",
+            ),
+            (
+                "[table.\"public.*\"]\nsettings = { non_replicated_deduplication_window = 1 }\n",
+                "walshadow sets itself",
+            ),
+            ("[table.'~(']\n", "regular expression"),
+            (
+                "[table.\"public.orders\"]\nexclude = [\"x.y\"]\n",
+                "exclude belongs to pattern sections",
+            ),
+        ] {
+            let e = with(section).unwrap_err().to_string();
+            assert!(e.contains(needle), "{section}: {e}");
+        }
     }
 
     #[test]

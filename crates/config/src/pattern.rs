@@ -85,7 +85,7 @@ impl TablePattern {
 }
 
 /// `*` matches any run of characters, `?` one; everything else itself.
-fn glob(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob(pattern: &str, text: &str) -> bool {
     let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
     let (mut pi, mut ti) = (0, 0);
     // Where the last `*` was, and the text position it has covered up to.

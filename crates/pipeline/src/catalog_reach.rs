@@ -214,6 +214,19 @@ impl CatalogInterest {
     }
 }
 
+/// A message of another database, or of a shared catalog (roles,
+/// databases, tablespaces): about no table of database `db`.
+fn elsewhere(inval: &Inval, db: Oid) -> bool {
+    matches!(
+        *inval,
+        Inval::Catcache { db: d, .. }
+            | Inval::Catalog { db: d, .. }
+            | Inval::Relcache { db: d, .. }
+            | Inval::Relmap { db: d }
+            if d != db
+    )
+}
+
 /// Whether `invals` (of a commit in database `db`) name one of `relids`,
 /// by its relcache id or its `RELOID` entry, or may concern any relation
 /// (relcache 0, a whole catalog, the relation map, storage, a message kind
@@ -224,26 +237,43 @@ pub fn names_relation(
     db: Oid,
     relids: &std::collections::HashSet<Oid>,
 ) -> bool {
-    invals.iter().any(|inval| match *inval {
-        Inval::Catcache { db: d, .. }
-        | Inval::Catalog { db: d, .. }
-        | Inval::Relcache { db: d, .. }
-        | Inval::Relmap { db: d }
-            if d != db =>
-        {
-            false
-        }
-        Inval::Relcache { rel: 0, .. } | Inval::Catalog { .. } | Inval::Relmap { .. } => true,
-        Inval::Relcache { rel, .. } => relids.contains(&rel),
-        Inval::Catcache { cache_id, hash, .. } => {
-            syscache_name(major, cache_id) == Some("RELOID")
-                && relids.iter().any(|r| oid_key_hash(*r) == hash)
-        }
-        Inval::Smgr { backend, .. } if backend >= 0 => false,
-        Inval::Smgr { locator, .. } => locator.db_oid == db,
-        Inval::Snapshot { .. } | Inval::RelSync { .. } => false,
-        Inval::Other(_) => true,
-    })
+    invals
+        .iter()
+        .filter(|i| !elsewhere(i, db))
+        .any(|inval| match *inval {
+            Inval::Relcache { rel: 0, .. } | Inval::Catalog { .. } | Inval::Relmap { .. } => true,
+            Inval::Relcache { rel, .. } => relids.contains(&rel),
+            Inval::Catcache { cache_id, hash, .. } => {
+                syscache_name(major, cache_id) == Some("RELOID")
+                    && relids.iter().any(|r| oid_key_hash(*r) == hash)
+            }
+            Inval::Smgr { backend, .. } if backend >= 0 => false,
+            Inval::Smgr { locator, .. } => locator.db_oid == db,
+            Inval::Snapshot { .. } | Inval::RelSync { .. } => false,
+            Inval::Other(_) => true,
+        })
+}
+
+/// Whether `invals` (of a commit in database `db`) may have changed the
+/// names of relations: a `pg_class` row made, renamed, moved to another
+/// schema or changed otherwise (its `RELNAMENSP` entry), or anything that
+/// may concern any relation. Tables taken by pattern are looked for then.
+pub fn changes_relation_names(invals: &[Inval], major: PgMajor, db: Oid) -> bool {
+    invals
+        .iter()
+        .filter(|i| !elsewhere(i, db))
+        .any(|inval| match *inval {
+            Inval::Catcache { cache_id, .. } => matches!(
+                syscache_name(major, cache_id),
+                Some("RELNAMENSP" | "NAMESPACENAME")
+            ),
+            Inval::Relcache { rel: 0, .. } | Inval::Catalog { .. } | Inval::Relmap { .. } => true,
+            Inval::Other(_) => true,
+            Inval::Relcache { .. }
+            | Inval::Smgr { .. }
+            | Inval::Snapshot { .. }
+            | Inval::RelSync { .. } => false,
+        })
 }
 
 #[cfg(test)]
@@ -260,6 +290,26 @@ mod tests {
             cache_id: id,
             db: DB,
             hash,
+        }
+    }
+
+    #[test]
+    fn names_change_with_pg_class_rows_of_this_database() {
+        for major in [PgMajor::V15, PgMajor::V18] {
+            let yes = |invals: &[Inval]| changes_relation_names(invals, major, DB);
+            assert!(yes(&[cat(major, "RELNAMENSP", 7)]));
+            assert!(yes(&[cat(major, "NAMESPACENAME", 7)]));
+            assert!(!yes(&[cat(major, "RELOID", 7)]));
+            let Inval::Catcache { cache_id, hash, .. } = cat(major, "RELNAMENSP", 7) else {
+                unreachable!()
+            };
+            assert!(!yes(&[Inval::Catcache {
+                cache_id,
+                db: DB + 1,
+                hash,
+            }]));
+            assert!(!yes(&[Inval::Relcache { db: DB, rel: 16384 }]));
+            assert!(yes(&[Inval::Relcache { db: DB, rel: 0 }]));
         }
     }
 

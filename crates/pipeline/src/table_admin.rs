@@ -337,9 +337,13 @@ fn refuse_file_tables(
     if config.tables.contains_key(key) {
         return Err(AdminError::Pinned(key.into()));
     }
+    // The config table keeps a table it managed before a pattern came.
+    let managed = Progress::read(&config.state.dir)?
+        .and_then(|p| p.tables.get(key).map(|t| t.opted_in))
+        .unwrap_or(false);
     match config.pattern_for(schema, name) {
-        Some(p) => Err(AdminError::ByPattern(key.into(), p.key.clone())),
-        None => Ok(()),
+        Some(p) if !managed => Err(AdminError::ByPattern(key.into(), p.key.clone())),
+        _ => Ok(()),
     }
 }
 

@@ -885,7 +885,7 @@ impl Streamer {
             }
         }
         if c.catalog_changed && !skip {
-            self.take_created_tables(c.end).await?;
+            self.take_matching_tables(&c).await?;
         }
         if let Some(txn) = txn {
             if skip {
@@ -1111,7 +1111,8 @@ impl Streamer {
             self.catalog.relations = Some(relations);
             // The tables the file's patterns take, as the catalog is where
             // the stream resumes.
-            self.take_pattern_tables(self.progress.applied).await?;
+            self.take_pattern_tables(self.progress.applied, true)
+                .await?;
             self.refresh_tables(self.progress.applied, None).await?;
             if !self.toast.knows_catalog() {
                 let feeder = &self.shadow.feeder;

@@ -1,23 +1,32 @@
 //! Tables the config file takes by pattern (`[table."public.*"]`,
 //! `[table."~regex"]`): the ones the catalog holds when the stream first
-//! reads it, and the ones a commit creates later, taken at that commit so
-//! its own rows stream too. Each streams as a table pinned by name would,
-//! with the pattern's section as its own.
+//! reads it, and the ones a commit makes match later (created, renamed,
+//! moved to another schema, detached), taken at that commit before its
+//! rows, so a table's creating transaction streams too. Each streams as a
+//! table pinned by name would, with the pattern's section as its own.
+//!
+//! A commit is looked at when its invalidations may have changed a
+//! relation's name (`catalog_reach::changes_relation_names`): that costs a
+//! flush of the rows held and a catalog query, only while patterns exist.
 
 use std::collections::BTreeSet;
 
+use walshadow_changes::decode::CommitEvent;
+use walshadow_config::InitialLoad;
 use walshadow_types::Lsn;
 
 use super::{StreamError, Streamer, Table, destinations};
 use crate::progress::TableProgress;
+use crate::scope::ScopeChange;
 
 impl Streamer {
     /// Takes every table a pattern takes and the stream does not follow
-    /// yet, as the catalog is at its position (`s`: where they start).
-    /// Returns the keys taken.
+    /// yet, as the catalog is at its position (`s`: where they start;
+    /// `at_start`: the stream's first look). Returns the keys taken.
     pub(super) async fn take_pattern_tables(
         &mut self,
         s: Lsn,
+        at_start: bool,
     ) -> Result<BTreeSet<String>, StreamError> {
         let mut taken = BTreeSet::new();
         if self.settings.patterns.is_empty() {
@@ -34,8 +43,10 @@ impl Streamer {
                 || self.settings.tables.contains_key(&key)
                 || self.scope.refused_by_pattern.contains(&key)
                 || key == self.settings.config_key()
-                // Opted out through the config table: that row decides.
+                // The config table's (opted in or out there, or a row of
+                // it waiting for its first commit): that row decides.
                 || self.progress.tables.get(&key).is_some_and(|t| t.opted_in)
+                || self.config_row_pending(&key).is_some()
             {
                 continue;
             }
@@ -60,8 +71,17 @@ impl Streamer {
                 self.scope.refused_by_pattern.insert(key);
                 continue;
             }
-            let load = walshadow_config::InitialLoad::parse(config.initial_load.as_deref())
-                .unwrap_or(walshadow_config::InitialLoad::None);
+            let load = match InitialLoad::parse(config.initial_load.as_deref())
+                .unwrap_or(InitialLoad::None)
+            {
+                // A backup cannot hold a table that came to match after
+                // the stream started (made since, or renamed): its rows as
+                // of this commit are read with COPY.
+                InitialLoad::BaseBackup | InitialLoad::ObjectStore if !at_start => {
+                    InitialLoad::Copy
+                }
+                l => l,
+            };
             tracing::info!(table = %key, pattern = %pattern_key, s = %s, initial_load = load.as_str(), destination = %dest, "table taken by a pattern");
             self.settings.tables.insert(key.clone(), config);
             self.settings.by_pattern.insert(key.clone(), pattern_key);
@@ -75,7 +95,7 @@ impl Streamer {
             entry.destination = dest;
             entry.opted_out = None;
             self.tables.insert(key.clone(), Table::default());
-            if first_seen && load != walshadow_config::InitialLoad::None {
+            if first_seen && load != InitialLoad::None {
                 self.backfills.request(&key, load.as_str(), s)?;
             }
             taken.insert(key);
@@ -86,17 +106,26 @@ impl Streamer {
         Ok(taken)
     }
 
-    /// Commit `c` made relation files: a table it created (or renamed
-    /// into a pattern) is taken at its own commit, before its rows are
+    /// The config table's row of `key` that waits for the first commit
+    /// (read with SQL at a first start).
+    fn config_row_pending(&self, key: &str) -> Option<&ScopeChange> {
+        self.scope.changes.iter().find(|c| match c {
+            ScopeChange::Set { key: k, .. } | ScopeChange::Remove { key: k } => k == key,
+        })
+    }
+
+    /// Commit `c` may have changed relations' names: a table it made
+    /// match a pattern is taken at this commit, before its rows are
     /// applied, with the catalog moved to the commit.
-    pub(super) async fn take_created_tables(&mut self, end: Lsn) -> Result<(), StreamError> {
-        if self.settings.patterns.is_empty()
-            || !self
-                .catalog
-                .committing
-                .iter()
-                .any(|x| self.catalog.created_files.contains_key(x))
-        {
+    pub(super) async fn take_matching_tables(
+        &mut self,
+        c: &CommitEvent,
+    ) -> Result<(), StreamError> {
+        if self.settings.patterns.is_empty() {
+            return Ok(());
+        }
+        let db = self.connect_relations().await?.db_oid;
+        if !crate::catalog_reach::changes_relation_names(&c.invals, self.major, db) {
             return Ok(());
         }
         // The shadow moves to this commit: rows of earlier commits become
@@ -105,10 +134,16 @@ impl Streamer {
             self.flush_all().await?;
             self.write_progress()?;
         }
-        self.connect_relations().await?.catalog_changed(end);
-        let taken = self.take_pattern_tables(end).await?;
+        self.connect_relations().await?.catalog_changed(c.end);
+        let taken = self.take_pattern_tables(c.end, false).await?;
         if !taken.is_empty() {
-            self.refresh_tables(end, Some(&taken)).await?;
+            self.refresh_tables(c.end, Some(&taken)).await?;
+            // The mirror learns the new tables' TOAST relations.
+            let feeder = &self.shadow.feeder;
+            if let Some(r) = self.catalog.relations.as_mut() {
+                let files = r.toast_files(feeder).await?;
+                self.toast.catalog_now(files, c.lsn, c.end)?;
+            }
             self.start_loads();
         }
         Ok(())

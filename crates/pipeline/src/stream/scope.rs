@@ -242,6 +242,10 @@ impl Streamer {
                 tracing::warn!(table = %key, lsn = %s, "a config table row names no table as schema.name: ignored");
                 continue;
             }
+            if let Some(pattern) = self.settings.by_pattern.get(&key) {
+                tracing::warn!(table = %key, lsn = %s, pattern = %pattern, "the table is taken by a pattern of the config file; its config table row changes nothing (add it to the pattern's exclude to manage it by the table)");
+                continue;
+            }
             if self.settings.tables.contains_key(&key) {
                 tracing::warn!(table = %key, lsn = %s, "the table is pinned in the config file; its config table row changes nothing (remove it from the file to manage it by the table)");
                 continue;
