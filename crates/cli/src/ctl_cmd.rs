@@ -33,9 +33,10 @@ enum CtlCommand {
     /// Take WAL again after a pause.
     Resume,
     /// Read the config file again (as SIGHUP does). A file that does not
-    /// validate changes nothing; otherwise the batch and flush settings and
-    /// ClickHouse's url, credentials and TLS apply at once, and the answer
-    /// names what else changed and waits for a restart.
+    /// validate changes nothing; otherwise [log] level, the batch and flush
+    /// settings, ClickHouse's url, credentials and TLS, and table patterns
+    /// apply at once, and the answer names what else changed and waits for
+    /// a restart.
     Reload,
 }
 

@@ -150,3 +150,37 @@ fn patterns(major: PgMajor) -> Result<()> {
 }
 
 per_major!(patterns => tables_taken_by_pattern_at_start_and_when_created: pg15, pg18);
+
+/// A pattern added by `walshadow ctl reload` takes its tables without a
+/// restart: loaded with its `initial_load`, and tables created after it.
+fn pattern_by_reload(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(BIN, major, "pattern-reload", &["public.t"], "")?;
+    h.source.psql(
+        "create table t (id int primary key, v text); \
+         create table lt_a (id int primary key, v text); \
+         insert into lt_a select g, 'a' from generate_series(1, 30) g",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    h.source.psql("insert into t values (1, 'x')")?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure!(!ch_tables(&h)?.iter().any(|t| t == "lt_a"));
+
+    h.append_config("\n[table.\"public.lt_*\"]\ninitial_load = \"copy\"\n")?;
+    let out = h.cli_ok(&["ctl", "--config", h.config(), "reload"])?;
+    ensure!(out.contains("[table] patterns"), "{out}");
+    common::loads::wait_loaded(&mut h, "public.lt_a")?;
+    h.source.psql(
+        "insert into lt_a select g, 'b' from generate_series(31, 40) g; \
+         create table lt_b (id int primary key, v text); \
+         insert into lt_b select g, 'c' from generate_series(1, 6) g",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure!(h.assert_equal("lt_a", "lt_a", &cols())? == 40);
+    ensure!(h.assert_equal("lt_b", "lt_b", &cols())? == 6);
+    ensure!(h.assert_equal("t", "t", &cols())? == 1);
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(pattern_by_reload => a_pattern_added_by_reload_takes_its_tables: pg15, pg18);

@@ -136,6 +136,9 @@ impl Streamer {
             }
         }
         self.settings = live;
+        if plan.patterns_changed {
+            self.scope.patterns_due = true;
+        }
         for t in self.tables.values_mut() {
             if let Some(b) = t.batch.as_mut() {
                 b.set_config(self.settings.batch.clone());

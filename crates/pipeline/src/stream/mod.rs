@@ -658,6 +658,7 @@ impl Streamer {
         let paused = self.progress.paused.is_some();
         if !paused {
             self.refresh_pending(None).await?;
+            self.take_reloaded_patterns().await?;
         }
         if !paused
             && self

@@ -106,6 +106,32 @@ impl Streamer {
         Ok(taken)
     }
 
+    /// Patterns changed by a reload: the tables they take now are taken at
+    /// the last transaction boundary decoded, where the catalog moves
+    /// (rows up to it flushed first, as for any catalog refresh).
+    pub(super) async fn take_reloaded_patterns(&mut self) -> Result<(), StreamError> {
+        if !std::mem::take(&mut self.scope.patterns_due) || self.catalog.relations.is_none() {
+            return Ok(());
+        }
+        self.scope.refused_by_pattern.clear();
+        self.flush_all().await?;
+        self.write_progress()?;
+        // Flushed: `applied` is the last transaction boundary decoded.
+        let at = self.progress.applied;
+        self.connect_relations().await?.catalog_changed(at);
+        let taken = self.take_pattern_tables(at, false).await?;
+        if !taken.is_empty() {
+            self.refresh_tables(at, Some(&taken)).await?;
+            let feeder = &self.shadow.feeder;
+            if let Some(r) = self.catalog.relations.as_mut() {
+                let files = r.toast_files(feeder).await?;
+                self.toast.catalog_now(files, at, at)?;
+            }
+            self.start_loads();
+        }
+        Ok(())
+    }
+
     /// The config table's row of `key` that waits for the first commit
     /// (read with SQL at a first start).
     fn config_row_pending(&self, key: &str) -> Option<&ScopeChange> {

@@ -30,6 +30,9 @@ pub(super) struct Scope {
     /// Tables a pattern takes that were refused (their destination is
     /// taken): said once, not taken at every look.
     pub refused_by_pattern: BTreeSet<String>,
+    /// The patterns changed (a reload): the catalog is looked at again at
+    /// the next tick.
+    pub patterns_due: bool,
 }
 
 impl Scope {
@@ -40,6 +43,7 @@ impl Scope {
             config_decoder: None,
             missing: BTreeSet::new(),
             refused_by_pattern: BTreeSet::new(),
+            patterns_due: false,
         }
     }
 }

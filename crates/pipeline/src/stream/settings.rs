@@ -150,6 +150,8 @@ pub struct Reloaded {
     pub needs_restart: Vec<String>,
     /// A new ClickHouse client was made (the endpoint, credentials or TLS).
     pub new_client: bool,
+    /// The pattern sections changed: the catalog is looked at again.
+    pub patterns_changed: bool,
 }
 
 impl StreamSettings {
@@ -185,7 +187,12 @@ impl StreamSettings {
             r.needs_restart.push(format!("[table.{key:?}]: removed"));
         }
         if self.patterns != new.patterns {
-            r.needs_restart.push("[table] patterns: changed".into());
+            r.applied.push(
+                "[table] patterns: the tables they take now are taken at the next commit \
+                 boundary (a table they no longer take streams on until a restart)"
+                    .into(),
+            );
+            r.patterns_changed = true;
         }
         for (key, t) in &new.tables {
             match self
@@ -252,5 +259,6 @@ impl StreamSettings {
         };
         self.batch = new.batch.clone();
         self.flush = new.flush;
+        self.patterns = new.patterns.clone();
     }
 }
