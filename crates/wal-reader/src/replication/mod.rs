@@ -24,6 +24,7 @@
 //! panics. Errors say whether reconnecting can help
 //! ([`ReplicationError::is_transient`]).
 
+mod backup_tee;
 mod base_backup;
 mod client;
 mod config;
@@ -38,6 +39,7 @@ mod timeline;
 mod tls;
 mod ustar;
 
+pub use backup_tee::BackupTee;
 pub use base_backup::{
     ArchiveInfo, BackupResult, BackupSink, BaseBackupOptions, Checkpoint, FileAction,
     MAX_RATE_RANGE, SinkError, TablespaceInfo,
