@@ -307,6 +307,40 @@ pub async fn fetch(
 }
 
 impl GapWal {
+    /// The segments of `[from, to)` on timeline `tli` already in `dir` (a
+    /// backup's own `pg_wal`, taken with `WAL`): each must be there, whole.
+    pub fn in_dir(
+        dir: &Path,
+        tli: TimeLineId,
+        seg_size: u32,
+        from: Lsn,
+        to: Lsn,
+    ) -> Result<GapWal, GapError> {
+        let first = from.segment_number(seg_size);
+        let last = Lsn(to.0.saturating_sub(1).max(from.0)).segment_number(seg_size);
+        for segno in first..=last {
+            let name = segment_file_name(tli, segno, seg_size);
+            if !std::fs::metadata(dir.join(&name)).is_ok_and(|m| m.len() == u64::from(seg_size)) {
+                return Err(GapError::Hole {
+                    segment: name,
+                    from,
+                    to,
+                });
+            }
+        }
+        let set = SegmentSet::scan(&[dir.to_owned()])?;
+        let segments = (last - first + 1) as usize;
+        Ok(GapWal {
+            set,
+            tli,
+            from,
+            to,
+            segments,
+            bytes: segments as u64 * u64::from(seg_size),
+            fetched: 0,
+        })
+    }
+
     fn records(&self) -> Result<SegmentRecords<'_>, GapError> {
         Ok(self.set.records(self.tli, Some(self.from), Some(self.to))?)
     }
@@ -495,5 +529,35 @@ impl Replay<'_> {
             events.reverse();
             self.events = events;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backups_own_wal_with_a_segment_missing_or_short_is_a_hole() {
+        let dir = std::env::temp_dir().join(format!("walshadow-gap-in-dir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let seg: u32 = 1 << 20;
+        let write = |segno: u64, len: usize| {
+            std::fs::write(dir.join(segment_file_name(1, segno, seg)), vec![0u8; len]).unwrap();
+        };
+        // From inside segment 2 to inside segment 3: both are needed.
+        let (from, to) = (Lsn(2 * u64::from(seg) + 40), Lsn(3 * u64::from(seg) + 8));
+        write(2, seg as usize);
+        let hole = |dir: &Path| {
+            GapWal::in_dir(dir, 1, seg, from, to)
+                .unwrap_err()
+                .to_string()
+        };
+        let e = hole(&dir);
+        assert!(e.contains(&segment_file_name(1, 3, seg)), "{e}");
+        write(3, 100);
+        let e = hole(&dir);
+        assert!(e.contains(&segment_file_name(1, 3, seg)), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
