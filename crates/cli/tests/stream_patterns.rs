@@ -32,6 +32,9 @@ exclude = ["public.ord_skip"]
 
 [table."~^app\\.ev_[0-9]+$"]
 initial_load = "copy"
+
+[table."public.other"]
+destination = "ord_clash"
 "#;
 
 fn ch_tables(h: &StreamHarness) -> Result<Vec<String>> {
@@ -51,6 +54,7 @@ fn patterns(major: PgMajor) -> Result<()> {
          insert into ord_skip values (1, 'x'); \
          create table other (id int primary key, v text); \
          insert into other values (1, 'x'); \
+         create table ord_clash (id int primary key, v text); \
          create schema app; \
          create table app.ev_1 (id int primary key, v text); \
          insert into app.ev_1 select g, 'e' from generate_series(1, 10) g; \
@@ -61,6 +65,24 @@ fn patterns(major: PgMajor) -> Result<()> {
     h.start_run()?;
     common::loads::wait_loaded(&mut h, "public.ord_a")?;
     common::loads::wait_loaded(&mut h, "app.ev_1")?;
+    // A table the pattern matches whose ClickHouse name another table
+    // streams into: refused, and status says why and what to do.
+    let mut status = serde_json::Value::Null;
+    wait_until(
+        Duration::from_secs(30),
+        "ord_clash refused in status",
+        || {
+            status = h.status_json()?;
+            Ok(status["tables"]["public.ord_clash"]["stopped"]["code"] == "destination_taken")
+        },
+    )?;
+    let clash = &status["tables"]["public.ord_clash"]["stopped"];
+    ensure!(
+        clash["remedy"]
+            .as_str()
+            .is_some_and(|r| r.contains("exclude of [table.\"public.ord_*\"]")),
+        "{clash}"
+    );
 
     // Made while streaming: taken at their commits, their own rows too.
     h.source.psql(

@@ -905,11 +905,7 @@ impl Streamer {
         if refresh && (self.catalog.refresh_every || self.may_move_toast(&c, &reach)) {
             // TOAST relations rewritten, truncated or gone with this commit
             // (the mirror needs the chunks this very commit wrote).
-            let feeder = &self.shadow.feeder;
-            if let Some(r) = self.catalog.relations.as_mut() {
-                let files = r.toast_files(feeder).await?;
-                self.toast.catalog_now(files, c.lsn, c.end)?;
-            }
+            self.toast_catalog_now(c.lsn, c.end).await?;
         }
         self.spec = None;
         // Decoding restarts at the first change of the oldest transaction
@@ -955,6 +951,21 @@ impl Streamer {
             ),
             None => true,
         }
+    }
+
+    /// The TOAST relations of the tables in scope as the catalog is now,
+    /// to the mirror (at the commit `lsn`..`end` that may have moved them).
+    pub(super) async fn toast_catalog_now(
+        &mut self,
+        lsn: Lsn,
+        end: Lsn,
+    ) -> Result<(), StreamError> {
+        let feeder = &self.shadow.feeder;
+        if let Some(r) = self.catalog.relations.as_mut() {
+            let files = r.toast_files(feeder).await?;
+            self.toast.catalog_now(files, lsn, end)?;
+        }
+        Ok(())
     }
 
     /// Refreshes the tables waiting for it (`only`: that one, if it waits),

@@ -67,7 +67,26 @@ impl Streamer {
                 .filter(|d| !d.is_empty())
                 .unwrap_or_else(|| destinations::default_destination(&key));
             if let Some(reason) = self.destination_refused(&key, &dest) {
-                tracing::error!(table = %key, pattern = %pattern_key, "not taken by the pattern: {reason}; pin it by name with destination = \"…\", or exclude it");
+                // Said in the log, in status and in the metrics, once.
+                let kind = crate::stop::StopKind::DestinationTaken;
+                let remedy = format!(
+                    "pin it by name in a [table.{key:?}] section with destination = \"…\", or \
+                     add it to the exclude of [table.{pattern_key:?}]; then restart"
+                );
+                tracing::error!(table = %key, pattern = %pattern_key, code = kind.code(), "not taken by the pattern: {reason}; {remedy}");
+                let entry = self
+                    .progress
+                    .tables
+                    .entry(key.clone())
+                    .or_insert_with(|| TableProgress::new(dest, s));
+                entry.stopped = Some(crate::progress::Stopped {
+                    lsn: s,
+                    code: kind.code().into(),
+                    reason: format!("taken by pattern [table.{pattern_key:?}], but {reason}"),
+                    remedy,
+                });
+                self.metrics.set_table_stopped(&key, Some(kind.code()));
+                self.progress_dirty = true;
                 self.scope.refused_by_pattern.insert(key);
                 continue;
             }
@@ -122,11 +141,7 @@ impl Streamer {
         let taken = self.take_pattern_tables(at, false).await?;
         if !taken.is_empty() {
             self.refresh_tables(at, Some(&taken)).await?;
-            let feeder = &self.shadow.feeder;
-            if let Some(r) = self.catalog.relations.as_mut() {
-                let files = r.toast_files(feeder).await?;
-                self.toast.catalog_now(files, at, at)?;
-            }
+            self.toast_catalog_now(at, at).await?;
             self.start_loads();
         }
         Ok(())
@@ -165,11 +180,7 @@ impl Streamer {
         if !taken.is_empty() {
             self.refresh_tables(c.end, Some(&taken)).await?;
             // The mirror learns the new tables' TOAST relations.
-            let feeder = &self.shadow.feeder;
-            if let Some(r) = self.catalog.relations.as_mut() {
-                let files = r.toast_files(feeder).await?;
-                self.toast.catalog_now(files, c.lsn, c.end)?;
-            }
+            self.toast_catalog_now(c.lsn, c.end).await?;
             self.start_loads();
         }
         Ok(())

@@ -415,11 +415,7 @@ impl Streamer {
             let only: BTreeSet<String> = rules_changed.into_iter().collect();
             self.refresh_tables(s, Some(&only)).await?;
         }
-        let feeder = &self.shadow.feeder;
-        if let Some(r) = self.catalog.relations.as_mut() {
-            let files = r.toast_files(feeder).await?;
-            self.toast.catalog_now(files, c.lsn, c.end)?;
-        }
+        self.toast_catalog_now(c.lsn, c.end).await?;
         self.start_loads();
         Ok(())
     }
