@@ -28,3 +28,4 @@ pub mod stream;
 pub mod table_admin;
 pub mod teardown;
 pub mod toast;
+pub mod verify;

@@ -37,32 +37,34 @@ use walshadow_rows::{RowDecoder, Value};
 pub fn column_rules(tables: &BTreeMap<String, TableConfig>) -> HashMap<String, ColumnRules> {
     tables
         .iter()
-        .map(|(key, t)| {
-            let policy = |p: OutOfRange| match p {
-                OutOfRange::Stop => ValuePolicy::Stop,
-                OutOfRange::Null => ValuePolicy::Null,
-                OutOfRange::Clamp => ValuePolicy::Clamp,
-                OutOfRange::String => ValuePolicy::String,
-            };
-            let rules = ColumnRules {
-                exclude: t.exclude_columns.iter().cloned().collect(),
-                include: t.include_columns.iter().cloned().collect(),
-                skip_unsupported: t.unsupported_columns == UnsupportedColumns::Skip,
-                values: ValueRules {
-                    table: policy(t.out_of_range),
-                    columns: t
-                        .out_of_range_columns
-                        .iter()
-                        .map(|(c, p)| (c.clone(), policy(*p)))
-                        .collect(),
-                },
-                rename: t.rename_columns.clone(),
-                types: t.column_types.clone(),
-            };
-            (key.clone(), rules)
-        })
+        .map(|(key, t)| (key.clone(), table_column_rules(t)))
         .filter(|(_, r)| !r.is_empty())
         .collect()
+}
+
+/// The column rules of one config-file section (a table's or a pattern's).
+pub fn table_column_rules(t: &TableConfig) -> ColumnRules {
+    let policy = |p: OutOfRange| match p {
+        OutOfRange::Stop => ValuePolicy::Stop,
+        OutOfRange::Null => ValuePolicy::Null,
+        OutOfRange::Clamp => ValuePolicy::Clamp,
+        OutOfRange::String => ValuePolicy::String,
+    };
+    ColumnRules {
+        exclude: t.exclude_columns.iter().cloned().collect(),
+        include: t.include_columns.iter().cloned().collect(),
+        skip_unsupported: t.unsupported_columns == UnsupportedColumns::Skip,
+        values: ValueRules {
+            table: policy(t.out_of_range),
+            columns: t
+                .out_of_range_columns
+                .iter()
+                .map(|(c, p)| (c.clone(), policy(*p)))
+                .collect(),
+        },
+        rename: t.rename_columns.clone(),
+        types: t.column_types.clone(),
+    }
 }
 
 /// An opt-in or opt-out read from the config table.

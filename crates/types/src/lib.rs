@@ -24,6 +24,6 @@ pub use rel::{
 };
 pub use secret::same_secret;
 pub use table_key::{
-    RESYNC_SUFFIX, STAGING_SUFFIX, default_destination, destination_problem, split_table_key,
-    table_key,
+    RESYNC_SUFFIX, STAGING_SUFFIX, VERIFY_SUFFIX, default_destination, destination_problem,
+    split_table_key, table_key,
 };

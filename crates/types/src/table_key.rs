@@ -18,6 +18,10 @@ pub const STAGING_SUFFIX: &str = "__wsstg";
 /// (`orders__wsresync`) and swaps in once loaded: reserved too.
 pub const RESYNC_SUFFIX: &str = "__wsresync";
 
+/// The suffix of the table `walshadow verify` copies the source's rows
+/// into beside a destination table (`orders__wsverify`): reserved too.
+pub const VERIFY_SUFFIX: &str = "__wsverify";
+
 /// The ClickHouse table a source table streams into unless one is named
 /// (`destination = "…"`): `name` in `public`, `schema__name` elsewhere.
 /// Two source tables can share it (`a__b.c` and `a.b__c`); walshadow
@@ -35,7 +39,7 @@ pub fn destination_problem(dest: &str) -> Option<String> {
     if dest.is_empty() {
         return Some("the destination name is empty".into());
     }
-    for suffix in [STAGING_SUFFIX, RESYNC_SUFFIX] {
+    for suffix in [STAGING_SUFFIX, RESYNC_SUFFIX, VERIFY_SUFFIX] {
         if dest.ends_with(suffix) {
             return Some(format!(
                 "destination {dest:?} ends with {suffix:?}, which walshadow reserves for its staging tables"
