@@ -127,6 +127,42 @@ INSERT_FORMAT_PREFIX = re.compile(
 TRAILING_FORMAT = re.compile(r"\sFORMAT\s+([A-Za-z_][A-Za-z0-9_]*)\s*;?\s*\Z", re.I)
 CODE_IN_MESSAGE = re.compile(r"Code: (\d+)\. ")
 
+DDL_KEYWORDS = {"CREATE", "ALTER", "DROP", "TRUNCATE", "EXCHANGE", "RENAME"}
+REPLICATED_ENGINE = re.compile(
+    r"\bReplicated(?P<family>[A-Za-z]*MergeTree)\(\s*(?:'(?:[^'\\]|\\.)*'\s*,\s*'(?:[^'\\]|\\.)*'\s*(?:,\s*)?)?"
+)
+DISTRIBUTED_ENGINE = re.compile(
+    r"\bENGINE\s*=\s*Distributed\(\s*'(?:[^'\\]|\\.)*'\s*,\s*'(?P<db>(?:[^'\\]|\\.)*)'\s*,\s*'(?P<table>(?:[^'\\]|\\.)*)'\s*(?:,[^)]*)?\)"
+)
+
+
+class ClusterStandIn:
+    """Stands in for a ClickHouse cluster the engine cannot run (no Keeper, no remote_servers):
+    every DDL statement is recorded as sent (one JSON line in `log_path`), then run on the one
+    engine as a single server would run it: `ON CLUSTER <name>` dropped, `Replicated*MergeTree`
+    without its Keeper path and replica, a `Distributed` table as a `Merge` table over its one
+    local table."""
+
+    def __init__(self, name: str, log_path: str):
+        self.on_cluster = re.compile(
+            r"\s+ON\s+CLUSTER\s+(?:`" + re.escape(name.replace("`", "\\`")) + r"`|'"
+            + re.escape(name) + r"'|" + re.escape(name) + r"\b)", re.I)
+        self.log_path = log_path
+        self.lock = threading.Lock()
+
+    def rewrite(self, sql: str) -> str:
+        if first_keyword(sql) not in DDL_KEYWORDS:
+            return sql
+        with self.lock, open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"sql": sql}) + "\n")
+        out = self.on_cluster.sub("", sql)
+        out = REPLICATED_ENGINE.sub(lambda m: m.group("family") + "(", out)
+        out = DISTRIBUTED_ENGINE.sub(
+            lambda m: "ENGINE = Merge('" + m.group("db") + "', '^" + re.escape(m.group("table"))
+            + "$')", out)
+        return out
+
+
 INSERT_CHUNK = 4 << 20
 # Headers are read from the data before the FORMAT clause is known; ClickHouse has no such
 # limit, but 1 MiB of INSERT statement is more than walshadow ever sends.
@@ -255,7 +291,9 @@ class Reply:
 class Engine:
     """The chDB session and what runs on it, one request at a time."""
 
-    def __init__(self, data_dir: str, user: str, password: str):
+    def __init__(self, data_dir: str, user: str, password: str,
+                 standin: "ClusterStandIn | None" = None):
+        self.standin = standin
         self.conn = chdb.connect(data_dir)
         self.lock = threading.Lock()
         self.closed = False
@@ -363,6 +401,8 @@ class Engine:
                 return self.insert(stmt, m.group("fmt"), full[pos:], None)
         sql = full.decode("utf-8", "replace")
         self.check_statement(sql, read_only)
+        if self.standin is not None:
+            sql = self.standin.rewrite(sql)
         start = time.monotonic()
         res = self.query(sql, default_format, query_params)
         out = res.bytes()
@@ -707,13 +747,20 @@ def main() -> int:
     ap.add_argument("--tls-cert", help="PEM certificate chain of the HTTPS port")
     ap.add_argument("--tls-key", help="PEM private key of the HTTPS port")
     ap.add_argument("--tls-client-ca", help="require client certificates signed by this CA")
+    ap.add_argument("--cluster-standin", metavar="NAME",
+                    help="stand in for cluster NAME: record each DDL statement in "
+                    "DATA/../cluster-ddl.jsonl, run it as one server would")
     args = ap.parse_args()
     if args.tls_port is not None and not (args.tls_cert and args.tls_key):
         ap.error("--tls-port needs --tls-cert and --tls-key")
 
     data_dir = os.path.abspath(args.data)
     os.makedirs(data_dir, exist_ok=True)
-    engine = Engine(data_dir, args.user, args.password)
+    standin = None
+    if args.cluster_standin:
+        standin = ClusterStandIn(args.cluster_standin,
+                                 os.path.join(os.path.dirname(data_dir), "cluster-ddl.jsonl"))
+    engine = Engine(data_dir, args.user, args.password, standin)
 
     handler = type("EngineHandler", (Handler,), {"engine": engine})
     try:

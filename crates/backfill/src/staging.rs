@@ -451,6 +451,19 @@ impl StagingTable {
         format!("{}.{}", quote_ident(&self.database), quote_ident(table))
     }
 
+    /// `` ON CLUSTER `c` `` when the database's DDL goes to a cluster.
+    async fn on_cluster(&self, step: &'static str) -> Result<String, StagingError> {
+        self.ch
+            .topology()
+            .await
+            .map(|t| t.on_cluster().to_string())
+            .map_err(|source| StagingError::ClickHouse {
+                table: self.dest.clone(),
+                step,
+                source,
+            })
+    }
+
     async fn execute(&self, sql: &str, step: &'static str) -> Result<(), StagingError> {
         self.ch
             .execute_with_settings(sql, &self.settings)
@@ -504,8 +517,9 @@ impl StagingTable {
         }
         self.drop_table("dropping an old staging table").await?;
         let sql = format!(
-            "CREATE TABLE {} AS {}",
+            "CREATE TABLE {}{} AS {}",
             self.qualified(&self.staging),
+            self.on_cluster("creating the staging table").await?,
             self.qualified(&self.dest)
         );
         self.execute(&sql, "creating the staging table").await?;
@@ -529,8 +543,9 @@ impl StagingTable {
 
     async fn drop_table(&self, step: &'static str) -> Result<(), StagingError> {
         let sql = format!(
-            "DROP TABLE IF EXISTS {} SYNC",
-            self.qualified(&self.staging)
+            "DROP TABLE IF EXISTS {}{} SYNC",
+            self.qualified(&self.staging),
+            self.on_cluster(step).await?
         );
         self.execute(&sql, step).await
     }
@@ -611,9 +626,10 @@ impl StagingTable {
     /// error), and only [`StagingTable::recover`] goes on.
     pub async fn exchange(&self, recorded_uuid: &str) -> Result<(), StagingError> {
         let sql = format!(
-            "EXCHANGE TABLES {} AND {}",
+            "EXCHANGE TABLES {} AND {}{}",
             self.qualified(&self.dest),
-            self.qualified(&self.staging)
+            self.qualified(&self.staging),
+            self.on_cluster("exchanging the tables").await?
         );
         if let Err(source) = self.ch.execute_with_settings(&sql, &self.settings).await {
             // The answer may have been lost after the exchange applied.

@@ -19,7 +19,7 @@ pub struct VerifyArgs {
     /// table is compared at.
     #[arg(long, value_name = "SECONDS", default_value_t = 120)]
     wait: u64,
-    /// Differing keys listed per table (all are counted).
+    /// Differing keys listed per table, at most 1000 (all are counted).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_SHOW)]
     show: usize,
     /// Keep each `<destination>__wsverify` table (the source rows as

@@ -21,29 +21,34 @@ use walshadow_testkit::per_major;
 
 use anyhow::{Result, ensure};
 use common::{BIN, StreamHarness, same};
-use walshadow_testkit::PgMajor;
+use walshadow_testkit::{PgMajor, wait_until};
 
 const CATCH_UP: Duration = Duration::from_secs(180);
 
-/// A workload on both tables until `stop` is set; returns the statements
-/// run.
-fn workload(h: &StreamHarness, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Result<u64>> {
+/// A workload on both tables until `stop` is set, on rows of its own
+/// (`lane` 0 or 1: two run at once without waiting on each other's locks);
+/// returns the transactions run.
+fn workload(
+    h: &StreamHarness,
+    stop: Arc<AtomicBool>,
+    lane: u64,
+) -> std::thread::JoinHandle<Result<u64>> {
     let source = Arc::clone(&h.source);
     std::thread::spawn(move || {
         let mut n = 0u64;
         while !stop.load(Ordering::Acquire) {
             n += 1;
-            let id = 1000 + n;
+            let id = 1000 + lane * 100_000 + n;
             source.psql(&format!(
                 "begin; \
                  insert into items values ({id}, 'w{n}', {n}.5, array[{n}, null], '{{\"w\": {n}}}'); \
                  update items set name = name || '+', amount = amount + 1 where id = {}; \
                  delete from items where id = {}; \
-                 update events set note = 'n{n}' where id = {}; \
+                 update events set side = 'n{n}' where id = {}; \
                  commit",
-                1 + n % 40,
-                900 + n % 50,
-                1 + n % 30,
+                1 + lane * 40 + n % 40,
+                900 - lane * 50 + n % 50,
+                1 + lane * 30 + n % 30,
             ))?;
         }
         Ok(n)
@@ -54,7 +59,7 @@ fn verify(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(BIN, major, "verify", &["public.items", "public.events"], "")?;
     h.source.psql(
         "create table items (id int primary key, name text, amount numeric(12,2), tags int[], doc jsonb); \
-         create table events (id int, at date, note text, primary key (id, at)) partition by range (at); \
+         create table events (id int, at date, side text, primary key (id, at)) partition by range (at); \
          create table events_a partition of events for values from ('2020-01-01') to ('2021-01-01'); \
          create table events_b partition of events for values from ('2021-01-01') to ('2022-01-01')",
     )?;
@@ -78,10 +83,16 @@ fn verify(major: PgMajor) -> Result<()> {
 
     // Equal, under a workload.
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = workload(&h, Arc::clone(&stop));
+    let writers = [
+        workload(&h, Arc::clone(&stop), 0),
+        workload(&h, Arc::clone(&stop), 1),
+    ];
     let result = h.cli(&["verify", "--config", h.config(), "--json"]);
     stop.store(true, Ordering::Release);
-    let statements = writer.join().expect("the workload thread")?;
+    let mut statements = 0;
+    for w in writers {
+        statements += w.join().expect("a workload thread")?;
+    }
     let out = result?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     ensure!(
@@ -114,6 +125,52 @@ fn verify(major: PgMajor) -> Result<()> {
     );
     h.wait_caught_up(CATCH_UP)?;
     h.assert_equal("items", "items", &[same("id"), same("name")])?;
+
+    // A commit in the WAL that snapshots do not see yet (it waits for a
+    // synchronous standby that never answers): walshadow applied it, the
+    // source's snapshot does not have it. Counted as changed, not as a
+    // difference.
+    h.source
+        .psql("alter system set synchronous_standby_names = 'nobody'; select pg_reload_conf()")?;
+    let source = Arc::clone(&h.source);
+    let held =
+        std::thread::spawn(move || source.psql("update items set name = 'held' where id = 3"));
+    wait_until(CATCH_UP, "the held commit in ClickHouse", || {
+        Ok(h.ch
+            .query("SELECT name FROM app.items FINAL WHERE id = 3")?
+            .trim()
+            == "held")
+    })?;
+    ensure!(
+        h.source.query_one("select name from items where id = 3")? != "held",
+        "the held commit is visible"
+    );
+    // WAL after it (not held: `local`), so its commit is not the last
+    // record when verify reads the source's position.
+    h.source
+        .psql("set synchronous_commit = local; update events set side = 'after' where id = 1")?;
+    let out = h.cli(&["verify", "--config", h.config(), "--json", "public.items"])?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    ensure!(
+        out.status.success(),
+        "a commit not yet visible reported:\n{text}"
+    );
+    eprintln!(
+        "HELD VERIFY: {text} {} {}",
+        h.ch.query("SELECT _lsn, _xid, name FROM app.items WHERE id = 3 ORDER BY _version")?,
+        h.ch.query("SELECT id, _lsn, _xid, name FROM app.items ORDER BY _lsn DESC LIMIT 3")?
+    );
+    let verdicts: serde_json::Value = serde_json::from_str(&text)?;
+    ensure!(
+        verdicts[0]["changed_since"]
+            .as_u64()
+            .is_some_and(|n| n >= 1),
+        "{text}"
+    );
+    h.source
+        .psql("alter system reset synchronous_standby_names; select pg_reload_conf()")?;
+    held.join().expect("the held update")?;
+    h.wait_caught_up(CATCH_UP)?;
 
     // Differences planted behind the stream's back.
     h.ch.query(

@@ -34,6 +34,8 @@
 //! # idle_flush_ms = 20                      # once no WAL waits: flush, at most every N ms (0: off)
 //! # insert_concurrency = 4                  # tables of one flush inserted at once
 //! # request_timeout_s = 120                 # bound on one HTTP request (an insert attempt, DDL)
+//! # cluster = "prod"                        # every DDL ON CLUSTER, tables Replicated* (an Atomic database)
+//! # distributed_suffix = "_all"             # with a cluster: a Distributed table <dest>_all per table, for reads
 //! # lsn_column = "_lsn"                     # commit LSN (UInt64)
 //! # seq_column = "_seq"                     # the change's own LSN (UInt64)
 //! # xid_column = "_xid"                     # transaction id (UInt32)
@@ -257,6 +259,16 @@ pub struct ClickHouseConfig {
     /// attempt, DDL); a slower one is retried.
     #[serde(default = "default_request_timeout_s")]
     pub request_timeout_s: u64,
+    /// A cluster in the servers' `remote_servers`: every table walshadow
+    /// makes, alters, truncates, swaps or drops, it does `ON CLUSTER`,
+    /// with a replicated engine. Not used over a `Replicated` database,
+    /// which replicates DDL itself.
+    #[serde(default)]
+    pub cluster: Option<String>,
+    /// With a cluster (or a Replicated database): beside each table a
+    /// `Distributed` table of this suffix reading it on every shard.
+    #[serde(default)]
+    pub distributed_suffix: Option<String>,
     #[serde(default = "default_lsn_column")]
     pub lsn_column: String,
     #[serde(default = "default_seq_column")]
@@ -1139,6 +1151,24 @@ impl Config {
                 1,
                 86_400,
             )?;
+            if ch.cluster.as_deref().is_some_and(|c| c.trim().is_empty()) {
+                return Err(invalid(
+                    "clickhouse.cluster",
+                    "is empty: name a cluster of the servers' remote_servers, or leave it out"
+                        .into(),
+                ));
+            }
+            if let Some(suffix) = &ch.distributed_suffix {
+                if suffix.is_empty() {
+                    return Err(invalid(
+                        "clickhouse.distributed_suffix",
+                        "is empty: a Distributed table cannot share its table's name".into(),
+                    ));
+                }
+                if let Some(problem) = walshadow_types::destination_problem(&format!("t{suffix}")) {
+                    return Err(invalid("clickhouse.distributed_suffix", problem));
+                }
+            }
         }
         if split_table_name(&self.source.config_table)
             .is_none_or(|(s, n)| walshadow_types::table_key(&s, &n) != self.source.config_table)

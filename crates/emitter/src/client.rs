@@ -39,6 +39,7 @@ use walshadow_tls::rustls;
 
 use crate::ddl::quote_ident;
 use crate::error::{ClickHouseError, trailing_exception};
+use crate::topology::Topology;
 
 /// Where and how to reach ClickHouse.
 #[derive(Clone)]
@@ -57,6 +58,9 @@ pub struct ClientConfig {
     pub max_response_bytes: usize,
     /// For `https://` URLs only.
     pub tls: TlsOptions,
+    /// `[clickhouse] cluster`: DDL `ON CLUSTER` it (over an Atomic
+    /// database; see [`Topology`]).
+    pub cluster: Option<String>,
 }
 
 /// How an `https://` client authenticates the server, and itself.
@@ -106,6 +110,7 @@ impl ClientConfig {
             pool_idle_timeout: Duration::from_secs(2),
             max_response_bytes: 64 << 20,
             tls: TlsOptions::default(),
+            cluster: None,
         }
     }
 }
@@ -130,6 +135,8 @@ pub struct ClickHouseClient {
     user: HeaderValue,
     key: HeaderValue,
     config: Arc<ClientConfig>,
+    /// Read once, on the first DDL: shared by the clones.
+    topology: Arc<tokio::sync::OnceCell<Topology>>,
 }
 
 impl fmt::Debug for ClickHouseClient {
@@ -196,7 +203,33 @@ impl ClickHouseClient {
             user,
             key,
             config: Arc::new(config),
+            topology: Arc::new(tokio::sync::OnceCell::new()),
         })
+    }
+
+    /// The topology once [`ClickHouseClient::topology`] read it.
+    pub fn known_topology(&self) -> Option<Topology> {
+        self.topology.get().cloned()
+    }
+
+    /// How the database takes DDL: from `[clickhouse] cluster` and the
+    /// database's engine (`system.databases`), read once. A database not
+    /// made yet counts as Atomic, and is not remembered.
+    pub async fn topology(&self) -> Result<Topology, ClickHouseError> {
+        if let Some(t) = self.topology.get() {
+            return Ok(t.clone());
+        }
+        let sql = format!(
+            "SELECT engine FROM system.databases WHERE name = {}",
+            crate::ddl::quote_string(&self.config.database)
+        );
+        let text = self.query(&sql).await?;
+        let engine = text.lines().next().map(str::trim).filter(|e| !e.is_empty());
+        let topology = Topology::of(self.config.cluster.as_deref(), engine);
+        if engine.is_some() {
+            let _ = self.topology.set(topology.clone());
+        }
+        Ok(topology)
     }
 
     pub fn config(&self) -> &ClientConfig {
@@ -328,8 +361,12 @@ impl ClickHouseClient {
 
     /// `CREATE DATABASE IF NOT EXISTS` for the configured database.
     pub async fn ensure_database(&self) -> Result<(), ClickHouseError> {
-        self.execute(&crate::ddl::create_database_sql(&self.config.database))
-            .await
+        let topology = self.topology().await?;
+        self.execute(&crate::ddl::create_database_sql(
+            &self.config.database,
+            topology.on_cluster(),
+        ))
+        .await
     }
 
     /// Insert `row_count` RowBinary rows for `columns` into `table` of the

@@ -33,6 +33,7 @@ use crate::datetime;
 use crate::pg_text;
 use crate::rowbinary::EncodeErrorKind;
 use crate::schema::{DestColumn, DestTable, MetaColumns, SchemaChange, SchemaDiff, SchemaError};
+use crate::topology::{OnCluster, Topology};
 use crate::types::ChType;
 
 /// Table settings of created tables.
@@ -53,6 +54,9 @@ pub struct TableSettings {
     pub order_by: Vec<String>,
     /// More `SETTINGS`: name, and the value as a ClickHouse literal.
     pub extra: Vec<(String, String)>,
+    /// One server or a cluster: `ON CLUSTER`, and the replicated engine
+    /// a cluster needs.
+    pub topology: Topology,
 }
 
 impl Default for TableSettings {
@@ -63,6 +67,7 @@ impl Default for TableSettings {
             partition_by: None,
             order_by: Vec::new(),
             extra: Vec::new(),
+            topology: Topology::Server,
         }
     }
 }
@@ -114,8 +119,11 @@ fn quote_bytes(bytes: &[u8]) -> String {
     s
 }
 
-pub fn create_database_sql(database: &str) -> String {
-    format!("CREATE DATABASE IF NOT EXISTS {}", quote_ident(database))
+pub fn create_database_sql(database: &str, on: OnCluster<'_>) -> String {
+    format!(
+        "CREATE DATABASE IF NOT EXISTS {}{on}",
+        quote_ident(database)
+    )
 }
 
 /// `CREATE TABLE IF NOT EXISTS` for `desc` with default [`TableSettings`].
@@ -139,9 +147,10 @@ impl DestTable {
     ) -> String {
         let m = &self.meta;
         let mut sql = format!(
-            "CREATE TABLE IF NOT EXISTS {}.{}\n(\n",
+            "CREATE TABLE IF NOT EXISTS {}.{}{}\n(\n",
             quote_ident(database),
-            quote_ident(table)
+            quote_ident(table),
+            settings.topology.on_cluster()
         );
         for c in &self.columns {
             let _ = writeln!(sql, "    {} {},", quote_ident(&c.name), c.ch_type);
@@ -162,7 +171,22 @@ impl DestTable {
             &settings.order_by
         };
         let key: Vec<String> = order.iter().map(|k| quote_ident(k)).collect();
-        let (engine, window) = match settings.engine {
+        // A cluster's tables are replicated whatever `engine` says: a
+        // plain one on each host would hold only the rows sent to it. A
+        // Replicated database gives them its own path (it refuses ours).
+        let engine = match (&settings.topology, settings.engine) {
+            (Topology::Cluster(_), TableEngine::Replacing) => TableEngine::Replicated,
+            (Topology::ReplicatedDatabase { shared: false, .. }, TableEngine::Replacing) => {
+                TableEngine::Replicated
+            }
+            (_, e) => e,
+        };
+        let own_path = matches!(settings.topology, Topology::ReplicatedDatabase { .. });
+        let (engine, window) = match engine {
+            TableEngine::Replicated if own_path => (
+                "ReplicatedReplacingMergeTree(".to_owned(),
+                "replicated_deduplication_window",
+            ),
             TableEngine::Replacing => (
                 "ReplacingMergeTree(".to_owned(),
                 "non_replicated_deduplication_window",
@@ -202,9 +226,31 @@ impl DestTable {
     }
 }
 
-fn alter(database: &str, table: &str) -> String {
+/// The `Distributed` table `name` reading `table` on every shard of the
+/// cluster, made again (`CREATE OR REPLACE`) so it follows `table`'s
+/// columns after each change. `None` on one server.
+pub fn distributed_table_sql(
+    database: &str,
+    table: &str,
+    name: &str,
+    topology: &Topology,
+) -> Option<String> {
+    let cluster = topology.distributed_cluster(database)?;
+    Some(format!(
+        "CREATE OR REPLACE TABLE {db}.{name}{on} AS {db}.{table} ENGINE = Distributed({}, {}, {})",
+        quote_string(cluster),
+        quote_string(database),
+        quote_string(table),
+        db = quote_ident(database),
+        name = quote_ident(name),
+        on = topology.on_cluster(),
+        table = quote_ident(table),
+    ))
+}
+
+fn alter(database: &str, table: &str, on: OnCluster<'_>) -> String {
     format!(
-        "ALTER TABLE {}.{}",
+        "ALTER TABLE {}.{}{on}",
         quote_ident(database),
         quote_ident(table)
     )
@@ -217,13 +263,14 @@ fn alter(database: &str, table: &str) -> String {
 pub fn add_column_sql(
     database: &str,
     table: &str,
+    on: OnCluster<'_>,
     column: &DestColumn,
     after: Option<&str>,
     default: Option<&Value>,
 ) -> Result<String, EncodeErrorKind> {
     let mut sql = format!(
         "{} ADD COLUMN IF NOT EXISTS {} {}",
-        alter(database, table),
+        alter(database, table, on),
         quote_ident(&column.name),
         column.ch_type
     );
@@ -239,18 +286,24 @@ pub fn add_column_sql(
     Ok(sql)
 }
 
-pub fn drop_column_sql(database: &str, table: &str, column: &str) -> String {
+pub fn drop_column_sql(database: &str, table: &str, on: OnCluster<'_>, column: &str) -> String {
     format!(
         "{} DROP COLUMN IF EXISTS {}",
-        alter(database, table),
+        alter(database, table, on),
         quote_ident(column)
     )
 }
 
-pub fn rename_column_sql(database: &str, table: &str, from: &str, to: &str) -> String {
+pub fn rename_column_sql(
+    database: &str,
+    table: &str,
+    on: OnCluster<'_>,
+    from: &str,
+    to: &str,
+) -> String {
     format!(
         "{} RENAME COLUMN IF EXISTS {} TO {}",
-        alter(database, table),
+        alter(database, table, on),
         quote_ident(from),
         quote_ident(to)
     )
@@ -262,10 +315,11 @@ pub fn rename_column_sql(database: &str, table: &str, from: &str, to: &str) -> S
 pub fn modify_nullability_sql(
     database: &str,
     table: &str,
+    on: OnCluster<'_>,
     column: &str,
     ch_type: &ChType,
 ) -> Vec<String> {
-    let alter = alter(database, table);
+    let alter = alter(database, table, on);
     let col = quote_ident(column);
     if ch_type.is_nullable() {
         vec![format!("{alter} MODIFY COLUMN {col} {ch_type}")]
@@ -288,13 +342,14 @@ impl SchemaDiff {
         &self,
         database: &str,
         table: &str,
+        on: OnCluster<'_>,
         default_of: impl Fn(&DestColumn) -> Option<Value>,
     ) -> Result<Vec<String>, SchemaError> {
         let mut out = Vec::new();
         // Drops first: a rename may take a dropped column's name.
         for change in &self.changes {
             if let SchemaChange::DropColumn { name } = change {
-                out.push(drop_column_sql(database, table, name));
+                out.push(drop_column_sql(database, table, on, name));
             }
         }
         // Renames that take each other's names (a→b, b→a) go through a
@@ -315,15 +370,15 @@ impl SchemaDiff {
         if crossing {
             for (attnum, from, _) in &renames {
                 let tmp = format!("__walshadow_rename_{attnum}");
-                out.push(rename_column_sql(database, table, from, &tmp));
+                out.push(rename_column_sql(database, table, on, from, &tmp));
             }
             for (attnum, _, to) in &renames {
                 let tmp = format!("__walshadow_rename_{attnum}");
-                out.push(rename_column_sql(database, table, &tmp, to));
+                out.push(rename_column_sql(database, table, on, &tmp, to));
             }
         } else {
             for (_, from, to) in &renames {
-                out.push(rename_column_sql(database, table, from, to));
+                out.push(rename_column_sql(database, table, on, from, to));
             }
         }
         for change in &self.changes {
@@ -331,22 +386,28 @@ impl SchemaDiff {
                 SchemaChange::DropColumn { .. } | SchemaChange::RenameColumn { .. } => {}
                 SchemaChange::MakeNullable { name, ch_type }
                 | SchemaChange::MakeNotNull { name, ch_type } => {
-                    out.extend(modify_nullability_sql(database, table, name, ch_type))
+                    out.extend(modify_nullability_sql(database, table, on, name, ch_type))
                 }
                 SchemaChange::Widen { name, to, .. } => out.push(format!(
                     "{} MODIFY COLUMN {} {to}",
-                    alter(database, table),
+                    alter(database, table, on),
                     quote_ident(name)
                 )),
                 SchemaChange::AddColumn { column, after } => {
                     let default = default_of(column);
-                    let sql =
-                        add_column_sql(database, table, column, after.as_deref(), default.as_ref())
-                            .map_err(|kind| SchemaError::BadDefault {
-                                table: table.into(),
-                                column: column.name.clone(),
-                                reason: kind.to_string(),
-                            })?;
+                    let sql = add_column_sql(
+                        database,
+                        table,
+                        on,
+                        column,
+                        after.as_deref(),
+                        default.as_ref(),
+                    )
+                    .map_err(|kind| SchemaError::BadDefault {
+                        table: table.into(),
+                        column: column.name.clone(),
+                        reason: kind.to_string(),
+                    })?;
                     out.push(sql)
                 }
             }
@@ -748,6 +809,72 @@ mod tests {
             ),
             "{sql}"
         );
+        // On a cluster over an Atomic database: ON CLUSTER, and replicated
+        // even when `engine` is left at its default.
+        let on_cluster = TableSettings {
+            topology: Topology::of(Some("prod"), Some("Atomic")),
+            ..TableSettings::default()
+        };
+        let sql = dest.create_table_sql("db", "t", &on_cluster);
+        assert!(
+            sql.starts_with("CREATE TABLE IF NOT EXISTS `db`.`t` ON CLUSTER `prod`\n(")
+                && sql.contains(
+                    "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}', \
+                     `_version`, `_is_deleted`)"
+                ),
+            "{sql}"
+        );
+        // In a Replicated database: no ON CLUSTER (it refuses it) and no
+        // Keeper path (the database gives its own).
+        for engine in [TableEngine::Replacing, TableEngine::Replicated] {
+            let replicated_db = TableSettings {
+                engine,
+                topology: Topology::of(Some("prod"), Some("Replicated")),
+                ..TableSettings::default()
+            };
+            let sql = dest.create_table_sql("db", "t", &replicated_db);
+            assert!(
+                sql.starts_with("CREATE TABLE IF NOT EXISTS `db`.`t`\n(")
+                    && sql.contains(
+                        "ENGINE = ReplicatedReplacingMergeTree(`_version`, `_is_deleted`)\nORDER BY (`a`, `b`)\n\
+                         SETTINGS replicated_deduplication_window = 1000"
+                    ),
+                "{sql}"
+            );
+        }
+        let cloud = TableSettings {
+            engine: TableEngine::Shared,
+            topology: Topology::of(None, Some("Shared")),
+            ..TableSettings::default()
+        };
+        assert!(
+            dest.create_table_sql("db", "t", &cloud)
+                .contains("ENGINE = SharedReplacingMergeTree(`_version`, `_is_deleted`)")
+        );
+        assert_eq!(
+            distributed_table_sql(
+                "db",
+                "t",
+                "t_all",
+                &Topology::of(Some("prod"), Some("Atomic"))
+            )
+            .as_deref(),
+            Some(
+                "CREATE OR REPLACE TABLE `db`.`t_all` ON CLUSTER `prod` AS `db`.`t` \
+                 ENGINE = Distributed('prod', 'db', 't')"
+            )
+        );
+        assert_eq!(
+            distributed_table_sql("db", "t", "t_all", &Topology::of(None, Some("Replicated")))
+                .as_deref(),
+            Some(
+                "CREATE OR REPLACE TABLE `db`.`t_all` AS `db`.`t` ENGINE = Distributed('db', 'db', 't')"
+            )
+        );
+        assert_eq!(
+            distributed_table_sql("db", "t", "t_all", &Topology::Server),
+            None
+        );
         dest.check_order_by(&options.order_by).unwrap();
         dest.check_partition_by("intDiv(b, 100)").unwrap();
         dest.check_partition_by("(`a`, b % 7)").unwrap();
@@ -801,13 +928,21 @@ mod tests {
         };
         let t = DestTable::with_values(&d, &MetaColumns::default(), &values).unwrap();
         let born = t.column("born").unwrap();
-        let sql =
-            add_column_sql("db", "t", born, Some("id"), Some(&Value::Date(i32::MAX))).unwrap();
+        let sql = add_column_sql(
+            "db",
+            "t",
+            OnCluster(None),
+            born,
+            Some("id"),
+            Some(&Value::Date(i32::MAX)),
+        )
+        .unwrap();
         assert!(sql.contains("DEFAULT toDate32('2299-12-31')"), "{sql}");
         let seen = t.column("seen").unwrap();
         let sql = add_column_sql(
             "db",
             "t",
+            OnCluster(None),
             seen,
             Some("born"),
             Some(&Value::TimestampTz(i64::MIN)),
@@ -845,7 +980,15 @@ mod tests {
                 elements: vec![Value::Date(i32::MAX), Value::Date(0)],
                 delimiter: ',',
             });
-            let sql = add_column_sql("db", "t", t.column("ds").unwrap(), None, Some(&ds)).unwrap();
+            let sql = add_column_sql(
+                "db",
+                "t",
+                OnCluster(None),
+                t.column("ds").unwrap(),
+                None,
+                Some(&ds),
+            )
+            .unwrap();
             assert!(sql.contains(want), "{policy:?}: {sql}");
         }
         let strict = DestTable::new(&d, &MetaColumns::default()).unwrap();
@@ -853,6 +996,7 @@ mod tests {
             add_column_sql(
                 "db",
                 "t",
+                OnCluster(None),
                 strict.column("born").unwrap(),
                 None,
                 Some(&Value::Date(i32::MAX))
@@ -865,11 +1009,11 @@ mod tests {
     #[test]
     fn alters() {
         assert_eq!(
-            drop_column_sql("d", "t", "c"),
+            drop_column_sql("d", "t", OnCluster(None), "c"),
             "ALTER TABLE `d`.`t` DROP COLUMN IF EXISTS `c`"
         );
         assert_eq!(
-            rename_column_sql("d", "t", "a", "b"),
+            rename_column_sql("d", "t", OnCluster(None), "a", "b"),
             "ALTER TABLE `d`.`t` RENAME COLUMN IF EXISTS `a` TO `b`"
         );
         let d = rel(
@@ -883,11 +1027,19 @@ mod tests {
         );
         let t = DestTable::new(&d, &MetaColumns::default()).unwrap();
         assert_eq!(
-            add_column_sql("d", "t", &t.columns[1], Some("id"), Some(&Value::Int32(5))).unwrap(),
+            add_column_sql(
+                "d",
+                "t",
+                OnCluster(None),
+                &t.columns[1],
+                Some("id"),
+                Some(&Value::Int32(5))
+            )
+            .unwrap(),
             "ALTER TABLE `d`.`t` ADD COLUMN IF NOT EXISTS `n` Int32 DEFAULT 5 AFTER `id`"
         );
         assert_eq!(
-            modify_nullability_sql("d", "t", "n", &ChType::Int32),
+            modify_nullability_sql("d", "t", OnCluster(None), "n", &ChType::Int32),
             vec![
                 "ALTER TABLE `d`.`t` MODIFY COLUMN `n` Int32 DEFAULT defaultValueOfTypeName('Int32')".to_string(),
                 "ALTER TABLE `d`.`t` MODIFY COLUMN `n` REMOVE DEFAULT".to_string(),

@@ -39,6 +39,7 @@ pub mod error;
 mod pg_text;
 pub mod rowbinary;
 pub mod schema;
+pub mod topology;
 pub mod types;
 
 pub use batch::{BatchConfig, FlushError, NotEmpty, RetryPolicy, SealedBatch, TableBatch};
@@ -46,9 +47,11 @@ pub use client::{ClickHouseClient, ClientConfig, InsertSettings, TlsOptions};
 pub use columns::{ColumnRules, DestRules, LeftOut, Masked, TypeOverride, ValuePolicy, ValueRules};
 pub use ddl::{
     TableEngine, TableSettings, add_column_sql, create_database_sql, create_table_sql,
-    drop_column_sql, modify_nullability_sql, quote_ident, quote_string, rename_column_sql,
+    distributed_table_sql, drop_column_sql, modify_nullability_sql, quote_ident, quote_string,
+    rename_column_sql,
 };
 pub use error::{ClickHouseError, ErrorClass, code_name, is_transient_code};
 pub use rowbinary::{EncodeError, EncodeErrorKind, RowBinaryEncoder, RowMeta};
 pub use schema::{DestColumn, DestTable, MetaColumns, SchemaChange, SchemaDiff, SchemaError};
+pub use topology::{OnCluster, Topology};
 pub use types::{ChType, UnsupportedType, clickhouse_type};

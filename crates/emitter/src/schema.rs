@@ -1180,7 +1180,7 @@ pub(crate) mod tests {
                 to: ChType::String
             }]
         );
-        let sql = d.ddl("db", "t", |_| None).unwrap();
+        let sql = d.ddl("db", "t", crate::OnCluster(None), |_| None).unwrap();
         assert_eq!(sql, ["ALTER TABLE `db`.`t` MODIFY COLUMN `b` String"]);
 
         let mut retyped = old.clone();

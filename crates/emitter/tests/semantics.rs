@@ -52,7 +52,10 @@ async fn setup(db: &str) -> (ClickHouseEngine, ClickHouseClient, DestTable) {
     client.execute(&ddl).await.unwrap();
     // Idempotent: IF NOT EXISTS.
     client.execute(&ddl).await.unwrap();
-    client.execute(&create_database_sql(db)).await.unwrap();
+    client
+        .execute(&create_database_sql(db, walshadow_emitter::OnCluster(None)))
+        .await
+        .unwrap();
     (engine, client, dest)
 }
 
@@ -403,7 +406,9 @@ async fn schema_changes_follow_in_place() {
     assert_eq!(diff.changes.len(), 6, "{:?}", diff.changes);
     assert!(matches!(diff.changes[0], SchemaChange::DropColumn { .. }));
     let statements = diff
-        .ddl("ddl", "t", |c| (c.name == "d").then_some(Value::Int32(7)))
+        .ddl("ddl", "t", walshadow_emitter::OnCluster(None), |c| {
+            (c.name == "d").then_some(Value::Int32(7))
+        })
         .unwrap();
     for sql in &statements {
         client
@@ -466,7 +471,7 @@ async fn schema_changes_follow_in_place() {
     let swapped = DestTable::new(&v3, &meta_cols).unwrap();
     let statements = SchemaDiff::between(&new, &swapped)
         .unwrap()
-        .ddl("ddl", "t", |_| None)
+        .ddl("ddl", "t", walshadow_emitter::OnCluster(None), |_| None)
         .unwrap();
     for sql in &statements {
         client
@@ -675,7 +680,15 @@ async fn added_column_defaults_are_exact_literals() {
     for (i, (_, _, _, value, _)) in cases.iter().enumerate() {
         let column = &new.columns[i + 2];
         let after = new.columns[i + 1].name.clone();
-        let sql = add_column_sql("defaults", "kv", column, Some(&after), Some(value)).unwrap();
+        let sql = add_column_sql(
+            "defaults",
+            "kv",
+            walshadow_emitter::OnCluster(None),
+            column,
+            Some(&after),
+            Some(value),
+        )
+        .unwrap();
         client
             .execute_with_settings(&sql, &new.query_settings())
             .await

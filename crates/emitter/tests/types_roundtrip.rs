@@ -702,7 +702,13 @@ fn relation_of(cols: &[Col]) -> RelationDesc {
 async fn every_mapped_type_round_trips() {
     let engine = ClickHouseEngine::start().expect("engine");
     let client = client(&engine, "rt");
-    client.execute(&create_database_sql("rt")).await.unwrap();
+    client
+        .execute(&create_database_sql(
+            "rt",
+            walshadow_emitter::OnCluster(None),
+        ))
+        .await
+        .unwrap();
 
     let cols = columns();
     let desc = relation_of(&cols);

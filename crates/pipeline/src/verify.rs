@@ -1,35 +1,38 @@
 //! `walshadow verify`: a table at the source beside its ClickHouse table,
-//! key by key, at one source position.
+//! key by key, at one source snapshot.
 //!
 //! ```text
 //!  source:   L0 = pg_current_wal_insert_lsn()
-//!            BEGIN REPEATABLE READ READ ONLY   (the snapshot: every commit before L0, and some after)
-//!            descriptor in the snapshot ─▶ the table's column rules ─▶ its ClickHouse layout
-//!            L1 = pg_current_wal_insert_lsn()  (every commit the snapshot sees is before L1)
-//!            COPY (SELECT … FROM table) TO STDOUT (FORMAT binary)
-//!              ─▶ RowBinary, as a load writes it ─▶ <dest>__wsverify (CREATE TABLE … AS <dest>)
-//!  stream:   wait until status.json's `applied` ≥ L1
+//!            BEGIN REPEATABLE READ READ ONLY; LOCK TABLE … IN ACCESS SHARE MODE (no snapshot yet)
+//!            descriptor (the snapshot is taken here) ─▶ the table's rules ─▶ its ClickHouse layout
+//!            pg_current_snapshot() (xmax, xip); L1 = pg_current_wal_insert_lsn()
+//!  nudge:    another session commits an empty transaction (a commit past L1 to decode)
+//!  stream:   wait until status.json's `applied` ≥ L1, the snapshot still held
+//!  copy:     <dest>__wsverify (CREATE TABLE … AS <dest>)
+//!              ◀─ RowBinary, as a load writes it ◀─ COPY (SELECT … FROM [ONLY] table) TO STDOUT binary
 //!  compare:  per key, in ClickHouse: the copied row's hash beside the hash of the
 //!            destination's latest version (argMax by _version over every version)
-//!            equal │ missing │ extra │ differing │ changed at or after L0 (not compared)
-//!  recheck:  any difference: the whole pass again, with a new snapshot; what differs
-//!            then is reported
+//!            equal │ missing │ extra │ differing │ changed since the snapshot (not compared)
+//!  recheck:  any difference: the whole pass again, with a new snapshot; that pass is reported
 //! ```
 //!
-//! Why it is exact: every commit before L0 is visible to the snapshot and,
-//! once `applied` ≥ L1, in ClickHouse; a key whose latest version there
-//! was committed at or after L0 may be newer or older than the snapshot's
-//! row, so it is counted as changed and not compared. Every other key's
-//! latest version is the key as of the snapshot. A transaction whose commit
-//! record went in just before L0 can still be marking itself committed
-//! when the snapshot is taken (a window of microseconds): the recheck,
-//! with its own snapshot, tells such a race from a real difference.
+//! Why it is exact: `applied` ≥ L1 puts every commit the snapshot sees in
+//! ClickHouse (a commit record the snapshot sees went in before L1), so
+//! each key's latest version there is at least as new as the snapshot's
+//! row. It is the snapshot's row unless a transaction the snapshot does
+//! not see wrote it: its `_xid` is in the snapshot's `xip` or not before
+//! its `xmax` (a commit can be in the WAL and still be marking itself
+//! committed when the snapshot is taken: an fsync, a synchronous standby),
+//! or its `_lsn` ≥ L0 (loaded rows carry no xid). Those keys are counted
+//! as changed since, not compared. The lock, taken before the snapshot,
+//! keeps a `TRUNCATE` or a rewrite (not MVCC-safe) from emptying the COPY,
+//! and a DDL from changing the layout between the wait and the COPY.
 //!
 //! Why in ClickHouse: the copied rows go through the encoder that writes
 //! the destination, into a table of the destination's own layout, so the
 //! two sides compare in ClickHouse's types (a float, a timestamp, a JSON
-//! value alike); neither side is held in walshadow's memory, and
-//! ClickHouse's aggregation spills to disk past its memory limits.
+//! value alike), hashed as RowBinary; neither side is held in walshadow's
+//! memory, and ClickHouse's aggregation spills to disk past its limits.
 //! Deleted keys are seen because every version is read, not `FINAL`'s.
 
 use std::collections::BTreeMap;
@@ -39,7 +42,7 @@ use serde::{Deserialize, Serialize};
 use walshadow_config::Config;
 use walshadow_emitter::{
     BatchConfig, ClickHouseClient, ColumnRules, DestTable, MetaColumns, RetryPolicy,
-    RowBinaryEncoder, RowMeta, TableBatch, quote_ident,
+    RowBinaryEncoder, RowMeta, TableBatch, Topology, quote_ident,
 };
 use walshadow_rows::Value;
 use walshadow_rows::copy_binary::CopyDecoder;
@@ -47,6 +50,7 @@ use walshadow_shadow::catalog::ShadowCatalog;
 use walshadow_types::Lsn;
 use walshadow_wal_reader::replication::{ConnConfig, ReplicationClient};
 
+use walshadow_backfill::snapshot::PgSnapshot;
 use walshadow_state_file::StateFile;
 
 use crate::progress::Progress;
@@ -131,8 +135,26 @@ pub async fn verify(
         .clickhouse
         .as_ref()
         .ok_or_else(|| VerifyError::Config("the config has no [clickhouse] section".into()))?;
-    let ch = crate::stream::clickhouse_client(ch_cfg)
+    // A comparison reads both tables whole: an hour, not the stream's
+    // bound on an insert.
+    let mut long = ch_cfg.clone();
+    long.request_timeout_s = long.request_timeout_s.max(3600);
+    let ch = crate::stream::clickhouse_client(&long)
         .map_err(|e| VerifyError::Config(format!("[clickhouse]: {e}")))?;
+    // One verify at a time: they share the scratch tables.
+    let lock_path = config.state.dir.join("verify.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| VerifyError::State(format!("{}: {e}", lock_path.display())))?;
+    lock.try_lock().map_err(|_| {
+        VerifyError::State(format!(
+            "another walshadow verify runs on this state directory ({} is locked)",
+            lock_path.display()
+        ))
+    })?;
     let mut source = ConnConfig::from_url(&config.source.url)
         .map_err(|e| VerifyError::Config(format!("source.url: {e}")))?;
     source.physical = false;
@@ -170,6 +192,10 @@ pub async fn verify(
         is_deleted: ch_cfg.deleted_column.clone(),
         ..MetaColumns::default()
     };
+    let opts = &VerifyOptions {
+        show: opts.show.clamp(1, 1000),
+        ..opts.clone()
+    };
     let mut out = Vec::new();
     for key in keys {
         let Some(t) = progress.tables.get(&key) else {
@@ -180,20 +206,15 @@ pub async fn verify(
             destination: t.destination.clone(),
             ..TableVerdict::default()
         };
-        let busy = if let Some(s) = &t.stopped {
-            Some(format!("stopped ({}); remedy: {}", s.reason, s.remedy))
-        } else if t.opted_out.is_some() {
-            Some("opted out".into())
-        } else if t.resync.is_some() {
-            Some("a resync is under way".into())
-        } else if t.waiting_for_key.is_some() {
-            Some("it waits for a primary key or replica identity".into())
-        } else if ledger.tables.get(&key).is_some_and(|p| p.is_open()) {
-            Some("its initial load is under way".into())
-        } else {
-            None
-        };
-        if let Some(why) = busy {
+        let scratch = format!("{}{}", t.destination, walshadow_types::VERIFY_SUFFIX);
+        let taken = progress
+            .tables
+            .iter()
+            .find(|(_, o)| o.destination == scratch)
+            .map(|(k, _)| {
+                format!("{scratch}, the table verify would copy into, is {k}'s destination")
+            });
+        if let Some(why) = taken.or_else(|| busy(&progress, &ledger, &key)) {
             verdict.not_verified = Some(why);
             out.push(verdict);
             continue;
@@ -222,7 +243,13 @@ pub async fn verify(
                     verdict.not_verified = None;
                 }
                 Err(why) => {
-                    verdict.not_verified = Some(why);
+                    // What an earlier pass found is not a verdict.
+                    verdict = TableVerdict {
+                        table: verdict.table,
+                        destination: verdict.destination,
+                        not_verified: Some(why),
+                        ..TableVerdict::default()
+                    };
                     break;
                 }
             }
@@ -233,11 +260,50 @@ pub async fn verify(
         }
         verdict.passes = passes;
         if !opts.keep {
-            let _ = ch.execute(&table.drop_scratch()).await;
+            let topology = ch.known_topology().unwrap_or_default();
+            let _ = ch.execute(&table.drop_scratch(&topology)).await;
         }
         out.push(verdict);
     }
     Ok(out)
+}
+
+/// Why `key` cannot be compared now, if it cannot: its ClickHouse table
+/// is not the stream's alone, or not all there.
+fn busy(
+    progress: &Progress,
+    ledger: &walshadow_backfill::ledger::Ledger,
+    key: &str,
+) -> Option<String> {
+    let Some(t) = progress.tables.get(key) else {
+        return Some("no longer in scope".into());
+    };
+    if let Some(s) = &t.stopped {
+        Some(format!("stopped ({}); remedy: {}", s.reason, s.remedy))
+    } else if t.opted_out.is_some() {
+        Some("opted out".into())
+    } else if t.resync.is_some() {
+        Some("a resync is under way".into())
+    } else if t.waiting_for_key.is_some() {
+        Some("it waits for a primary key or replica identity".into())
+    } else if ledger.tables.get(key).is_some_and(|p| p.is_open()) {
+        Some("its initial load is under way".into())
+    } else {
+        None
+    }
+}
+
+/// [`busy`], read again from the state directory.
+fn busy_now(config: &Config, key: &str) -> Result<(), String> {
+    let progress = Progress::read(&config.state.dir)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| "progress.json is gone".to_owned())?;
+    let ledger =
+        walshadow_backfill::ledger::Ledger::read(&config.state.dir).map_err(|e| e.to_string())?;
+    match busy(&progress, &ledger, key) {
+        Some(why) => Err(why),
+        None => Ok(()),
+    }
 }
 
 /// `key`'s column rules, as the stream applies them: its section in the
@@ -296,14 +362,15 @@ impl TableCheck {
         format!("{}.{}", quote_ident(&self.database), quote_ident(table))
     }
 
-    fn drop_scratch(&self) -> String {
+    fn drop_scratch(&self, topology: &Topology) -> String {
         format!(
-            "DROP TABLE IF EXISTS {} SYNC",
-            self.qualified(&self.scratch())
+            "DROP TABLE IF EXISTS {}{} SYNC",
+            self.qualified(&self.scratch()),
+            topology.on_cluster()
         )
     }
 
-    /// One pass: the copy at a snapshot, the wait for the stream, the
+    /// One pass: a snapshot, the wait for the stream, the copy, the
     /// comparison. An `Err` says why the table could not be compared.
     async fn pass(
         &self,
@@ -312,12 +379,76 @@ impl TableCheck {
         config: &Config,
         opts: &VerifyOptions,
     ) -> Result<Pass, String> {
-        let (l0, l1, dest) = self.copy(ch, source).await?;
+        busy_now(config, &self.key)?;
+        // Dropped on an error: the server ends the transaction.
+        let conn = ReplicationClient::connect(source)
+            .await
+            .map_err(|e| format!("connecting to the source: {e}"))?;
+        self.pass_on(conn, ch, source, config, opts).await
+    }
+
+    async fn pass_on(
+        &self,
+        mut conn: ReplicationClient,
+        ch: &ClickHouseClient,
+        source: &ConnConfig,
+        config: &Config,
+        opts: &VerifyOptions,
+    ) -> Result<Pass, String> {
+        let (schema, name) = walshadow_types::split_table_key(&self.key)
+            .ok_or_else(|| format!("{}: not schema.name", self.key))?;
+        let qualified = format!("{}.{}", pg_ident(&schema), pg_ident(&name));
+        let l0 = insert_lsn(&mut conn).await?;
+        // LOCK takes no snapshot: the descriptor's query does, after it.
+        conn.simple_query(&format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; LOCK TABLE {qualified} IN ACCESS SHARE MODE"
+        ))
+        .await
+        .map_err(|e| format!("locking {}: {e}", self.key))?;
+        let mut catalog = ShadowCatalog::over(conn);
+        let desc = catalog.relation_by_name(&schema, &name).await;
+        let mut conn = catalog.into_client();
+        let desc = desc
+            .map_err(|e| format!("reading {}'s descriptor: {e}", self.key))?
+            .ok_or_else(|| format!("{} does not exist at the source", self.key))?;
+        let snap = conn
+            .simple_query("SELECT pg_current_snapshot()::text")
+            .await
+            .map_err(|e| format!("reading the snapshot: {e}"))?;
+        let snap = snap
+            .text(0, 0)
+            .and_then(PgSnapshot::parse)
+            .ok_or_else(|| "pg_current_snapshot() gave nothing".to_owned())?;
+        let l1 = insert_lsn(&mut conn).await?;
+        nudge(source).await?;
         wait_applied(config, l1, opts.wait).await?;
+        busy_now(config, &self.key)?;
+        let masked = self.rules.apply(desc);
+        if let Some(why) = masked.refused {
+            return Err(why);
+        }
+        let (desc, rules) = (masked.desc, masked.dest);
+        let dest = DestTable::with_rules(&desc, &self.meta, &rules).map_err(|e| e.to_string())?;
+        self.prepare_scratch(ch, &dest).await?;
+        // A partitioned table's rows are its partitions'; an inheritance
+        // parent's are its own (the children are tables of their own).
+        let only = if desc.relkind == "p" { "" } else { "ONLY " };
+        self.copy(
+            &mut conn,
+            ch,
+            &desc,
+            &dest,
+            &format!("{only}{qualified}"),
+            l0,
+        )
+        .await?;
+        let _ = conn.simple_query("COMMIT").await;
+        conn.close().await;
         let compare = Comparison {
             check: self,
             dest: &dest,
             at: l0,
+            snapshot: &snap,
         };
         let counts = compare.counts(ch).await?;
         let differences = if counts.missing + counts.extra + counts.differing > 0 {
@@ -332,45 +463,25 @@ impl TableCheck {
         })
     }
 
-    /// Copies the table's rows at a new snapshot into the scratch table.
-    /// Returns L0, L1 and the layout the rows were written in.
-    async fn copy(
-        &self,
-        ch: &ClickHouseClient,
-        source: &ConnConfig,
-    ) -> Result<(Lsn, Lsn, DestTable), String> {
-        let (schema, name) = walshadow_types::split_table_key(&self.key)
-            .ok_or_else(|| format!("{}: not schema.name", self.key))?;
-        let mut conn = ReplicationClient::connect(source)
-            .await
-            .map_err(|e| format!("connecting to the source: {e}"))?;
-        let l0 = insert_lsn(&mut conn).await?;
-        conn.simple_query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .await
-            .map_err(|e| format!("taking a snapshot: {e}"))?;
-        // The first query takes the snapshot: the catalog as of it.
-        let mut catalog = ShadowCatalog::over(conn);
-        let desc = catalog.relation_by_name(&schema, &name).await;
-        let mut conn = catalog.into_client();
-        let desc = desc
-            .map_err(|e| format!("reading {}'s descriptor: {e}", self.key))?
-            .ok_or_else(|| format!("{} does not exist at the source", self.key))?;
-        let masked = self.rules.apply(desc);
-        if let Some(why) = masked.refused {
-            return Err(why);
-        }
-        let (desc, rules) = (masked.desc, masked.dest);
-        let dest = DestTable::with_rules(&desc, &self.meta, &rules).map_err(|e| e.to_string())?;
-        let l1 = insert_lsn(&mut conn).await?;
+    /// Makes the scratch table anew, as the destination is laid out.
+    async fn prepare_scratch(&self, ch: &ClickHouseClient, dest: &DestTable) -> Result<(), String> {
         let scratch = self.scratch();
-        ch.execute(&self.drop_scratch())
+        let topology = ch
+            .topology()
+            .await
+            .map_err(|e| format!("reading the database's engine: {e}"))?;
+        ch.execute(&self.drop_scratch(&topology))
             .await
             .map_err(|e| format!("dropping an old {scratch}: {e}"))?;
-        ch.execute(&format!(
-            "CREATE TABLE {} AS {}",
-            self.qualified(&scratch),
-            self.qualified(&self.dest)
-        ))
+        ch.execute_with_settings(
+            &format!(
+                "CREATE TABLE {}{} AS {}",
+                self.qualified(&scratch),
+                topology.on_cluster(),
+                self.qualified(&self.dest)
+            ),
+            &dest.query_settings(),
+        )
         .await
         .map_err(|e| format!("creating {scratch} beside {}: {e}", self.dest))?;
         let found = ch
@@ -379,20 +490,31 @@ impl TableCheck {
             .map_err(|e| format!("reading {scratch}'s columns: {e}"))?;
         if let Some(diff) = dest.layout_mismatch(&found) {
             return Err(format!(
-                "ClickHouse table {}.{} is not laid out as the source table is now ({diff}): the stream has not applied its DDL yet, or its rules changed since; verify it again later",
+                "ClickHouse table {}.{} is not laid out as the source table is ({diff}): its rules changed in the config since the table was made, or it was changed by hand; `walshadow table resync` makes it again",
                 self.database, self.dest
             ));
         }
-        let mut decoder = CopyDecoder::new(&desc).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// Copies the snapshot's rows of `from` into the scratch table.
+    async fn copy(
+        &self,
+        conn: &mut ReplicationClient,
+        ch: &ClickHouseClient,
+        desc: &walshadow_types::catalog::RelationDesc,
+        dest: &DestTable,
+        from: &str,
+        l0: Lsn,
+    ) -> Result<(), String> {
+        let mut decoder = CopyDecoder::new(desc).map_err(|e| e.to_string())?;
         let sql = format!(
-            "COPY (SELECT {} FROM {}.{}) TO STDOUT (FORMAT binary)",
+            "COPY (SELECT {} FROM {from}) TO STDOUT (FORMAT binary)",
             decoder.select_list(),
-            pg_ident(&schema),
-            pg_ident(&name)
         );
         let mut batch = TableBatch::new(
-            scratch.clone(),
-            RowBinaryEncoder::new(&dest),
+            self.scratch(),
+            RowBinaryEncoder::new(dest),
             BatchConfig::for_load(self.batch_rows),
         );
         let meta = RowMeta {
@@ -429,10 +551,7 @@ impl TableCheck {
         drop(copy);
         decoder.finish().map_err(|e| format!("{}: {e}", self.key))?;
         inserts += 1;
-        self.insert(ch, &mut batch, l0, inserts).await?;
-        let _ = conn.simple_query("COMMIT").await;
-        conn.close().await;
-        Ok((l0, l1, dest))
+        self.insert(ch, &mut batch, l0, inserts).await
     }
 
     async fn insert(
@@ -452,6 +571,26 @@ impl TableCheck {
             .map(|_| ())
             .map_err(|e| format!("inserting into {}: {e}", self.scratch()))
     }
+}
+
+/// Commits an empty transaction with an xid on a session of its own: a
+/// commit record past the positions read so far, so `applied` passes
+/// them even on a source with nothing else to commit (a position read at
+/// a page's start is past the header no record of its own ends at).
+async fn nudge(source: &ConnConfig) -> Result<(), String> {
+    let mut conn = ReplicationClient::connect(source)
+        .await
+        .map_err(|e| format!("connecting to the source: {e}"))?;
+    let r = conn
+        // `local`: a synchronous standby not answering holds no verify.
+        .simple_query(
+            "BEGIN; SET LOCAL synchronous_commit = local; SELECT pg_current_xact_id(); COMMIT",
+        )
+        .await
+        .map(drop)
+        .map_err(|e| format!("committing an empty transaction at the source: {e}"));
+    conn.close().await;
+    r
 }
 
 /// The source's WAL insert position now.
@@ -498,12 +637,23 @@ async fn wait_applied(config: &Config, lsn: Lsn, wait: Duration) -> Result<(), S
     }
 }
 
-/// The comparison of the scratch table with the destination.
+/// The comparison of the scratch table with the destination. Every alias
+/// is `__wsv_…`: ClickHouse resolves a name to an alias of the same
+/// SELECT before a column, and a table may have a column `side` or `key`.
 struct Comparison<'a> {
     check: &'a TableCheck,
     dest: &'a DestTable,
     at: Lsn,
+    snapshot: &'a PgSnapshot,
 }
+
+/// Settings of every comparison query: 64-bit counts as JSON numbers
+/// (servers quote them by default before 25.x), values that are not
+/// UTF-8 (a bytea in a String) replaced rather than refused, aggregation
+/// spilled to disk.
+const COMPARE_SETTINGS: &str = "SETTINGS output_format_json_quote_64bit_integers = 0, \
+     output_format_json_validate_utf8 = 1, max_bytes_before_external_group_by = 500000000, \
+     cancel_http_readonly_queries_on_client_close = 1";
 
 impl Comparison<'_> {
     fn keys(&self) -> Vec<String> {
@@ -523,22 +673,35 @@ impl Comparison<'_> {
             .collect()
     }
 
+    /// A row's hash: its values as RowBinary (a NULL, a JSON value and an
+    /// array of NULLs hash alike on every server version, unlike a tuple).
+    fn row_hash(&self) -> String {
+        format!(
+            "cityHash64(formatRowNoNewline('RowBinary', {}))",
+            self.values().join(", ")
+        )
+    }
+
     /// Per key: whether each side has it, the copied row's hash, and the
-    /// destination's latest version's hash, delete flag and `_lsn`.
+    /// destination's latest version's hash, delete flag, `_lsn` and `_xid`.
     fn per_key(&self, filter: &str) -> String {
         let keys = self.keys().join(", ");
-        let hash = format!("cityHash64(tuple({}))", self.values().join(", "));
+        let hash = self.row_hash();
         let m = &self.check.meta;
         format!(
             "SELECT {keys},
-                    max(side = 0) AS in_src, anyIf(h, side = 0) AS src_h,
-                    max(side = 1) AS in_dst, argMaxIf(h, ver, side = 1) AS dst_h,
-                    argMaxIf(del, ver, side = 1) AS dst_del, argMaxIf(lsn, ver, side = 1) AS dst_lsn
+                    max(__wsv_side = 0) AS __wsv_in_src, anyIf(__wsv_h, __wsv_side = 0) AS __wsv_src_h,
+                    max(__wsv_side = 1) AS __wsv_in_dst, argMaxIf(__wsv_h, __wsv_ver, __wsv_side = 1) AS __wsv_dst_h,
+                    argMaxIf(__wsv_del, __wsv_ver, __wsv_side = 1) AS __wsv_dst_del,
+                    argMaxIf(__wsv_lsn, __wsv_ver, __wsv_side = 1) AS __wsv_dst_lsn,
+                    argMaxIf(__wsv_xid, __wsv_ver, __wsv_side = 1) AS __wsv_dst_xid
                FROM (
-                 SELECT {keys}, {hash} AS h, toUInt8(0) AS side, toUInt128(0) AS ver, toUInt8(0) AS del, toUInt64(0) AS lsn
+                 SELECT {keys}, {hash} AS __wsv_h, toUInt8(0) AS __wsv_side, toUInt128(0) AS __wsv_ver,
+                        toUInt8(0) AS __wsv_del, toUInt64(0) AS __wsv_lsn, toUInt32(0) AS __wsv_xid
                    FROM {scratch} {filter}
                  UNION ALL
-                 SELECT {keys}, {hash}, toUInt8(1), toUInt128({version}), toUInt8({deleted}), toUInt64({lsn})
+                 SELECT {keys}, {hash}, toUInt8(1), toUInt128({version}), toUInt8({deleted}),
+                        toUInt64({lsn}), toUInt32({xid})
                    FROM {dest} {filter}
                )
               GROUP BY {keys}",
@@ -547,33 +710,54 @@ impl Comparison<'_> {
             version = quote_ident(&m.version),
             deleted = quote_ident(&m.is_deleted),
             lsn = quote_ident(&m.lsn),
+            xid = quote_ident(&m.xid),
+        )
+    }
+
+    /// Whether the destination's latest version of a key was written by
+    /// a transaction the snapshot does not see (`PgSnapshot::sees`, in
+    /// ClickHouse: in `xip`, or not before `xmax` modulo 2^32), or at or
+    /// after L0 (a load's rows carry no xid).
+    fn changed_since(&self) -> String {
+        let xip: Vec<String> = self
+            .snapshot
+            .xip
+            .iter()
+            .map(|x| (*x as u32).to_string())
+            .collect();
+        format!(
+            "(__wsv_dst_lsn >= {at} OR (__wsv_dst_xid != 0 AND (has([{xip}], __wsv_dst_xid) \
+              OR bitAnd(toInt64(__wsv_dst_xid) - {xmax}, 4294967295) < 2147483648)))",
+            at = self.at.0,
+            xip = xip.join(", "),
+            xmax = self.snapshot.xmax as u32,
         )
     }
 
     /// The kind of a key's comparison, as a ClickHouse expression over
     /// [`Comparison::per_key`]'s columns.
     fn kind(&self) -> String {
-        let at = self.at.0;
         format!(
-            "multiIf(in_dst AND dst_lsn >= {at}, 'changed_since',
-                     in_src AND (NOT in_dst OR dst_del = 1), 'missing',
-                     NOT in_src AND in_dst AND dst_del = 0, 'extra',
-                     in_src AND src_h != dst_h, 'differing',
-                     in_src, 'equal',
-                     'absent')"
+            "multiIf(__wsv_in_dst AND {changed}, 'changed_since',
+                     __wsv_in_src AND (NOT __wsv_in_dst OR __wsv_dst_del = 1), 'missing',
+                     NOT __wsv_in_src AND __wsv_in_dst AND __wsv_dst_del = 0, 'extra',
+                     __wsv_in_src AND __wsv_src_h != __wsv_dst_h, 'differing',
+                     __wsv_in_src, 'equal',
+                     'absent')",
+            changed = self.changed_since()
         )
     }
 
     async fn counts(&self, ch: &ClickHouseClient) -> Result<Counts, String> {
         let sql = format!(
-            "SELECT countIf(in_src) AS source_rows,
-                    countIf(kind = 'equal') AS equal,
-                    countIf(kind = 'changed_since') AS changed_since,
-                    countIf(kind = 'missing') AS missing,
-                    countIf(kind = 'extra') AS extra,
-                    countIf(kind = 'differing') AS differing
-               FROM (SELECT in_src, {kind} AS kind FROM ({per_key}))
-             SETTINGS max_bytes_before_external_group_by = 1000000000
+            "SELECT countIf(__wsv_in_src) AS source_rows,
+                    countIf(__wsv_kind = 'equal') AS equal,
+                    countIf(__wsv_kind = 'changed_since') AS changed_since,
+                    countIf(__wsv_kind = 'missing') AS missing,
+                    countIf(__wsv_kind = 'extra') AS extra,
+                    countIf(__wsv_kind = 'differing') AS differing
+               FROM (SELECT __wsv_in_src, {kind} AS __wsv_kind FROM ({per_key}))
+             {COMPARE_SETTINGS}
              FORMAT JSONEachRow",
             kind = self.kind(),
             per_key = self.per_key(""),
@@ -601,12 +785,13 @@ impl Comparison<'_> {
         }
         let keys = self.keys().join(", ");
         let sql = format!(
-            "SELECT kind, toString(tuple({keys})) AS key, toString(cityHash64(tuple({keys}))) AS key_hash
-               FROM (SELECT *, {kind} AS kind FROM ({per_key}))
-              WHERE kind IN ('missing', 'extra', 'differing')
-              ORDER BY key
+            "SELECT __wsv_kind AS kind, toString(tuple({keys})) AS key,
+                    toString(cityHash64(formatRowNoNewline('RowBinary', {keys}))) AS key_hash
+               FROM (SELECT *, {kind} AS __wsv_kind FROM ({per_key}))
+              WHERE __wsv_kind IN ('missing', 'extra', 'differing')
+              ORDER BY key_hash
               LIMIT {show}
-             SETTINGS max_bytes_before_external_group_by = 1000000000
+             {COMPARE_SETTINGS}
              FORMAT JSONEachRow",
             kind = self.kind(),
             per_key = self.per_key(""),
@@ -624,7 +809,8 @@ impl Comparison<'_> {
             ver: String,
         }
         let hashes: Vec<&str> = found.iter().map(|f| f.key_hash.as_str()).collect();
-        let filter = format!("WHERE cityHash64(tuple({keys})) IN ({})", hashes.join(", "));
+        let key_hash = format!("cityHash64(formatRowNoNewline('RowBinary', {keys}))");
+        let filter = format!("WHERE {key_hash} IN ({})", hashes.join(", "));
         let vals = self
             .values()
             .iter()
@@ -633,11 +819,12 @@ impl Comparison<'_> {
             .join(", ");
         let m = &self.check.meta;
         let sql = format!(
-            "SELECT 0 AS side, toString(cityHash64(tuple({keys}))) AS key_hash, [{vals}] AS vals, '0' AS ver
+            "SELECT 0 AS side, toString({key_hash}) AS key_hash, [{vals}] AS vals, '0' AS ver
                FROM {scratch} {filter}
              UNION ALL
-             SELECT 1, toString(cityHash64(tuple({keys}))), [{vals}], toString({version})
+             SELECT 1, toString({key_hash}), [{vals}], toString({version})
                FROM {dest} {filter}
+             {COMPARE_SETTINGS}
              FORMAT JSONEachRow",
             scratch = self.check.qualified(&self.check.scratch()),
             dest = self.check.qualified(&self.check.dest),
@@ -658,7 +845,7 @@ impl Comparison<'_> {
             }
         }
         let names: Vec<&str> = self.dest.columns.iter().map(|c| c.name.as_str()).collect();
-        Ok(found
+        let mut out: Vec<Difference> = found
             .iter()
             .map(|f| {
                 let columns = match (
@@ -680,7 +867,9 @@ impl Comparison<'_> {
                     columns,
                 }
             })
-            .collect())
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
     }
 }
 

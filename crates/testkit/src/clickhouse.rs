@@ -44,6 +44,10 @@ pub struct ClickHouseOptions {
     pub dir: Option<PathBuf>,
     /// Also serve HTTPS on a port of its own ([`ClickHouseEngine::https_url`]).
     pub tls: Option<EngineTls>,
+    /// Stand in for a cluster of this name: each DDL statement is recorded as sent
+    /// ([`ClickHouseEngine::cluster_ddl`]) and run as one server would (`ON CLUSTER` dropped,
+    /// `Replicated*` without its Keeper path, `Distributed` as `Merge`).
+    pub cluster_standin: Option<String>,
 }
 
 /// The engine's HTTPS port: its certificate, and the CA whose client certificates it
@@ -67,6 +71,11 @@ impl ClickHouseOptions {
 
     pub fn tls(mut self, tls: EngineTls) -> Self {
         self.tls = Some(tls);
+        self
+    }
+
+    pub fn cluster_standin(mut self, name: impl Into<String>) -> Self {
+        self.cluster_standin = Some(name.into());
         self
     }
 }
@@ -118,6 +127,7 @@ pub struct ClickHouseEngine {
     /// The HTTPS port, with [`ClickHouseOptions::tls`].
     tls_port: Option<u16>,
     tls: Option<EngineTls>,
+    cluster_standin: Option<String>,
     dir: PathBuf,
     credentials: Option<(String, String)>,
     agent: ureq::Agent,
@@ -151,6 +161,7 @@ impl ClickHouseEngine {
             port: 0,
             tls_port: None,
             tls: opts.tls,
+            cluster_standin: opts.cluster_standin,
             dir,
             credentials: opts.credentials,
             agent: new_agent(),
@@ -170,6 +181,26 @@ impl ClickHouseEngine {
         }
         Err(last_err.unwrap_or_else(|| anyhow::anyhow!("no attempt made")))
             .context(format!("no free port after {PORT_ATTEMPTS} attempts"))
+    }
+
+    /// The DDL statements received as sent, oldest first, with
+    /// [`ClickHouseOptions::cluster_standin`].
+    pub fn cluster_ddl(&self) -> Result<Vec<String>> {
+        let path = self.dir.join("cluster-ddl.jsonl");
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        text.lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l)?;
+                v["sql"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .with_context(|| format!("{}: a line without sql: {l}", path.display()))
+            })
+            .collect()
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -415,6 +446,9 @@ impl ClickHouseEngine {
             .stderr(log2);
         if let Some((user, password)) = &self.credentials {
             cmd.args(["--user", user, "--password", password]);
+        }
+        if let Some(name) = &self.cluster_standin {
+            cmd.args(["--cluster-standin", name]);
         }
         if let (Some(tls), Some(port)) = (&self.tls, self.tls_port) {
             cmd.arg("--tls-port")

@@ -20,6 +20,8 @@ pub(super) struct Destinations {
     /// Held for each insert and DDL statement into a ClickHouse table;
     /// `base_backup` swaps hold it from their schema gate to the exchange.
     pub locks: walshadow_backfill::staging::DestLocks,
+    /// One server or a cluster, read at the start.
+    pub topology: walshadow_emitter::Topology,
 }
 
 /// The default destination of `key` (see [`walshadow_types::default_destination`]).
@@ -40,6 +42,7 @@ pub fn clickhouse_client(
     client_cfg.user = ch_cfg.user.clone();
     client_cfg.password = ch_cfg.password.clone();
     client_cfg.request_timeout = Duration::from_secs(ch_cfg.request_timeout_s.max(1));
+    client_cfg.cluster = ch_cfg.cluster.clone();
     client_cfg.tls = TlsOptions {
         ca_file: ch_cfg.ca_file.clone(),
         client_cert: ch_cfg.client_cert.clone().zip(ch_cfg.client_key.clone()),

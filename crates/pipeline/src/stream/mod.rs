@@ -403,6 +403,7 @@ impl Streamer {
                 client: ch,
                 health: Default::default(),
                 locks: dest_locks,
+                topology: Default::default(),
             },
             assembler,
             scope: scope::Scope::new(pinned.clone()),
@@ -492,6 +493,21 @@ impl Streamer {
             ch.ensure_database().await
         })
         .await?;
+        s.retry_clickhouse(
+            "reading the destination database's engine",
+            |ch| async move { ch.topology().await.map(drop) },
+        )
+        .await?;
+        s.destinations.topology = s.destinations.client.known_topology().unwrap_or_default();
+        tracing::info!(database = %s.database(), "ClickHouse: {}", s.destinations.topology);
+        if s.settings.clickhouse.distributed_suffix.is_some()
+            && s.destinations.topology == walshadow_emitter::Topology::Server
+        {
+            return Err(StreamError::State(format!(
+                "[clickhouse] distributed_suffix makes Distributed tables over a cluster, and database {} is on one server: set [clickhouse] cluster (or use a Replicated database), or leave distributed_suffix out",
+                s.database()
+            )));
+        }
         Ok(s)
     }
 

@@ -230,9 +230,10 @@ impl Streamer {
             self.write_progress()?;
             walshadow_failpoints::crash(walshadow_failpoints::RESYNC_BEFORE_EXCHANGE);
             let sql = format!(
-                "EXCHANGE TABLES {db}.{} AND {db}.{}",
+                "EXCHANGE TABLES {db}.{} AND {db}.{}{}",
                 walshadow_emitter::quote_ident(&own),
                 walshadow_emitter::quote_ident(&staged),
+                self.destinations.topology.on_cluster(),
                 db = walshadow_emitter::quote_ident(self.database())
             );
             tracing::info!(table = %key, "resync: {sql}");
@@ -261,6 +262,8 @@ impl Streamer {
             ));
         }
         self.write_progress()?;
+        // Its columns are the catalog's now.
+        self.refresh_distributed(key, &own).await?;
         tracing::info!(table = %key, destination = %own, s = %r.s, "resync done: the table was loaded again and swapped in");
         Ok(())
     }
@@ -292,9 +295,10 @@ impl Streamer {
     /// `DROP TABLE IF EXISTS … SYNC` of `name` in the destination database.
     async fn drop_table(&mut self, what: &str, name: &str) -> Result<(), StreamError> {
         let sql = format!(
-            "DROP TABLE IF EXISTS {}.{} SYNC",
+            "DROP TABLE IF EXISTS {}.{}{} SYNC",
             walshadow_emitter::quote_ident(self.database()),
-            walshadow_emitter::quote_ident(name)
+            walshadow_emitter::quote_ident(name),
+            self.destinations.topology.on_cluster()
         );
         self.retry_clickhouse(what, move |ch| {
             let sql = sql.clone();

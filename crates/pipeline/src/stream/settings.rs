@@ -178,7 +178,7 @@ impl StreamSettings {
             r.applied.push("[clickhouse] password: changed".into());
         }
         compare!(needs_restart: database, lsn_column, seq_column, xid_column,
-            commit_time_column, deleted_column);
+            commit_time_column, deleted_column, cluster, distributed_suffix);
         for key in self
             .tables
             .keys()
@@ -255,6 +255,8 @@ impl StreamSettings {
             xid_column: kept.xid_column,
             commit_time_column: kept.commit_time_column,
             deleted_column: kept.deleted_column,
+            cluster: kept.cluster,
+            distributed_suffix: kept.distributed_suffix,
             ..new.clickhouse.clone()
         };
         self.batch = new.batch.clone();

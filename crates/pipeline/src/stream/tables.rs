@@ -18,6 +18,47 @@ use crate::progress::{Stopped, TableProgress};
 const PREFETCH_COLUMNS_FROM: usize = 8;
 
 impl Streamer {
+    /// The `Distributed` table beside `dest` (`[clickhouse]
+    /// distributed_suffix`), made again once `dest` was made or changed,
+    /// so it has `dest`'s columns. A refusal is logged, not a stop: the
+    /// rows are in `dest` whatever reads them.
+    pub(super) async fn refresh_distributed(
+        &mut self,
+        key: &str,
+        dest: &str,
+    ) -> Result<(), StreamError> {
+        let Some(suffix) = self.settings.clickhouse.distributed_suffix.clone() else {
+            return Ok(());
+        };
+        // A resync's table gets none: its own does, after the swap.
+        if dest.ends_with(walshadow_types::RESYNC_SUFFIX) {
+            return Ok(());
+        }
+        let name = format!("{dest}{suffix}");
+        let Some(sql) = walshadow_emitter::distributed_table_sql(
+            self.database(),
+            dest,
+            &name,
+            &self.destinations.topology,
+        ) else {
+            return Ok(());
+        };
+        tracing::info!(table = %key, "ClickHouse: {sql}");
+        let done = self
+            .retry_clickhouse("making a Distributed table", move |ch| {
+                let sql = sql.clone();
+                async move { ch.execute(&sql).await }
+            })
+            .await;
+        match done {
+            Err(StreamError::ClickHouse(e)) => {
+                tracing::warn!(table = %key, distributed = %name, "ClickHouse refused the Distributed table (reads through it miss this table's rows or new columns until it is made; the rows are in {dest}): {e}");
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
     /// Brings each pinned table's ClickHouse table in line with the catalog
     /// now: creates it, applies added/dropped/renamed columns, or stops the
     /// table on a change ClickHouse cannot follow.
@@ -145,7 +186,8 @@ impl Streamer {
             let dest_name = self.dest_of(&key);
             let statements = match &old_schema {
                 None => {
-                    let settings = self.settings.table_settings(&key);
+                    let mut settings = self.settings.table_settings(&key);
+                    settings.topology = self.destinations.topology.clone();
                     let checked = if settings.order_by.is_empty() {
                         Ok(())
                     } else {
@@ -269,9 +311,12 @@ impl Streamer {
                     }
                     let statements = diff.and_then(|d| {
                         let decoder = RowDecoder::new(&desc).ok();
-                        d.ddl(self.database(), &dest_name, |col| {
-                            decoder.as_ref()?.missing_value(col.attnum)
-                        })
+                        d.ddl(
+                            self.database(),
+                            &dest_name,
+                            self.destinations.topology.on_cluster(),
+                            |col| decoder.as_ref()?.missing_value(col.attnum),
+                        )
                     });
                     match statements {
                         Ok(s) => s,
@@ -309,9 +354,10 @@ impl Streamer {
                 // so).
                 self.flush_table(&key).await?;
                 let sql = format!(
-                    "TRUNCATE TABLE {}.{}",
+                    "TRUNCATE TABLE {}.{}{}",
                     walshadow_emitter::quote_ident(self.database()),
-                    walshadow_emitter::quote_ident(&dest_name)
+                    walshadow_emitter::quote_ident(&dest_name),
+                    self.destinations.topology.on_cluster()
                 );
                 tracing::info!(table = %key, lsn = %lsn, old_oid = old.oid, new_oid = desc.oid, "the table was dropped and created again: its ClickHouse rows are removed");
                 let _guard = self.destinations.locks.lock(&dest_name).await;
@@ -360,6 +406,7 @@ impl Streamer {
                     );
                     continue;
                 }
+                self.refresh_distributed(&key, &dest_name).await?;
             }
             let first_sight = self.tables.get(&key).is_none_or(|t| t.dest.is_none());
             if first_sight {
@@ -642,9 +689,10 @@ impl Streamer {
             // `applied`), which truncates again.
             self.flush_table(&key).await?;
             let sql = format!(
-                "TRUNCATE TABLE {}.{}",
+                "TRUNCATE TABLE {}.{}{}",
                 walshadow_emitter::quote_ident(self.database()),
-                walshadow_emitter::quote_ident(&self.dest_of(&key))
+                walshadow_emitter::quote_ident(&self.dest_of(&key)),
+                self.destinations.topology.on_cluster()
             );
             tracing::info!(table = %key, lsn = %c.lsn, "TRUNCATE");
             let _guard = self.destinations.locks.lock(&self.dest_of(&key)).await;
@@ -659,11 +707,12 @@ impl Streamer {
                 // storage) is emptied too. One walked after it is caught
                 // by the pass's file check.
                 let sql = format!(
-                    "TRUNCATE TABLE IF EXISTS {}.{}",
+                    "TRUNCATE TABLE IF EXISTS {}.{}{}",
                     walshadow_emitter::quote_ident(self.database()),
                     walshadow_emitter::quote_ident(&walshadow_backfill::staging::staging_name(
                         &self.dest_of(&key)
-                    ))
+                    )),
+                    self.destinations.topology.on_cluster()
                 );
                 self.retry_clickhouse("truncating a staging table", move |ch| {
                     let sql = sql.clone();
