@@ -47,11 +47,21 @@ pub struct ShowArgs {
     relation: String,
 }
 
-/// Export the source's schema from the shadow (pg_dump --schema-only).
+/// Export the source's schema from the shadow (pg_dump --schema-only, or a
+/// hollow data directory).
 ///
-/// The schema as the shadow holds it, as SQL (`pg_dump --schema-only`
-/// against the shadow's private socket), at or after an LSN. The source sees
-/// no connection.
+/// The schema as the shadow holds it, at or after an LSN; the source sees no
+/// connection. `--format sql` (default): `pg_dump --schema-only` against the
+/// shadow's private socket, plus the sequences' values. `--format datadir`:
+/// the shadow's own data directory (a `pg_basebackup` of it), run briefly as
+/// a throwaway primary on a private socket to empty every table (TRUNCATE:
+/// new empty files, indexes rebuilt) — a data directory of the source's
+/// major that starts as a server with every table present and empty,
+/// indexes valid, sequences at the shadow's values (OIDs as the source's);
+/// `--out DIR` (new or empty) or `--out FILE.tar`. Materialized views are
+/// left unpopulated and large objects are removed. Its postgresql.conf is a
+/// plain one (the source's is beside it as postgresql.conf.source) and its
+/// pg_hba.conf admits local peers and password logins from localhost.
 ///
 /// Out of scope, and so preconditions on the target: extensions must be
 /// installable there (the dump says `CREATE EXTENSION`, not what the
@@ -62,9 +72,19 @@ pub struct ShowArgs {
 pub struct ExportArgs {
     #[command(flatten)]
     at: ShadowAt,
-    /// Write here instead of standard output.
+    /// Write here instead of standard output (`--format datadir`: a new
+    /// or empty directory, or FILE.tar).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
+    /// sql (pg_dump's) or datadir (a hollow data directory).
+    #[arg(long, value_enum, default_value_t = ExportFormat::Sql)]
+    format: ExportFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ExportFormat {
+    Sql,
+    Datadir,
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -95,6 +115,30 @@ pub fn show(args: ShowArgs) -> anyhow::Result<()> {
 
 pub fn export(args: ExportArgs) -> anyhow::Result<()> {
     let (config, addr) = args.at.address()?;
+    if args.format == ExportFormat::Datadir {
+        let Some(out) = args.out.as_deref() else {
+            bail!("--format datadir needs --out DIR (new or empty) or --out FILE.tar");
+        };
+        let user = walshadow_shadow::process::ServerUser::resolve(config.shadow.run_as.as_deref())?;
+        let summary = runtime()?.block_on(walshadow_shadow::export_datadir::export_datadir(
+            &addr,
+            args.at.lsn,
+            args.at.timeout(),
+            &config.shadow.pg_bin,
+            &user,
+            out,
+            &config.state.dir,
+        ))?;
+        eprintln!(
+            "exported {}: {} databases, {} tables emptied, {} materialized views left unpopulated, {} large objects removed",
+            out.display(),
+            summary.databases,
+            summary.tables,
+            summary.materialized_views,
+            summary.large_objects
+        );
+        return Ok(());
+    }
     runtime()?.block_on(export_schema(
         &addr,
         args.at.lsn,

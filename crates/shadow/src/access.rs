@@ -39,6 +39,20 @@ pub enum AccessError {
     },
     #[error("pg_dump against the shadow failed ({0})")]
     PgDump(std::process::ExitStatus),
+    #[error("{tool} failed ({status}): {stderr}; {remedy}")]
+    Tool {
+        tool: &'static str,
+        status: std::process::ExitStatus,
+        stderr: String,
+        remedy: &'static str,
+    },
+    #[error(transparent)]
+    Process(#[from] crate::process::ProcessError),
+    #[error("emptying the tables of the exported directory: {source}; its server's log:\n{log}")]
+    Hollow {
+        source: Box<AccessError>,
+        log: String,
+    },
 }
 
 impl AccessError {
@@ -165,7 +179,7 @@ impl ShadowAddress {
     }
 
     /// A plain SQL session on `db` (`ShadowCatalog` keeps its own).
-    async fn sql_session(&self) -> Result<ReplicationClient, AccessError> {
+    pub(crate) async fn sql_session(&self) -> Result<ReplicationClient, AccessError> {
         let mut cfg = ConnConfig::unix_socket(&self.socket_dir, self.port, &self.user, &self.db);
         cfg.application_name = Some("walshadow-export".into());
         Ok(ReplicationClient::connect(&cfg).await?)

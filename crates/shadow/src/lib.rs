@@ -23,6 +23,7 @@
 pub mod access;
 pub mod bootstrap;
 pub mod catalog;
+pub mod export_datadir;
 pub mod feeder;
 pub mod filter;
 pub mod postmaster;

@@ -176,6 +176,48 @@ impl Cluster {
         Ok(cluster)
     }
 
+    /// A server on a data directory made elsewhere: the tar file `tar` extracted into a
+    /// fresh directory of the server user, its postgresql.conf given the testkit's port
+    /// and socket, its pg_hba.conf the testkit's (local trust: the test's OS user need
+    /// not be a role there), started.
+    pub fn adopt_tar(install: PgInstall, tar: &Path) -> Result<Cluster> {
+        let user = ServerUser::get()?;
+        let mut cluster = Cluster::new_dir(install, ClusterOptions::default(), user)?;
+        let data = cluster.data_dir();
+        user.create_private_dir(&data)
+            .with_context(|| format!("creating {}", data.display()))?;
+        let out = Command::new("tar")
+            .arg("-xf")
+            .arg(tar)
+            .arg("-C")
+            .arg(&data)
+            .arg("--no-same-owner")
+            .output()
+            .context("running tar")?;
+        check_output(&out, "tar -x")?;
+        if user.switches_user {
+            let out = Command::new("chown")
+                .arg("-R")
+                .arg(format!("{}:{}", user.uid, user.gid))
+                .arg(&data)
+                .output()
+                .context("running chown")?;
+            check_output(&out, "chown -R")?;
+        }
+        let conf = data.join("postgresql.conf");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&conf)
+            .and_then(|mut f| f.write_all(b"\ninclude 'walshadow.local.conf'\n"))
+            .with_context(|| format!("appending to {}", conf.display()))?;
+        cluster.write_file(
+            &data.join("pg_hba.conf"),
+            "# walshadow-testkit\nlocal all all trust\n",
+        )?;
+        cluster.start_server()?;
+        Ok(cluster)
+    }
+
     /// An empty private directory and a not-yet-running cluster value around it, so that
     /// a failure in any later step still cleans up on drop.
     fn new_dir(

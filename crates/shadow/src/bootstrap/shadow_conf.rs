@@ -156,7 +156,9 @@ impl ShadowAccess<'_> {
         format!(
             "# Written by walshadow: the shadow's private socket, by peer authentication\n\
              # through the {IDENT_MAP} map of pg_ident.conf only. Rewritten at every start.\n\
-             local all all peer map={IDENT_MAP}\n"
+             local all all peer map={IDENT_MAP}\n\
+             # pg_basebackup of the shadow (export-schema --format datadir), same map:\n\
+             local replication all peer map={IDENT_MAP}\n"
         )
     }
 
