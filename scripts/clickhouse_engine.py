@@ -136,6 +136,9 @@ DISTRIBUTED_ENGINE = re.compile(
 )
 
 
+EMPTY_DDL_QUEUE = "(SELECT '' AS cluster, 'Finished' AS status, '' AS query WHERE 0)"
+
+
 class ClusterStandIn:
     """Stands in for a ClickHouse cluster the engine cannot run (no Keeper, no remote_servers):
     every DDL statement is recorded as sent (one JSON line in `log_path`), then run on the one
@@ -148,11 +151,15 @@ class ClusterStandIn:
             r"\s+ON\s+CLUSTER\s+(?:`" + re.escape(name.replace("`", "\\`")) + r"`|'"
             + re.escape(name) + r"'|" + re.escape(name) + r"\b)", re.I)
         self.log_path = log_path
+        self.all_replicas = re.compile(
+            r"\bclusterAllReplicas\(\s*'" + re.escape(name) + r"'\s*,\s*(?P<table>[A-Za-z_.]+)\s*\)")
         self.lock = threading.Lock()
 
     def rewrite(self, sql: str) -> str:
         if first_keyword(sql) not in DDL_KEYWORDS:
-            return sql
+            # Reads of the cluster: its one host; its DDL queue: empty.
+            sql = self.all_replicas.sub(lambda m: m.group("table"), sql)
+            return sql.replace("system.distributed_ddl_queue", EMPTY_DDL_QUEUE)
         with self.lock, open(self.log_path, "a", encoding="utf-8") as f:
             f.write(json.dumps({"sql": sql}) + "\n")
         out = self.on_cluster.sub("", sql)

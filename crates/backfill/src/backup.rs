@@ -1491,7 +1491,7 @@ impl BackupPass {
                 return Ok(TableOutcome::Discarded { reason });
             }
             let uuid = staging.mark_swapped(&mut mark).await?;
-            staging.exchange(&uuid).await?;
+            staging.exchange(&uuid, false).await?;
             drop(guard);
             walshadow_failpoints::crash(walshadow_failpoints::BACKUP_AFTER_EXCHANGE);
             let copied_back = staging

@@ -73,7 +73,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio::time::Instant;
 use walshadow_emitter::{
-    ClickHouseClient, ClickHouseError, MetaColumns, quote_ident, quote_string,
+    ClickHouseClient, ClickHouseError, MetaColumns, Topology, quote_ident, quote_string,
 };
 use walshadow_types::Lsn;
 
@@ -202,6 +202,206 @@ pub async fn table_uuid(
     );
     let rows: Vec<Row> = json_rows(ch, &sql, table, "reading system.tables").await?;
     Ok(rows.into_iter().next().map(|r| r.uuid))
+}
+
+/// How far an `EXCHANGE TABLES` went over the hosts of the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spread {
+    Everywhere,
+    Nowhere,
+    Partly { done: usize, hosts: usize },
+}
+
+/// Whether `database.a` has uuid `a_after` (what an exchange gives it) on
+/// every host of the database, on none, or on some: one server, or every
+/// replica of the cluster (`clusterAllReplicas`; a host that does not
+/// answer is an error, so nothing is decided without it).
+async fn spread(
+    ch: &ClickHouseClient,
+    topology: &Topology,
+    database: &str,
+    a: &str,
+    a_after: &str,
+) -> Result<Spread, ClickHouseError> {
+    let where_ = format!(
+        "WHERE database = {} AND name = {}",
+        quote_string(database),
+        quote_string(a)
+    );
+    let (hosts, sql) = match topology.distributed_cluster(database) {
+        None => (
+            1,
+            format!("SELECT toString(uuid) FROM system.tables {where_}"),
+        ),
+        Some(cluster) => {
+            let c = quote_string(cluster);
+            let hosts: usize = ch
+                .query(&format!(
+                    "SELECT count() FROM clusterAllReplicas({c}, system.one)"
+                ))
+                .await?
+                .trim()
+                .parse()
+                .unwrap_or(0);
+            (
+                hosts,
+                format!(
+                    "SELECT toString(uuid) FROM clusterAllReplicas({c}, system.tables) {where_}"
+                ),
+            )
+        }
+    };
+    let text = ch.query(&sql).await?;
+    let done = text.lines().filter(|u| u.trim() == a_after).count();
+    Ok(match done {
+        0 => Spread::Nowhere,
+        d if d >= hosts => Spread::Everywhere,
+        d => Spread::Partly { done: d, hosts },
+    })
+}
+
+/// Whether the cluster's distributed DDL queue holds an exchange of `a`
+/// and `b` some host has not finished.
+async fn exchange_queued(
+    ch: &ClickHouseClient,
+    cluster: &str,
+    a: &str,
+    b: &str,
+) -> Result<bool, ClickHouseError> {
+    let n: u64 = ch
+        .query(&format!(
+            "SELECT count() FROM system.distributed_ddl_queue \
+             WHERE cluster = {} AND status != 'Finished' AND query ILIKE '%EXCHANGE TABLES%' \
+               AND position(query, {}) > 0 AND position(query, {}) > 0",
+            quote_string(cluster),
+            quote_string(a),
+            quote_string(b)
+        ))
+        .await?
+        .trim()
+        .parse()
+        .unwrap_or(1);
+    Ok(n > 0)
+}
+
+/// How long an exchange sent to a Replicated database is taken as maybe
+/// still on its way to a replica (its log has no queue to look at).
+const EXCHANGE_DOUBT: Duration = Duration::from_secs(300);
+
+/// `EXCHANGE TABLES database.a AND database.b`, applied exactly once: done
+/// when `a` has uuid `a_after` (`b`'s before) on every host.
+///
+/// An exchange is its own undo, so one sent twice is none. On one server
+/// the statement is synchronous: an error with `a` unchanged means it did
+/// not apply, and the error is returned for the caller to try again. On a
+/// cluster, an `ON CLUSTER` task can be queued whatever the answer (a host
+/// slow or down runs it later): after any doubt it is sent again only
+/// once every host shows it unapplied and no unfinished exchange of the
+/// two is in the distributed DDL queue (a Replicated database: after
+/// [`EXCHANGE_DOUBT`]); meanwhile the hosts are read until they agree.
+/// The queue is read before the first send too, and with `resumed` (a
+/// swap recorded before a restart, whose exchange may be on its way) a
+/// Replicated database's doubt starts at once.
+pub async fn exchange_once(
+    ch: &ClickHouseClient,
+    database: &str,
+    a: &str,
+    b: &str,
+    a_after: &str,
+    settings: &[(String, String)],
+    resumed: bool,
+) -> Result<(), ClickHouseError> {
+    let topology = ch.topology().await?;
+    let sql = format!(
+        "EXCHANGE TABLES {db}.{} AND {db}.{}{}",
+        quote_ident(a),
+        quote_ident(b),
+        topology.on_cluster(),
+        db = quote_ident(database)
+    );
+    let mut in_doubt: Option<Instant> = match &topology {
+        Topology::Server => None,
+        Topology::Cluster(_) => Some(Instant::now()),
+        Topology::ReplicatedDatabase { .. } => resumed.then(Instant::now),
+    };
+    let mut told = Instant::now();
+    let mut pause = Duration::from_millis(200);
+    loop {
+        let state = match spread(ch, &topology, database, a, a_after).await {
+            Ok(s) => s,
+            Err(e) if in_doubt.is_some() && !e.is_definite() => {
+                if told.elapsed() > Duration::from_secs(30) {
+                    told = Instant::now();
+                    tracing::warn!(
+                        database,
+                        table = a,
+                        "waiting to read {a}'s uuid on every host before deciding on its exchange: {e}"
+                    );
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        match state {
+            Spread::Everywhere => return Ok(()),
+            Spread::Partly { done, hosts } => {
+                if told.elapsed() > Duration::from_secs(30) {
+                    told = Instant::now();
+                    tracing::warn!(
+                        database,
+                        table = a,
+                        done,
+                        hosts,
+                        "EXCHANGE TABLES {a} AND {b} applied on {done} of {hosts} hosts: waiting for the others (never sent twice)"
+                    );
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+                continue;
+            }
+            Spread::Nowhere => {}
+        }
+        if let Some(since) = in_doubt {
+            let pending = match &topology {
+                Topology::Server => false,
+                Topology::Cluster(c) => exchange_queued(ch, c, a, b).await.unwrap_or(true),
+                Topology::ReplicatedDatabase { .. } => since.elapsed() < EXCHANGE_DOUBT,
+            };
+            if pending {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        }
+        match ch.execute_with_settings(&sql, settings).await {
+            Ok(()) if topology == Topology::Server => return Ok(()),
+            Ok(()) => in_doubt = Some(Instant::now()),
+            Err(e) if topology == Topology::Server => {
+                // Lost after it applied?
+                return match spread(ch, &topology, database, a, a_after).await {
+                    Ok(Spread::Everywhere) => {
+                        tracing::info!(
+                            database,
+                            table = a,
+                            "EXCHANGE TABLES answered with an error but applied: {e}"
+                        );
+                        Ok(())
+                    }
+                    _ => Err(e),
+                };
+            }
+            Err(e) => {
+                tracing::warn!(
+                    database,
+                    table = a,
+                    "EXCHANGE TABLES {a} AND {b}: {e}; reading every host before anything else"
+                );
+                in_doubt = Some(Instant::now());
+            }
+        }
+    }
 }
 
 async fn json_rows<T: for<'de> Deserialize<'de>>(
@@ -624,31 +824,21 @@ impl StagingTable {
     /// staging name's uuid: changed ⇒ the exchange applied, which is
     /// success; otherwise [`StagingError::Exchange`] (or the lookup's
     /// error), and only [`StagingTable::recover`] goes on.
-    pub async fn exchange(&self, recorded_uuid: &str) -> Result<(), StagingError> {
-        let sql = format!(
-            "EXCHANGE TABLES {} AND {}{}",
-            self.qualified(&self.dest),
-            self.qualified(&self.staging),
-            self.on_cluster("exchanging the tables").await?
-        );
-        if let Err(source) = self.ch.execute_with_settings(&sql, &self.settings).await {
-            // The answer may have been lost after the exchange applied.
-            match self.staging_uuid().await? {
-                Some(now) if now != recorded_uuid => {
-                    tracing::info!(
-                        database = %self.database,
-                        table = %self.dest,
-                        "staging swap: EXCHANGE TABLES answered with an error but applied: {source}"
-                    );
-                }
-                _ => {
-                    return Err(StagingError::Exchange {
-                        table: self.dest.clone(),
-                        source,
-                    });
-                }
-            }
-        }
+    pub async fn exchange(&self, recorded_uuid: &str, resumed: bool) -> Result<(), StagingError> {
+        exchange_once(
+            &self.ch,
+            &self.database,
+            &self.dest,
+            &self.staging,
+            recorded_uuid,
+            &self.settings,
+            resumed,
+        )
+        .await
+        .map_err(|source| StagingError::Exchange {
+            table: self.dest.clone(),
+            source,
+        })?;
         SwapCounters::bump(&self.counters.exchanged, 1);
         tracing::info!(
             database = %self.database,
@@ -792,7 +982,7 @@ impl StagingTable {
             return self.discard_marked(reason, mark).await;
         }
         let uuid = self.mark_swapped(mark).await?;
-        self.exchange(&uuid).await?;
+        self.exchange(&uuid, false).await?;
         let copied_back = self.copy_back(Instant::now()).await?;
         self.finish(mark).await?;
         Ok(SwapOutcome::Published { copied_back })
@@ -830,7 +1020,7 @@ impl StagingTable {
                     let outcome = self.discard_marked(reason, mark).await?;
                     return Ok(Recovered { found, outcome });
                 }
-                self.exchange(recorded_uuid).await?;
+                self.exchange(recorded_uuid, true).await?;
                 let copied_back = self.copy_back(Instant::now()).await?;
                 self.finish(mark).await?;
                 SwapOutcome::Published { copied_back }

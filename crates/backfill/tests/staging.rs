@@ -333,7 +333,7 @@ async fn crash_after_the_exchange_copies_back_at_recovery() {
     assert_eq!(staging.gate().await.unwrap(), Gate::Match);
     let (_seen, mut mark) = marks(&setup);
     let uuid = staging.mark_swapped(&mut mark).await.unwrap();
-    staging.exchange(&uuid).await.unwrap();
+    staging.exchange(&uuid, false).await.unwrap();
     // An insert that resolved the name before the exchange lands in the
     // swapped-out storage afterwards.
     insert(&setup.ch, staging.name(), "(7, 'late7', 1040, 1040, 0)").await;
@@ -385,7 +385,7 @@ async fn crash_after_the_drop_owes_only_the_done_mark() {
     setup.load(&staging).await;
     let (seen, mut mark) = marks(&setup);
     let uuid = staging.mark_swapped(&mut mark).await.unwrap();
-    staging.exchange(&uuid).await.unwrap();
+    staging.exchange(&uuid, false).await.unwrap();
     let at = tokio::time::Instant::now();
     assert_eq!(staging.copy_back(at).await.unwrap(), 3);
     staging.drop_staging().await.unwrap();

@@ -11,7 +11,9 @@
 //!   from the catalog is `ReplicatedReplacingMergeTree` on a Keeper path
 //!   with `{uuid}` (so staging copies never share one);
 //! - the rows, through all of it, equal row by row, and the same through
-//!   the `Distributed` table as through the table.
+//!   the `Distributed` table as through the table;
+//! - a table whose destination would be another's `Distributed` table is
+//!   refused (stopped, naming `distributed_suffix`).
 //!
 //! Not run here: a real cluster's replication and distributed DDL queue.
 
@@ -38,6 +40,7 @@ fn cluster(major: PgMajor) -> Result<()> {
     )?;
     h.source.psql(
         "create table a (id int primary key, v text); \
+         create table a_all (id int primary key); \
          create table b (id int primary key, v text); \
          insert into b select g, 'b' || g from generate_series(1, 100) g",
     )?;
@@ -53,6 +56,30 @@ fn cluster(major: PgMajor) -> Result<()> {
                 .contains(r#"ClickHouse: cluster "prod" (DDL ON CLUSTER)"#),
         "the topology is not logged:\n{}",
         common::tail(&h.run_log(), 30)
+    );
+
+    // A table whose destination is another's Distributed table's name: refused.
+    h.cli_ok(&[
+        "table",
+        "add",
+        "public.a_all",
+        "--initial-load",
+        "none",
+        "--config",
+        h.config(),
+    ])?;
+    let mut clash = serde_json::Value::Null;
+    wait_until(CATCH_UP, "public.a_all refused", || {
+        h.check_running()?;
+        clash = h.table_state("public.a_all")?;
+        Ok(clash["state"] == "stopped")
+    })
+    .with_context(|| format!("{clash}"))?;
+    ensure!(
+        clash["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("distributed_suffix")),
+        "{clash}"
     );
 
     // A column added, then a TRUNCATE, then rows again.

@@ -71,6 +71,14 @@ impl Streamer {
         if let Some(problem) = walshadow_types::destination_problem(dest) {
             return Some(format!("{key}: {problem}"));
         }
+        // `<destination><distributed_suffix>` is the Distributed table's.
+        if let Some(suffix) = &self.settings.clickhouse.distributed_suffix
+            && dest.ends_with(suffix.as_str())
+        {
+            return Some(format!(
+                "{key}: destination {dest:?} ends with [clickhouse] distributed_suffix {suffix:?}, which names the Distributed tables; give the table another destination"
+            ));
+        }
         // Opted-out tables keep their ClickHouse tables, and a resyncing
         // one streams elsewhere until it swaps back into its own.
         let other = self

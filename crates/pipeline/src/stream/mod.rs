@@ -498,7 +498,36 @@ impl Streamer {
             |ch| async move { ch.topology().await.map(drop) },
         )
         .await?;
-        s.destinations.topology = s.destinations.client.known_topology().unwrap_or_default();
+        let Some(topology) = s.destinations.client.known_topology() else {
+            return Err(StreamError::State(format!(
+                "database {} does not exist on the ClickHouse server [clickhouse] url names, right after CREATE DATABASE{}: make it there (is that server a host of the cluster?)",
+                s.database(),
+                s.settings
+                    .clickhouse
+                    .cluster
+                    .as_deref()
+                    .map(|c| format!(" ON CLUSTER {c:?}"))
+                    .unwrap_or_default()
+            )));
+        };
+        if let walshadow_emitter::Topology::Cluster(c) = &topology {
+            let engine = s
+                .destinations
+                .client
+                .query(&format!(
+                    "SELECT engine FROM system.databases WHERE name = {}",
+                    walshadow_emitter::quote_string(s.database())
+                ))
+                .await?;
+            let engine = engine.trim();
+            if engine != "Atomic" {
+                return Err(StreamError::State(format!(
+                    "[clickhouse] cluster {c:?}: database {} has engine {engine}, which cannot hold the replicated tables and swaps walshadow makes on a cluster: use an Atomic or a Replicated database",
+                    s.database()
+                )));
+            }
+        }
+        s.destinations.topology = topology;
         tracing::info!(database = %s.database(), "ClickHouse: {}", s.destinations.topology);
         if s.settings.clickhouse.distributed_suffix.is_some()
             && s.destinations.topology == walshadow_emitter::Topology::Server

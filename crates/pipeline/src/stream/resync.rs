@@ -223,23 +223,32 @@ impl Streamer {
             if let Some(t) = self.progress.tables.get_mut(key)
                 && let Some(rs) = t.resync.as_mut()
             {
-                rs.uuid = Some(uuid);
+                rs.uuid = Some(uuid.clone());
             }
+            let resumed = r.uuid.is_some();
             // Durable before the exchange: a crash after it must not
             // exchange back.
             self.write_progress()?;
             walshadow_failpoints::crash(walshadow_failpoints::RESYNC_BEFORE_EXCHANGE);
-            let sql = format!(
-                "EXCHANGE TABLES {db}.{} AND {db}.{}{}",
-                walshadow_emitter::quote_ident(&own),
-                walshadow_emitter::quote_ident(&staged),
-                self.destinations.topology.on_cluster(),
-                db = walshadow_emitter::quote_ident(self.database())
-            );
-            tracing::info!(table = %key, "resync: {sql}");
+            tracing::info!(table = %key, "resync: EXCHANGE TABLES {own} AND {staged}");
+            // Exactly once (a second exchange undoes the first): never
+            // through the retry loop, which would send it again.
+            let (db, own2, staged2) = (self.database().to_owned(), own.clone(), staged.clone());
             self.retry_clickhouse("swapping in a resynced table", move |ch| {
-                let sql = sql.clone();
-                async move { ch.execute(&sql).await }
+                let (db, own, staged, uuid) =
+                    (db.clone(), own2.clone(), staged2.clone(), uuid.clone());
+                async move {
+                    walshadow_backfill::staging::exchange_once(
+                        &ch,
+                        &db,
+                        &own,
+                        &staged,
+                        &uuid,
+                        &[],
+                        resumed,
+                    )
+                    .await
+                }
             })
             .await?;
             walshadow_failpoints::crash(walshadow_failpoints::RESYNC_AFTER_EXCHANGE);

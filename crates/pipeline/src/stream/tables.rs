@@ -43,20 +43,40 @@ impl Streamer {
         ) else {
             return Ok(());
         };
-        tracing::info!(table = %key, "ClickHouse: {sql}");
-        let done = self
-            .retry_clickhouse("making a Distributed table", move |ch| {
-                let sql = sql.clone();
-                async move { ch.execute(&sql).await }
-            })
+        // Never over a table of another kind of the same name.
+        let engine = self
+            .destinations
+            .client
+            .query(&format!(
+                "SELECT engine FROM system.tables WHERE database = {} AND name = {}",
+                walshadow_emitter::quote_string(self.database()),
+                walshadow_emitter::quote_string(&name)
+            ))
             .await;
-        match done {
-            Err(StreamError::ClickHouse(e)) => {
-                tracing::warn!(table = %key, distributed = %name, "ClickHouse refused the Distributed table (reads through it miss this table's rows or new columns until it is made; the rows are in {dest}): {e}");
-                Ok(())
+        let refused = match engine {
+            // Tables that hold no rows of their own may go (a Merge table
+            // too: the test engine stands in for Distributed with one).
+            Ok(e) if !matches!(e.trim(), "" | "Distributed" | "Merge") => Some(format!(
+                "{name} exists and is a {} table, not walshadow's Distributed table: rename it or change distributed_suffix",
+                e.trim()
+            )),
+            Ok(_) => {
+                tracing::info!(table = %key, "ClickHouse: {sql}");
+                // Once: a refusal (an unknown cluster, a missing grant)
+                // must not hold the stream, whose rows go to `dest`.
+                self.destinations
+                    .client
+                    .execute(&sql)
+                    .await
+                    .err()
+                    .map(|e| e.to_string())
             }
-            other => other,
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = refused {
+            tracing::warn!(table = %key, distributed = %name, "the Distributed table was not made (reads through it miss this table's rows or new columns until it is; the rows are in {dest}; it is made again at the table's next change or at the next start): {why}");
         }
+        Ok(())
     }
 
     /// Brings each pinned table's ClickHouse table in line with the catalog
@@ -371,7 +391,12 @@ impl Streamer {
             if changed_now {
                 // Rows encoded for the old layout go first.
                 self.flush_table(&key).await?;
-                let settings = new.query_settings();
+                let mut settings = new.query_settings();
+                if self.destinations.topology != walshadow_emitter::Topology::Server {
+                    // Every replica has the change before the next insert
+                    // or the Distributed table copies its columns.
+                    settings.push(("alter_sync".into(), "2".into()));
+                }
                 let mut refused = None;
                 let guard = self.destinations.locks.lock(&dest_name).await;
                 for sql in &statements {
@@ -443,6 +468,11 @@ impl Streamer {
                         ),
                     );
                     continue;
+                }
+                if !changed_now {
+                    // At each start too: a suffix set since, or a table
+                    // ClickHouse refused the last time.
+                    self.refresh_distributed(&key, &dest_name).await?;
                 }
             }
             if desc.relkind == "p"
