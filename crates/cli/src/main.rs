@@ -189,8 +189,9 @@ enum WalCommand {
     /// Reads segment files (PATH is a segment file or a folder of them, such
     /// as pg_wal or an archive) or a live source over physical replication
     /// (--source). Each line carries at least lsn, prev, rmgr (spelled as
-    /// pg_waldump spells it), info, xid, tot_len and blocks (id, spc, db,
-    /// rel, fork, blk, fpi). Every record's CRC is verified; a damaged
+    /// pg_waldump spells it), kind (the record's kind as pg_waldump's desc
+    /// begins: INSERT+INIT, HOT_UPDATE, COMMIT, RUNNING_XACTS…), info, xid,
+    /// tot_len and blocks (id, spc, db, rel, fork, blk, fpi). Every record's CRC is verified; a damaged
     /// record stops the dump with an error naming its LSN.
     Dump(wal_dump::DumpArgs),
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use walshadow_intake::{SourceSettings, WalSource};
 use walshadow_types::{Lsn, PgMajor, TimeLineId};
-use walshadow_wal_decode::{RecordSummary, RecordView, WalStreamDecoder, XLOG_BLCKSZ};
+use walshadow_wal_decode::{RecordSummary, WalStreamDecoder, XLOG_BLCKSZ};
 use walshadow_wal_reader::replication::{ConnConfig, FollowEvent, ReplicationClient};
 use walshadow_wal_reader::segments::SegmentSet;
 
@@ -171,9 +171,8 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 fn write_record(
     out: &mut impl Write,
     filter: &DumpFilter,
-    rec: &RecordView<'_>,
+    summary: RecordSummary,
 ) -> anyhow::Result<()> {
-    let summary = RecordSummary::from(rec);
     if filter.matches(&summary) {
         serde_json::to_writer(&mut *out, &summary)?;
         out.write_all(b"\n")?;
@@ -195,7 +194,10 @@ fn dump_files(args: &DumpArgs, filter: &DumpFilter, out: &mut impl Write) -> any
     let mut records = set.records(tli, args.start, args.end)?;
     let mut n: u64 = 0;
     while let Some(rec) = records.next_ref()? {
-        write_record(out, filter, &rec)?;
+        let summary = RecordSummary::from(&rec);
+        // The page magic read for it says the major.
+        let major = records.decoder().major();
+        write_record(out, filter, summary.with_kind(major))?;
         n += 1;
     }
     if let Some((at, reason)) = records.end_of_wal() {
@@ -288,7 +290,11 @@ async fn dump_live(
                     if args.end.is_some_and(|e| rec.lsn >= e) {
                         break 'stream;
                     }
-                    write_record(out, filter, &rec)?;
+                    write_record(
+                        out,
+                        filter,
+                        RecordSummary::from(&rec).with_kind(Some(major)),
+                    )?;
                     flushed = rec.end;
                 }
                 out.flush()?;

@@ -25,6 +25,9 @@ pub struct DumpRecord {
     pub lsn: Lsn,
     pub prev: Lsn,
     pub rmgr: String,
+    /// pg_waldump's kind name (`desc:`'s first word).
+    #[serde(default)]
+    pub kind: Option<String>,
     pub info: u8,
     pub xid: u32,
     pub tot_len: u32,
@@ -41,7 +44,7 @@ pub fn parse_dump_output(text: &str) -> Result<Vec<DumpRecord>> {
 }
 
 /// Checks that `ours` and `theirs` hold the same records with the same lsn,
-/// prev, rmgr, xid, tot_len and block references (id, locator, fork, block,
+/// prev, rmgr, kind (pg_waldump's name of it), xid, tot_len and block references (id, locator, fork, block,
 /// FPI flag). Errors name the first difference and count the rest.
 pub fn assert_parity(ours: &[DumpRecord], theirs: &[WaldumpRecord]) -> Result<()> {
     let mut diffs = Vec::new();
@@ -55,6 +58,10 @@ pub fn assert_parity(ours: &[DumpRecord], theirs: &[WaldumpRecord]) -> Result<()
         }
         if o.rmgr != t.rmgr {
             d.push(format!("rmgr {} vs {}", o.rmgr, t.rmgr));
+        }
+        let kind = o.kind.as_deref().and_then(|k| k.split(' ').next());
+        if kind != Some(t.kind()) {
+            d.push(format!("kind {kind:?} vs {}", t.kind()));
         }
         if o.xid != t.xid {
             d.push(format!("xid {} vs {}", o.xid, t.xid));

@@ -39,6 +39,7 @@ mod block;
 use walshadow_pg_format::cursor;
 mod error;
 pub mod heap;
+pub mod identify;
 mod page;
 mod pglz;
 pub mod prune;

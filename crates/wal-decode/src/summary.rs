@@ -3,7 +3,7 @@
 //! follow pg_waldump's vocabulary so the two can be compared line by line.
 
 use serde::Serialize;
-use walshadow_types::{Lsn, Xid};
+use walshadow_types::{Lsn, PgMajor, Xid};
 
 use crate::record::{RecordView, WalRecord};
 
@@ -34,6 +34,13 @@ pub struct RecordSummary {
     pub end: Lsn,
     pub prev: Lsn,
     pub rmgr: &'static str,
+    /// The record's kind as pg_waldump's `desc:` begins (`INSERT+INIT`,
+    /// `COMMIT`, `UNKNOWN (e0)`), once [`RecordSummary::with_kind`] knew the
+    /// major.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(skip)]
+    pub rmgr_id: u8,
     /// `xl_info`, rmgr-private bits included.
     pub info: u8,
     pub xid: Xid,
@@ -44,6 +51,20 @@ pub struct RecordSummary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub origin: Option<u16>,
     pub blocks: Vec<BlockSummary>,
+}
+
+impl RecordSummary {
+    /// With [`RecordSummary::kind`], named as `major`'s pg_waldump names it.
+    pub fn with_kind(mut self, major: Option<PgMajor>) -> RecordSummary {
+        self.kind = major.map(
+            |m| match crate::identify::identify(self.rmgr_id, self.info, m) {
+                Some(name) => name.to_owned(),
+                // XLR_INFO_MASK: the low bits are the WAL machinery's.
+                None => format!("UNKNOWN ({:x})", self.info & !0x0F),
+            },
+        );
+        self
+    }
 }
 
 impl From<&WalRecord> for RecordSummary {
@@ -59,6 +80,8 @@ impl From<&RecordView<'_>> for RecordSummary {
             end: r.end,
             prev: r.header.xl_prev,
             rmgr: r.rmgr().name(),
+            kind: None,
+            rmgr_id: r.rmgr().0,
             info: r.header.xl_info,
             xid: r.header.xl_xid,
             tot_len: r.header.xl_tot_len,
