@@ -206,3 +206,91 @@ fn pattern_by_reload(major: PgMajor) -> Result<()> {
 }
 
 per_major!(pattern_by_reload => a_pattern_added_by_reload_takes_its_tables: pg15, pg18);
+
+/// Pattern rows of the config table: a glob row (`public.cfg_*`, `copy`)
+/// takes the tables that match at its commit and those created later (the
+/// creating transaction's rows included); a table's own row saying not to
+/// replicate wins over the pattern, and so does an exclusion pattern row
+/// (`public.cfg_x*`, replicate false), which also lets go of a table the
+/// glob took; a regular-expression row (`schema_name = '~'`) takes tables
+/// by `schema.name`; `kill -9` and a restart keep the rows (they are read
+/// from the WAL once).
+fn config_table_patterns(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(BIN, major, "cfgpatterns", &[], "")?;
+    h.source.psql(
+        "create table cfg_a (id int primary key, v text); \
+         insert into cfg_a select g, 'a' from generate_series(1, 40) g; \
+         create table cfg_off (id int primary key, v text); \
+         insert into cfg_off values (1, 'x'); \
+         create table cfg_x1 (id int primary key, v text); \
+         insert into cfg_x1 values (1, 'x'); \
+         create table cfgnot (id int primary key, v text); \
+         create schema app; \
+         create table app.ev_1 (id int primary key, v text); \
+         insert into app.ev_1 select g, 'e' from generate_series(1, 10) g",
+    )?;
+    h.init()?;
+    h.start_run()?;
+    h.source.psql(
+        "insert into walshadow.tables (schema_name, table_name, replicate, initial_load) values \
+           ('public', 'cfg_off', false, null), \
+           ('public', 'cfg_*', true, 'copy'), \
+           ('~', '^app\\.ev_[0-9]+$', true, 'copy')",
+    )?;
+    common::loads::wait_loaded(&mut h, "public.cfg_a")?;
+    common::loads::wait_loaded(&mut h, "public.cfg_x1")?;
+    common::loads::wait_loaded(&mut h, "app.ev_1")?;
+    // A table created later, with rows in its creating transaction.
+    h.source.psql(
+        "begin; create table cfg_b (id int primary key, v text); \
+         insert into cfg_b select g, 'b' from generate_series(1, 25) g; commit",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure!(h.assert_equal("cfg_b", "cfg_b", &cols())? == 25);
+    // An exclusion row: it lets go of cfg_x1, and a cfg_x2 made after it
+    // is not taken.
+    h.source.psql(
+        "insert into walshadow.tables (schema_name, table_name, replicate) values ('public', 'cfg_x*', false); \
+         create table cfg_x2 (id int primary key, v text); insert into cfg_x2 values (1, 'x')",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    let x1 = h.table_state("public.cfg_x1")?;
+    ensure!(x1["state"] == "opted out", "{x1}");
+    let list = h.cli_ok(&["table", "list", "--config", h.config(), "--json"])?;
+    let list: serde_json::Value = serde_json::from_str(&list)?;
+    let keys: Vec<&str> = list
+        .as_array()
+        .map(|a| a.iter().filter_map(|t| t["table"].as_str()).collect())
+        .unwrap_or_default();
+    for not_taken in ["public.cfg_off", "public.cfg_x2", "public.cfgnot"] {
+        ensure!(!keys.contains(&not_taken), "{not_taken} taken: {keys:?}");
+    }
+    // kill -9, then a table created while stopped and one after the start.
+    h.kill_run()?;
+    h.source.psql(
+        "create table cfg_c (id int primary key, v text); \
+         insert into cfg_c select g, 'c' from generate_series(1, 5) g",
+    )?;
+    h.start_run()?;
+    h.source.psql(
+        "create table app.ev_2 (id int primary key, v text); \
+         insert into app.ev_2 select g, 'f' from generate_series(1, 7) g; \
+         insert into cfg_a select g, 'late' from generate_series(41, 45) g",
+    )?;
+    h.wait_caught_up(CATCH_UP)?;
+    for (t, n) in [("cfg_a", 45), ("cfg_b", 25), ("cfg_c", 5)] {
+        ensure!(h.assert_equal(t, t, &cols())? == n, "{t}");
+    }
+    ensure!(h.assert_equal("app.ev_1", "app__ev_1", &cols())? == 10);
+    ensure!(h.assert_equal("app.ev_2", "app__ev_2", &cols())? == 7);
+    let names = ch_tables(&h)?;
+    for absent in ["cfg_off", "cfg_x2", "cfgnot"] {
+        ensure!(
+            !names.iter().any(|n| n == absent),
+            "{absent} in ClickHouse: {names:?}"
+        );
+    }
+    Ok(())
+}
+
+per_major!(config_table_patterns => pattern_rows_of_the_config_table: pg15, pg18);

@@ -98,6 +98,10 @@ pub struct TableProgress {
         skip_serializing_if = "crate::scope::RowColumnRules::is_empty"
     )]
     pub columns: crate::scope::RowColumnRules,
+    /// Taken by this pattern row of the config table (not a row of its
+    /// own): an exclusion row may opt it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_pattern: Option<String>,
 }
 
 pub(crate) fn is_zero(n: &u64) -> bool {
@@ -145,6 +149,7 @@ impl TableProgress {
             left_out: BTreeMap::new(),
             values_replaced: 0,
             columns: Default::default(),
+            config_pattern: None,
         }
     }
 }
@@ -164,6 +169,29 @@ pub struct Progress {
     /// `resume`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<Paused>,
+    /// The config table's pattern rows, by their key (`public.ord_*`,
+    /// `~."regex"`): the config table is read from the WAL, so what its
+    /// rows say is kept here.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config_patterns: BTreeMap<String, ConfigPattern>,
+    /// Tables the config table's own rows say not to replicate: a pattern
+    /// row does not take them.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub config_rows_off: std::collections::BTreeSet<String>,
+}
+
+/// A pattern row of the config table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigPattern {
+    /// `false`: an exclusion, which wins over the rows that include.
+    pub replicate: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_load: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "crate::scope::RowColumnRules::is_empty"
+    )]
+    pub columns: crate::scope::RowColumnRules,
 }
 
 /// The stream takes no WAL: `walshadow ctl pause`.
@@ -188,6 +216,8 @@ impl Progress {
             restart: start,
             tables: BTreeMap::new(),
             paused: None,
+            config_patterns: BTreeMap::new(),
+            config_rows_off: Default::default(),
         }
     }
 }
@@ -225,6 +255,10 @@ struct ProgressParts<'a> {
     tables: BTreeMap<&'a str, &'a serde_json::value::RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     paused: &'a Option<Paused>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    config_patterns: &'a BTreeMap<String, ConfigPattern>,
+    #[serde(skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    config_rows_off: &'a std::collections::BTreeSet<String>,
 }
 
 impl ProgressWriter {
@@ -254,6 +288,8 @@ impl ProgressWriter {
             restart,
             tables: _,
             ref paused,
+            ref config_patterns,
+            ref config_rows_off,
         } = *p;
         let parts = ProgressParts {
             format_version,
@@ -266,6 +302,8 @@ impl ProgressWriter {
                 .map(|(k, (_, raw))| (k.as_str(), raw.as_ref()))
                 .collect(),
             paused,
+            config_patterns,
+            config_rows_off,
         };
         serde_json::to_vec(&parts)
     }

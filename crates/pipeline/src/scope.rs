@@ -89,6 +89,15 @@ pub enum ScopeChange {
     Remove { key: String },
 }
 
+impl ScopeChange {
+    /// The table (or pattern) the change is about.
+    pub fn key(&self) -> &String {
+        match self {
+            ScopeChange::Set { key, .. } | ScopeChange::Remove { key } => key,
+        }
+    }
+}
+
 /// The fields of a config-table row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigRow {

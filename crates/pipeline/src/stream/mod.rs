@@ -944,7 +944,7 @@ impl Streamer {
                 }
             }
         }
-        if !self.scope.changes.is_empty() && !skip {
+        if (!self.scope.changes.is_empty() || self.scope.config_patterns_due) && !skip {
             self.apply_scope_changes(&c).await?;
         }
         if refresh && (self.catalog.refresh_every || self.may_move_toast(&c, &reach)) {

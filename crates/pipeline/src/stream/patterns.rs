@@ -16,10 +16,196 @@ use walshadow_config::InitialLoad;
 use walshadow_types::Lsn;
 
 use super::{StreamError, Streamer, Table, destinations};
-use crate::progress::TableProgress;
+use crate::progress::{ConfigPattern, TableProgress};
 use crate::scope::ScopeChange;
+use walshadow_config::pattern::TablePattern;
+
+/// The matcher of a config-table row that names tables by pattern: a
+/// glob (`*`, `?`) in `schema_name` or `table_name`, or `schema_name = '~'`
+/// with a regular expression over `schema.name` in `table_name`. `None`
+/// for a row naming one table (or a pattern that does not parse).
+pub(super) fn config_pattern(key: &str) -> Option<TablePattern> {
+    let (schema, name) = walshadow_types::split_table_key(key)?;
+    let text = if schema == "~" {
+        format!("~{name}")
+    } else if walshadow_config::pattern::is_pattern(key) {
+        key.to_owned()
+    } else {
+        return None;
+    };
+    TablePattern::new(&text, walshadow_config::TableConfig::default()).ok()
+}
 
 impl Streamer {
+    /// A pattern row of the config table changed: kept in progress (the
+    /// rows are read from the WAL only when they change); the tables it
+    /// concerns are looked at once this commit's rows are in.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn config_pattern_row(
+        &mut self,
+        key: &str,
+        s: Lsn,
+        removed: bool,
+        replicate: bool,
+        initial_load: Option<String>,
+        destination: Option<String>,
+        columns: crate::scope::RowColumnRules,
+    ) {
+        self.scope.config_patterns_due = true;
+        if removed {
+            tracing::info!(pattern = %key, lsn = %s, "config table pattern row removed: the tables it took stream on");
+            self.progress.config_patterns.remove(key);
+        } else {
+            if destination.is_some() {
+                tracing::warn!(pattern = %key, lsn = %s, "a pattern row's destination is ignored: each table it takes streams into its own default destination");
+            }
+            tracing::info!(pattern = %key, lsn = %s, replicate, "config table pattern row");
+            self.progress.config_patterns.insert(
+                key.to_owned(),
+                ConfigPattern {
+                    replicate,
+                    initial_load,
+                    columns,
+                },
+            );
+        }
+        self.progress_dirty = true;
+    }
+
+    /// The config table's pattern rows at `c`: tables an exclusion row now
+    /// matches are opted out (those a pattern row took), tables an
+    /// inclusion row matches and nothing else manages are opted in with
+    /// its initial load and column rules.
+    pub(super) async fn apply_config_patterns(
+        &mut self,
+        c: &CommitEvent,
+    ) -> Result<(), StreamError> {
+        let (changes, takes) = self.config_pattern_changes(c.end, false).await?;
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.scope.by_config_pattern = changes.iter().map(ScopeChange::key).cloned().collect();
+        self.scope.changes.extend(changes);
+        let applied = self.apply_scope_batch(c).await;
+        self.scope.by_config_pattern.clear();
+        applied?;
+        self.mark_config_pattern_tables(takes);
+        Ok(())
+    }
+
+    fn mark_config_pattern_tables(&mut self, takes: Vec<(String, String)>) {
+        for (key, pattern) in takes {
+            if self.scope.pinned.contains(&key)
+                && let Some(t) = self.progress.tables.get_mut(&key)
+            {
+                t.config_pattern = Some(pattern);
+                self.progress_dirty = true;
+            }
+        }
+    }
+
+    /// The opt-ins and opt-outs the config table's pattern rows ask for
+    /// at `s`, with the keys taken and by which row. With `later` (a table
+    /// made or renamed to match at `s`), a backup mode loads with `copy`:
+    /// no backup holds it.
+    async fn config_pattern_changes(
+        &mut self,
+        s: Lsn,
+        later: bool,
+    ) -> Result<(Vec<ScopeChange>, Vec<(String, String)>), StreamError> {
+        let mut changes = Vec::new();
+        let mut takes = Vec::new();
+        if self.progress.config_patterns.is_empty() {
+            return Ok((changes, takes));
+        }
+        let rows: Vec<(String, TablePattern, ConfigPattern)> = self
+            .progress
+            .config_patterns
+            .iter()
+            .filter_map(|(k, row)| Some((k.clone(), config_pattern(k)?, row.clone())))
+            .collect();
+        let excluded = |schema: &str, name: &str| {
+            rows.iter()
+                .any(|(_, m, row)| !row.replicate && m.takes(schema, name))
+        };
+        // Exclusions win over inclusions: what a pattern row took goes.
+        for key in &self.scope.pinned {
+            let by_pattern = self
+                .progress
+                .tables
+                .get(key)
+                .is_some_and(|t| t.config_pattern.is_some());
+            if let Some((schema, name)) = walshadow_types::split_table_key(key)
+                && by_pattern
+                && excluded(&schema, &name)
+            {
+                tracing::info!(table = %key, lsn = %s, "excluded by a pattern row of the config table");
+                changes.push(ScopeChange::Set {
+                    key: key.clone(),
+                    replicate: false,
+                    initial_load: None,
+                    destination: None,
+                    resync: None,
+                    columns: Default::default(),
+                });
+            }
+        }
+        let feeder = &self.shadow.feeder;
+        let Some(relations) = self.catalog.relations.as_mut() else {
+            return Ok((changes, takes));
+        };
+        let tables = relations.user_tables(feeder).await?;
+        for (schema, name) in tables {
+            let key = walshadow_types::table_key(&schema, &name);
+            if self.scope.pinned.contains(&key)
+                || self.settings.tables.contains_key(&key)
+                || self
+                    .settings
+                    .patterns
+                    .iter()
+                    .any(|p| p.takes(&schema, &name))
+                || key == self.settings.config_key()
+                || self.progress.config_rows_off.contains(&key)
+                // Managed by its own row (one a pattern row took, then an
+                // exclusion let go, may be taken again).
+                || self
+                    .progress
+                    .tables
+                    .get(&key)
+                    .is_some_and(|t| t.opted_in && t.config_pattern.is_none())
+                || self.config_row_pending(&key).is_some()
+                || excluded(&schema, &name)
+                // Outside `config_table_allow`: not the config table's to take.
+                || !self.settings.source_config.allows(&key)
+            {
+                continue;
+            }
+            let Some((pattern, _, row)) = rows
+                .iter()
+                .find(|(_, m, row)| row.replicate && m.takes(&schema, &name))
+            else {
+                continue;
+            };
+            let initial_load = match InitialLoad::parse(row.initial_load.as_deref()) {
+                Ok(InitialLoad::BaseBackup | InitialLoad::ObjectStore) if later => {
+                    Some(InitialLoad::Copy.as_str().to_owned())
+                }
+                _ => row.initial_load.clone(),
+            };
+            tracing::info!(table = %key, pattern = %pattern, lsn = %s, "taken by a pattern row of the config table");
+            changes.push(ScopeChange::Set {
+                key: key.clone(),
+                replicate: true,
+                initial_load,
+                destination: None,
+                resync: None,
+                columns: row.columns.clone(),
+            });
+            takes.push((key, pattern.clone()));
+        }
+        Ok((changes, takes))
+    }
+
     /// Takes every table a pattern takes and the stream does not follow
     /// yet, as the catalog is at its position (`s`: where they start;
     /// `at_start`: the stream's first look). Returns the keys taken.
@@ -162,7 +348,7 @@ impl Streamer {
         &mut self,
         c: &CommitEvent,
     ) -> Result<(), StreamError> {
-        if self.settings.patterns.is_empty() {
+        if self.settings.patterns.is_empty() && self.progress.config_patterns.is_empty() {
             return Ok(());
         }
         let db = self.connect_relations().await?.db_oid;
@@ -182,6 +368,31 @@ impl Streamer {
             // The mirror learns the new tables' TOAST relations.
             self.toast_catalog_now(c.lsn, c.end).await?;
             self.start_loads();
+        }
+        // The config table's pattern rows: a table made or renamed to
+        // match is read with COPY as of this commit.
+        let (changes, takes) = self.config_pattern_changes(c.end, true).await?;
+        let changes: Vec<ScopeChange> = changes
+            .into_iter()
+            .filter(|ch| {
+                matches!(
+                    ch,
+                    ScopeChange::Set {
+                        replicate: true,
+                        ..
+                    }
+                )
+            })
+            .collect();
+        if !changes.is_empty() {
+            // Pending rows of this commit's config table come after its rows.
+            self.scope.by_config_pattern = changes.iter().map(ScopeChange::key).cloned().collect();
+            let pending = std::mem::replace(&mut self.scope.changes, changes);
+            let applied = self.apply_scope_batch(c).await;
+            self.scope.changes = pending;
+            self.scope.by_config_pattern.clear();
+            applied?;
+            self.mark_config_pattern_tables(takes);
         }
         Ok(())
     }

@@ -33,6 +33,13 @@ pub(super) struct Scope {
     /// The patterns changed (a reload): the catalog is looked at again at
     /// the next tick.
     pub patterns_due: bool,
+    /// A pattern row of the config table changed: the tables it takes
+    /// (or, an exclusion, no longer takes) are looked at after this
+    /// commit's rows.
+    pub config_patterns_due: bool,
+    /// Keys whose changes in `changes` a pattern row made (not rows of
+    /// their own).
+    pub by_config_pattern: BTreeSet<String>,
 }
 
 impl Scope {
@@ -44,6 +51,8 @@ impl Scope {
             missing: BTreeSet::new(),
             refused_by_pattern: BTreeSet::new(),
             patterns_due: false,
+            config_patterns_due: false,
+            by_config_pattern: BTreeSet::new(),
         }
     }
 }
@@ -193,8 +202,19 @@ impl Streamer {
         self.scope.changes.extend(out);
     }
 
-    /// Applies the opt-ins and opt-outs of the commit `c` (its `end` is `S`).
+    /// Applies the opt-ins and opt-outs of the commit `c` (its `end` is
+    /// `S`), then, when a pattern row of the config table changed, the
+    /// tables it takes or lets go at that commit.
     pub(super) async fn apply_scope_changes(&mut self, c: &CommitEvent) -> Result<(), StreamError> {
+        self.apply_scope_batch(c).await?;
+        if std::mem::take(&mut self.scope.config_patterns_due) {
+            self.apply_config_patterns(c).await?;
+        }
+        Ok(())
+    }
+
+    /// The opt-ins and opt-outs in `scope.changes`, at `c`.
+    pub(super) async fn apply_scope_batch(&mut self, c: &CommitEvent) -> Result<(), StreamError> {
         let s = c.end;
         // Tables waiting for a refresh get it at the catalog they were
         // judged under, before the catalog moves to this commit.
@@ -213,6 +233,7 @@ impl Streamer {
         let mut added = false;
         let mut rules_changed = Vec::new();
         for change in std::mem::take(&mut self.scope.changes) {
+            let removed = matches!(change, ScopeChange::Remove { .. });
             let (key, opt_in, load_text, destination, resync, columns) = match change {
                 ScopeChange::Set {
                     key,
@@ -245,6 +266,21 @@ impl Streamer {
             if walshadow_config::split_table_name(&key).is_none() {
                 tracing::warn!(table = %key, lsn = %s, "a config table row names no table as schema.name: ignored");
                 continue;
+            }
+            if super::patterns::config_pattern(&key).is_some() {
+                self.config_pattern_row(&key, s, removed, opt_in, load_text, destination, columns);
+                continue;
+            }
+            // A table's own row: it decides, over any pattern row.
+            if !self.scope.by_config_pattern.contains(&key) {
+                if opt_in || removed {
+                    self.progress.config_rows_off.remove(&key);
+                } else {
+                    self.progress.config_rows_off.insert(key.clone());
+                }
+                if let Some(t) = self.progress.tables.get_mut(&key) {
+                    t.config_pattern = None;
+                }
             }
             if let Some(pattern) = self.settings.by_pattern.get(&key) {
                 tracing::warn!(table = %key, lsn = %s, pattern = %pattern, "the table is taken by a pattern of the config file; its config table row changes nothing (add it to the pattern's exclude to manage it by the table)");
