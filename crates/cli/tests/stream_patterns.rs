@@ -246,7 +246,16 @@ fn config_table_patterns(major: PgMajor) -> Result<()> {
          insert into cfg_b select g, 'b' from generate_series(1, 25) g; commit",
     )?;
     h.wait_caught_up(CATCH_UP)?;
+    common::loads::wait_loaded(&mut h, "public.cfg_b")?;
     ensure!(h.assert_equal("cfg_b", "cfg_b", &cols())? == 25);
+    // A table made in the same transaction as its own row saying not to
+    // replicate: its row wins, nothing of it reaches ClickHouse.
+    h.source.psql(
+        "begin; create table cfg_y (id int primary key, v text); \
+         insert into cfg_y values (1, 'secret'); \
+         insert into walshadow.tables (schema_name, table_name, replicate) values ('public', 'cfg_y', false); \
+         commit",
+    )?;
     // An exclusion row: it lets go of cfg_x1, and a cfg_x2 made after it
     // is not taken.
     h.source.psql(
@@ -262,7 +271,12 @@ fn config_table_patterns(major: PgMajor) -> Result<()> {
         .as_array()
         .map(|a| a.iter().filter_map(|t| t["table"].as_str()).collect())
         .unwrap_or_default();
-    for not_taken in ["public.cfg_off", "public.cfg_x2", "public.cfgnot"] {
+    for not_taken in [
+        "public.cfg_off",
+        "public.cfg_x2",
+        "public.cfgnot",
+        "public.cfg_y",
+    ] {
         ensure!(!keys.contains(&not_taken), "{not_taken} taken: {keys:?}");
     }
     // kill -9, then a table created while stopped and one after the start.
@@ -283,8 +297,18 @@ fn config_table_patterns(major: PgMajor) -> Result<()> {
     }
     ensure!(h.assert_equal("app.ev_1", "app__ev_1", &cols())? == 10);
     ensure!(h.assert_equal("app.ev_2", "app__ev_2", &cols())? == 7);
+    // The glob row's column rules change: the tables it took follow.
+    h.source
+        .psql("update walshadow.tables set exclude_columns = '{v}' where table_name = 'cfg_*'")?;
+    wait_until(CATCH_UP, "cfg_a's v column dropped", || {
+        Ok(h.ch.query(
+            "SELECT count() FROM system.columns WHERE database = 'app' AND table = 'cfg_a' AND name = 'v'",
+        )?
+        .trim()
+            == "0")
+    })?;
     let names = ch_tables(&h)?;
-    for absent in ["cfg_off", "cfg_x2", "cfgnot"] {
+    for absent in ["cfg_off", "cfg_x2", "cfgnot", "cfg_y"] {
         ensure!(
             !names.iter().any(|n| n == absent),
             "{absent} in ClickHouse: {names:?}"

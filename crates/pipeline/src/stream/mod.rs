@@ -944,7 +944,11 @@ impl Streamer {
                 }
             }
         }
-        if (!self.scope.changes.is_empty() || self.scope.config_patterns_due) && !skip {
+        if (!self.scope.changes.is_empty()
+            || self.scope.config_patterns_due
+            || self.scope.config_patterns_later)
+            && !skip
+        {
             self.apply_scope_changes(&c).await?;
         }
         if refresh && (self.catalog.refresh_every || self.may_move_toast(&c, &reach)) {
@@ -1273,8 +1277,8 @@ async fn config_rows_now(settings: &StreamSettings) -> Vec<ScopeChange> {
          to_jsonb(c)->>'exclude_columns', to_jsonb(c)->>'unsupported_columns', \
          to_jsonb(c)->>'out_of_range', to_jsonb(c)->>'out_of_range_columns', \
          to_jsonb(c)->>'rename_columns', to_jsonb(c)->>'column_types', \
-         to_jsonb(c)->>'include_columns' from {}.{} c \
-         where replicate and exists (select 1 from pg_catalog.pg_class k join pg_catalog.pg_roles r on r.oid = k.relowner \
+         to_jsonb(c)->>'include_columns', replicate from {}.{} c \
+         where exists (select 1 from pg_catalog.pg_class k join pg_catalog.pg_roles r on r.oid = k.relowner \
          where k.oid = c.tableoid and (r.rolname = current_user or r.rolsuper))",
         quote(&schema),
         quote(&name)
@@ -1294,7 +1298,10 @@ async fn config_rows_now(settings: &StreamSettings) -> Vec<ScopeChange> {
             .filter_map(|i| {
                 Some(ScopeChange::Set {
                     key: walshadow_types::table_key(r.text(i, 0)?, r.text(i, 1)?),
-                    replicate: true,
+                    // Rows saying not to replicate matter too: a table's
+                    // own keeps a pattern row off it, and a pattern's
+                    // excludes.
+                    replicate: r.text(i, 12) != Some("f"),
                     initial_load: r.text(i, 2).map(str::to_owned),
                     destination: r.text(i, 3).filter(|d| !d.is_empty()).map(str::to_owned),
                     resync: r.text(i, 4).and_then(|n| n.parse().ok()),

@@ -9,7 +9,7 @@
 //! relation's name (`catalog_reach::changes_relation_names`): that costs a
 //! flush of the rows held and a catalog query, only while patterns exist.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use walshadow_changes::decode::CommitEvent;
 use walshadow_config::InitialLoad;
@@ -25,15 +25,24 @@ use walshadow_config::pattern::TablePattern;
 /// with a regular expression over `schema.name` in `table_name`. `None`
 /// for a row naming one table (or a pattern that does not parse).
 pub(super) fn config_pattern(key: &str) -> Option<TablePattern> {
+    if !is_config_pattern(key) {
+        return None;
+    }
     let (schema, name) = walshadow_types::split_table_key(key)?;
     let text = if schema == "~" {
         format!("~{name}")
-    } else if walshadow_config::pattern::is_pattern(key) {
-        key.to_owned()
     } else {
-        return None;
+        key.to_owned()
     };
     TablePattern::new(&text, walshadow_config::TableConfig::default()).ok()
+}
+
+/// Whether a config-table row's key is a pattern, by its parts: a glob in
+/// either, or the schema `~`.
+pub(super) fn is_config_pattern(key: &str) -> bool {
+    walshadow_types::split_table_key(key).is_some_and(|(schema, name)| {
+        schema == "~" || schema.contains(['*', '?']) || name.contains(['*', '?'])
+    })
 }
 
 impl Streamer {
@@ -51,6 +60,10 @@ impl Streamer {
         destination: Option<String>,
         columns: crate::scope::RowColumnRules,
     ) {
+        if config_pattern(key).is_none() {
+            tracing::warn!(pattern = %key, lsn = %s, "a pattern row of the config table that does not parse (a regular expression?): ignored");
+            return;
+        }
         self.scope.config_patterns_due = true;
         if removed {
             tracing::info!(pattern = %key, lsn = %s, "config table pattern row removed: the tables it took stream on");
@@ -79,42 +92,31 @@ impl Streamer {
     pub(super) async fn apply_config_patterns(
         &mut self,
         c: &CommitEvent,
+        later: bool,
     ) -> Result<(), StreamError> {
-        let (changes, takes) = self.config_pattern_changes(c.end, false).await?;
+        let (changes, by) = self.config_pattern_changes(c.end, later).await?;
         if changes.is_empty() {
             return Ok(());
         }
-        self.scope.by_config_pattern = changes.iter().map(ScopeChange::key).cloned().collect();
+        self.scope.by_config_pattern = by;
         self.scope.changes.extend(changes);
         let applied = self.apply_scope_batch(c).await;
         self.scope.by_config_pattern.clear();
-        applied?;
-        self.mark_config_pattern_tables(takes);
-        Ok(())
-    }
-
-    fn mark_config_pattern_tables(&mut self, takes: Vec<(String, String)>) {
-        for (key, pattern) in takes {
-            if self.scope.pinned.contains(&key)
-                && let Some(t) = self.progress.tables.get_mut(&key)
-            {
-                t.config_pattern = Some(pattern);
-                self.progress_dirty = true;
-            }
-        }
+        applied
     }
 
     /// The opt-ins and opt-outs the config table's pattern rows ask for
-    /// at `s`, with the keys taken and by which row. With `later` (a table
-    /// made or renamed to match at `s`), a backup mode loads with `copy`:
-    /// no backup holds it.
+    /// at `s`, with the row each concerns. With `later` (tables a commit
+    /// may have made or renamed to match, taken once its rows are in), a
+    /// table loads with `copy` as of `s` whatever the row says: that holds
+    /// the rows of its creating transaction, and no backup holds it.
     async fn config_pattern_changes(
         &mut self,
         s: Lsn,
         later: bool,
-    ) -> Result<(Vec<ScopeChange>, Vec<(String, String)>), StreamError> {
+    ) -> Result<(Vec<ScopeChange>, BTreeMap<String, String>), StreamError> {
         let mut changes = Vec::new();
-        let mut takes = Vec::new();
+        let mut takes = BTreeMap::new();
         if self.progress.config_patterns.is_empty() {
             return Ok((changes, takes));
         }
@@ -148,6 +150,26 @@ impl Streamer {
                     resync: None,
                     columns: Default::default(),
                 });
+                continue;
+            }
+            // Its row's column rules changed: they follow.
+            let Some(t) = self.progress.tables.get(key) else {
+                continue;
+            };
+            if let Some(pattern) = &t.config_pattern
+                && let Some((_, _, row)) = rows.iter().find(|(k, _, _)| k == pattern)
+                && row.replicate
+                && row.columns != t.columns
+            {
+                changes.push(ScopeChange::Set {
+                    key: key.clone(),
+                    replicate: true,
+                    initial_load: row.initial_load.clone(),
+                    destination: None,
+                    resync: None,
+                    columns: row.columns.clone(),
+                });
+                takes.insert(key.clone(), pattern.clone());
             }
         }
         let feeder = &self.shadow.feeder;
@@ -186,11 +208,10 @@ impl Streamer {
             else {
                 continue;
             };
-            let initial_load = match InitialLoad::parse(row.initial_load.as_deref()) {
-                Ok(InitialLoad::BaseBackup | InitialLoad::ObjectStore) if later => {
-                    Some(InitialLoad::Copy.as_str().to_owned())
-                }
-                _ => row.initial_load.clone(),
+            let initial_load = if later {
+                Some(InitialLoad::Copy.as_str().to_owned())
+            } else {
+                row.initial_load.clone()
             };
             tracing::info!(table = %key, pattern = %pattern, lsn = %s, "taken by a pattern row of the config table");
             changes.push(ScopeChange::Set {
@@ -201,7 +222,7 @@ impl Streamer {
                 resync: None,
                 columns: row.columns.clone(),
             });
-            takes.push((key, pattern.clone()));
+            takes.insert(key, pattern.clone());
         }
         Ok((changes, takes))
     }
@@ -355,6 +376,15 @@ impl Streamer {
         if !crate::catalog_reach::changes_relation_names(&c.invals, self.major, db) {
             return Ok(());
         }
+        // The config table's pattern rows: a table made or renamed to
+        // match is taken once this commit's rows are in (its own config
+        // rows may say otherwise), loaded with COPY as of the commit.
+        if !self.progress.config_patterns.is_empty() {
+            self.scope.config_patterns_later = true;
+        }
+        if self.settings.patterns.is_empty() {
+            return Ok(());
+        }
         // The shadow moves to this commit: rows of earlier commits become
         // durable first, as for any catalog refresh.
         if self.positions.any_changed_since_durable() {
@@ -368,31 +398,6 @@ impl Streamer {
             // The mirror learns the new tables' TOAST relations.
             self.toast_catalog_now(c.lsn, c.end).await?;
             self.start_loads();
-        }
-        // The config table's pattern rows: a table made or renamed to
-        // match is read with COPY as of this commit.
-        let (changes, takes) = self.config_pattern_changes(c.end, true).await?;
-        let changes: Vec<ScopeChange> = changes
-            .into_iter()
-            .filter(|ch| {
-                matches!(
-                    ch,
-                    ScopeChange::Set {
-                        replicate: true,
-                        ..
-                    }
-                )
-            })
-            .collect();
-        if !changes.is_empty() {
-            // Pending rows of this commit's config table come after its rows.
-            self.scope.by_config_pattern = changes.iter().map(ScopeChange::key).cloned().collect();
-            let pending = std::mem::replace(&mut self.scope.changes, changes);
-            let applied = self.apply_scope_batch(c).await;
-            self.scope.changes = pending;
-            self.scope.by_config_pattern.clear();
-            applied?;
-            self.mark_config_pattern_tables(takes);
         }
         Ok(())
     }

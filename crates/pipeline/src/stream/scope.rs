@@ -37,9 +37,13 @@ pub(super) struct Scope {
     /// (or, an exclusion, no longer takes) are looked at after this
     /// commit's rows.
     pub config_patterns_due: bool,
+    /// A commit may have made tables match the config table's pattern
+    /// rows (created, renamed): they are taken once its rows are in (its
+    /// own config-table rows may say otherwise), loaded with `copy`.
+    pub config_patterns_later: bool,
     /// Keys whose changes in `changes` a pattern row made (not rows of
-    /// their own).
-    pub by_config_pattern: BTreeSet<String>,
+    /// their own), with the row's key.
+    pub by_config_pattern: std::collections::BTreeMap<String, String>,
 }
 
 impl Scope {
@@ -52,7 +56,8 @@ impl Scope {
             refused_by_pattern: BTreeSet::new(),
             patterns_due: false,
             config_patterns_due: false,
-            by_config_pattern: BTreeSet::new(),
+            config_patterns_later: false,
+            by_config_pattern: Default::default(),
         }
     }
 }
@@ -122,6 +127,9 @@ impl Streamer {
             .or_insert_with(|| TableProgress::new(dest, s));
         entry.opted_in = true;
         entry.opted_out = Some(s);
+        // Refused when a pattern row took it: the pattern's still, tried
+        // again at its next look.
+        entry.config_pattern = self.scope.by_config_pattern.get(key).cloned();
         entry.stopped = Some(crate::progress::Stopped {
             lsn: s,
             code: kind.code().into(),
@@ -207,8 +215,9 @@ impl Streamer {
     /// tables it takes or lets go at that commit.
     pub(super) async fn apply_scope_changes(&mut self, c: &CommitEvent) -> Result<(), StreamError> {
         self.apply_scope_batch(c).await?;
-        if std::mem::take(&mut self.scope.config_patterns_due) {
-            self.apply_config_patterns(c).await?;
+        let later = std::mem::take(&mut self.scope.config_patterns_later);
+        if std::mem::take(&mut self.scope.config_patterns_due) || later {
+            self.apply_config_patterns(c, later).await?;
         }
         Ok(())
     }
@@ -245,6 +254,29 @@ impl Streamer {
                 } => (key, replicate, initial_load, destination, resync, columns),
                 ScopeChange::Remove { key } => (key, false, None, None, None, Default::default()),
             };
+            let pattern_row = super::patterns::is_config_pattern(&key);
+            if !pattern_row && !self.scope.by_config_pattern.contains_key(&key) {
+                // A table's own row: it decides, over any pattern row.
+                if opt_in {
+                    self.progress.config_rows_off.remove(&key);
+                } else if removed {
+                    self.progress.config_rows_off.remove(&key);
+                    // Gone: a pattern row may take the table now.
+                    if !self.scope.pinned.contains(&key)
+                        && let Some(t) = self.progress.tables.get_mut(&key)
+                    {
+                        t.opted_in = false;
+                    }
+                    if !self.progress.config_patterns.is_empty() {
+                        self.scope.config_patterns_due = true;
+                    }
+                } else {
+                    self.progress.config_rows_off.insert(key.clone());
+                }
+                if let Some(t) = self.progress.tables.get_mut(&key) {
+                    t.config_pattern = None;
+                }
+            }
             // A raised resync counter on a table walshadow streams (or
             // stopped): load it again and swap it in, whatever else the
             // row says.
@@ -267,20 +299,9 @@ impl Streamer {
                 tracing::warn!(table = %key, lsn = %s, "a config table row names no table as schema.name: ignored");
                 continue;
             }
-            if super::patterns::config_pattern(&key).is_some() {
+            if pattern_row {
                 self.config_pattern_row(&key, s, removed, opt_in, load_text, destination, columns);
                 continue;
-            }
-            // A table's own row: it decides, over any pattern row.
-            if !self.scope.by_config_pattern.contains(&key) {
-                if opt_in || removed {
-                    self.progress.config_rows_off.remove(&key);
-                } else {
-                    self.progress.config_rows_off.insert(key.clone());
-                }
-                if let Some(t) = self.progress.tables.get_mut(&key) {
-                    t.config_pattern = None;
-                }
             }
             if let Some(pattern) = self.settings.by_pattern.get(&key) {
                 tracing::warn!(table = %key, lsn = %s, pattern = %pattern, "the table is taken by a pattern of the config file; its config table row changes nothing (add it to the pattern's exclude to manage it by the table)");
@@ -400,6 +421,7 @@ impl Streamer {
                 entry.stopped = None;
                 entry.resync_seen = resync_seen;
                 entry.columns = columns;
+                entry.config_pattern = self.scope.by_config_pattern.get(&key).cloned();
                 self.tables.insert(key.clone(), Table::default());
                 if load != walshadow_config::InitialLoad::None {
                     self.backfills.request(&key, load.as_str(), s)?;
