@@ -34,9 +34,9 @@ enum CtlCommand {
     Resume,
     /// Read the config file again (as SIGHUP does). A file that does not
     /// validate changes nothing; otherwise [log] level, the batch and flush
-    /// settings, ClickHouse's url, credentials and TLS, and table patterns
-    /// apply at once, and the answer names what else changed and waits for
-    /// a restart.
+    /// settings, ClickHouse's url, credentials and TLS, and [table]
+    /// sections added or removed (by name or by pattern) apply at once, and
+    /// the answer names what else changed and waits for a restart.
     Reload,
 }
 

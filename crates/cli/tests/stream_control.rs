@@ -8,8 +8,9 @@
 //!   row arrives;
 //! - reload: a file that does not validate (SIGHUP) changes nothing and
 //!   the log says why, the stream goes on; a valid one applies the batch
-//!   and flush settings at once and names what waits for a restart (a
-//!   `[stream]` change, a table added), which the next start applies;
+//!   and flush settings at once, takes a `[table]` section added (loaded
+//!   with its `copy`) and lets go of one removed, and names what waits for
+//!   a restart (a `[stream]` change), which the next start applies;
 //! - the socket: mode 0600; another OS user is refused by its mode, and by
 //!   its peer credentials when the mode is opened up (root only).
 
@@ -226,7 +227,7 @@ fn reload(major: PgMajor) -> Result<()> {
         "[clickhouse] batch_rows: 100000 → 5000",
         "applied at the next start of `walshadow run`",
         "[stream]: changed",
-        "[table.\"public.u\"]: added",
+        "[table.\"public.u\"]: added: streamed from the next commit boundary",
     ] {
         ensure!(out.contains(needle), "no {needle:?} in {out}");
     }
@@ -243,8 +244,11 @@ fn reload(major: PgMajor) -> Result<()> {
         "no debug events after the reload"
     );
     ensure!(h.assert_equal("t", "t", &cols())? == 200);
+    // The table added by the reload: loaded with its copy, no restart.
+    common::loads::wait_loaded(&mut h, "public.u")?;
+    ensure!(ch_count(&h, "u")? == 1);
 
-    // The next start applies the rest: u is loaded and streams.
+    // The next start applies the rest; u streams on.
     h.stop_run()?;
     h.start_run()?;
     h.source.psql("insert into u values (2, 'y')")?;
@@ -257,6 +261,21 @@ fn reload(major: PgMajor) -> Result<()> {
     })?;
     h.wait_caught_up(CATCH_UP)?;
     ensure!(h.assert_equal("u", "u", &cols())? == 2);
+    // Its section removed by a reload: no longer streamed, table kept.
+    std::fs::write(&path, format!("{good}\n[stream]\nmemory_mb = 200\n"))?;
+    let out = ctl(&h, "reload")?;
+    ensure!(
+        out.contains("[table.\"public.u\"]: removed: no longer streamed"),
+        "{out}"
+    );
+    wait_until(Duration::from_secs(30), "u let go", || {
+        Ok(h.run_log().contains("[table] section removed by a reload"))
+    })?;
+    h.source.psql("insert into u values (3, 'z')")?;
+    h.source.psql("insert into t values (1000, 'after')")?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure!(ch_count(&h, "u")? == 2, "u streamed after its section went");
+    ensure!(ch_count(&h, "t")? == 201);
     h.stop_run()?;
     Ok(())
 }

@@ -139,6 +139,23 @@ impl Streamer {
         if plan.patterns_changed {
             self.scope.patterns_due = true;
         }
+        if !plan.pins_added.is_empty() || !plan.pins_removed.is_empty() {
+            // The file's sections now; the stream takes and lets go at the
+            // next commit boundary.
+            for key in &plan.pins_removed {
+                self.settings.tables.remove(key);
+            }
+            for (key, config) in &plan.pins_added {
+                self.settings.tables.insert(key.clone(), config.clone());
+            }
+            self.scope
+                .pins_added
+                .extend(plan.pins_added.iter().cloned());
+            self.scope
+                .pins_removed
+                .extend(plan.pins_removed.iter().cloned());
+            self.scope.patterns_due = true;
+        }
         for t in self.tables.values_mut() {
             if let Some(b) = t.batch.as_mut() {
                 b.set_config(self.settings.batch.clone());

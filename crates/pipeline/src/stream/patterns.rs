@@ -266,70 +266,99 @@ impl Streamer {
                 continue;
             };
             let (pattern_key, config) = (pattern.key.clone(), pattern.config.clone());
-            let dest = self
-                .progress
-                .tables
-                .get(&key)
-                .map(|t| t.destination.clone())
-                .filter(|d| !d.is_empty())
-                .unwrap_or_else(|| destinations::default_destination(&key));
-            if let Some(reason) = self.destination_refused(&key, &dest) {
-                // Said in the log, in status and in the metrics, once.
-                let kind = crate::stop::StopKind::DestinationTaken;
-                let remedy = format!(
-                    "pin it by name in a [table.{key:?}] section with destination = \"…\", or \
-                     add it to the exclude of [table.{pattern_key:?}]; then restart"
-                );
-                tracing::error!(table = %key, pattern = %pattern_key, code = kind.code(), "not taken by the pattern: {reason}; {remedy}");
-                let entry = self
-                    .progress
-                    .tables
-                    .entry(key.clone())
-                    .or_insert_with(|| TableProgress::new(dest, s));
-                entry.stopped = Some(crate::progress::Stopped {
-                    lsn: s,
-                    code: kind.code().into(),
-                    reason: format!("taken by pattern [table.{pattern_key:?}], but {reason}"),
-                    remedy,
-                });
-                self.metrics.set_table_stopped(&key, Some(kind.code()));
-                self.progress_dirty = true;
-                self.scope.refused_by_pattern.insert(key);
-                continue;
+            if self.take_table(&key, config, s, at_start, Some(pattern_key))? {
+                taken.insert(key);
             }
-            let load = match InitialLoad::parse(config.initial_load.as_deref())
-                .unwrap_or(InitialLoad::None)
-            {
-                // A backup cannot hold a table that came to match after
-                // the stream started (made since, or renamed): its rows as
-                // of this commit are read with COPY.
-                InitialLoad::BaseBackup | InitialLoad::ObjectStore if !at_start => {
-                    InitialLoad::Copy
-                }
-                l => l,
-            };
-            tracing::info!(table = %key, pattern = %pattern_key, s = %s, initial_load = load.as_str(), destination = %dest, "table taken by a pattern");
-            self.settings.tables.insert(key.clone(), config);
-            self.settings.by_pattern.insert(key.clone(), pattern_key);
-            self.scope.pinned.insert(key.clone());
-            let first_seen = !self.progress.tables.contains_key(&key);
-            let entry = self
-                .progress
-                .tables
-                .entry(key.clone())
-                .or_insert_with(|| TableProgress::new(dest.clone(), s));
-            entry.destination = dest;
-            entry.opted_out = None;
-            self.tables.insert(key.clone(), Table::default());
-            if first_seen && load != InitialLoad::None {
-                self.backfills.request(&key, load.as_str(), s)?;
-            }
-            taken.insert(key);
         }
         if !taken.is_empty() {
             self.scope_changed();
         }
         Ok(taken)
+    }
+
+    /// Takes `key` into the stream at `s` with `config` (a section of the
+    /// file: a pattern's, `pattern` naming it, or the table's own pin added
+    /// by a reload); `false` when its destination is taken (said in the
+    /// log, status and metrics, once).
+    fn take_table(
+        &mut self,
+        key: &str,
+        config: walshadow_config::TableConfig,
+        s: Lsn,
+        at_start: bool,
+        pattern: Option<String>,
+    ) -> Result<bool, StreamError> {
+        let key = key.to_owned();
+        let dest = match (&pattern, config.destination_of(&key)) {
+            // A pin's own destination.
+            (None, Some(d)) => d,
+            _ => self
+                .progress
+                .tables
+                .get(&key)
+                .map(|t| t.destination.clone())
+                .filter(|d| !d.is_empty())
+                .unwrap_or_else(|| destinations::default_destination(&key)),
+        };
+        let by = match &pattern {
+            Some(p) => format!("taken by pattern [table.{p:?}]"),
+            None => format!("pinned by [table.{key:?}] (added by a reload)"),
+        };
+        if let Some(reason) = self.destination_refused(&key, &dest) {
+            // Said in the log, in status and in the metrics, once.
+            let kind = crate::stop::StopKind::DestinationTaken;
+            let remedy = match &pattern {
+                Some(p) => format!(
+                    "pin it by name in a [table.{key:?}] section with destination = \"…\", or \
+                     add it to the exclude of [table.{p:?}]; then restart"
+                ),
+                None => format!("give [table.{key:?}] another destination = \"…\" and reload"),
+            };
+            tracing::error!(table = %key, code = kind.code(), "not taken: {by}, but {reason}; {remedy}");
+            let entry = self
+                .progress
+                .tables
+                .entry(key.clone())
+                .or_insert_with(|| TableProgress::new(dest, s));
+            entry.stopped = Some(crate::progress::Stopped {
+                lsn: s,
+                code: kind.code().into(),
+                reason: format!("{by}, but {reason}"),
+                remedy,
+            });
+            self.metrics.set_table_stopped(&key, Some(kind.code()));
+            self.progress_dirty = true;
+            self.scope.refused_by_pattern.insert(key);
+            return Ok(false);
+        }
+        let load = match InitialLoad::parse(config.initial_load.as_deref())
+            .unwrap_or(InitialLoad::None)
+        {
+            // A backup cannot hold a table that came to match after
+            // the stream started (made since, or renamed): its rows as
+            // of this commit are read with COPY.
+            InitialLoad::BaseBackup | InitialLoad::ObjectStore if !at_start => InitialLoad::Copy,
+            l => l,
+        };
+        tracing::info!(table = %key, s = %s, initial_load = load.as_str(), destination = %dest, "table taken: {by}");
+        self.settings.tables.insert(key.clone(), config);
+        if let Some(p) = pattern {
+            self.settings.by_pattern.insert(key.clone(), p);
+        }
+        self.scope.pinned.insert(key.clone());
+        let first_seen = !self.progress.tables.contains_key(&key);
+        let entry = self
+            .progress
+            .tables
+            .entry(key.clone())
+            .or_insert_with(|| TableProgress::new(dest.clone(), s));
+        entry.destination = dest;
+        entry.opted_out = None;
+        self.tables.insert(key.clone(), Table::default());
+        if first_seen && load != InitialLoad::None {
+            self.backfills.request(&key, load.as_str(), s)?;
+        }
+        Ok(true)
     }
 
     /// Patterns changed by a reload: the tables they take now are taken at
@@ -345,8 +374,30 @@ impl Streamer {
         // Flushed: `applied` is the last transaction boundary decoded.
         let at = self.progress.applied;
         self.connect_relations().await?.catalog_changed(at);
-        let taken = self.take_pattern_tables(at, false).await?;
+        // Pins a reload removed, then those it added, then the patterns
+        // (which may take a table a removed pin let go).
+        let mut let_go = false;
+        for key in std::mem::take(&mut self.scope.pins_removed) {
+            if self.scope.pinned.contains(&key) {
+                tracing::info!(table = %key, lsn = %at, "[table] section removed by a reload: no longer streamed (its ClickHouse table stays)");
+                self.let_go(&key, at).await?;
+                let_go = true;
+            }
+        }
+        let mut taken = BTreeSet::new();
+        for (key, config) in std::mem::take(&mut self.scope.pins_added) {
+            if !self.scope.pinned.contains(&key)
+                && self.take_table(&key, config, at, false, None)?
+            {
+                taken.insert(key);
+            }
+        }
+        taken.extend(self.take_pattern_tables(at, false).await?);
+        if let_go && taken.is_empty() {
+            self.scope_changed();
+        }
         if !taken.is_empty() {
+            self.scope_changed();
             self.refresh_tables(at, Some(&taken)).await?;
             self.toast_catalog_now(at, at).await?;
             self.start_loads();

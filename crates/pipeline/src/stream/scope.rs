@@ -41,6 +41,9 @@ pub(super) struct Scope {
     /// rows (created, renamed): they are taken once its rows are in (its
     /// own config-table rows may say otherwise), loaded with `copy`.
     pub config_patterns_later: bool,
+    /// Pins added and removed by a reload, for the next commit boundary.
+    pub pins_added: Vec<(String, walshadow_config::TableConfig)>,
+    pub pins_removed: Vec<String>,
     /// Keys whose changes in `changes` a pattern row made (not rows of
     /// their own), with the row's key.
     pub by_config_pattern: std::collections::BTreeMap<String, String>,
@@ -57,6 +60,8 @@ impl Scope {
             patterns_due: false,
             config_patterns_due: false,
             config_patterns_later: false,
+            pins_added: Vec::new(),
+            pins_removed: Vec::new(),
             by_config_pattern: Default::default(),
         }
     }
@@ -138,6 +143,34 @@ impl Streamer {
         });
         self.metrics.set_table_stopped(key, Some(kind.code()));
         self.progress_dirty = true;
+    }
+
+    /// Stops streaming `key` at `s` (an opt-out, a pin removed by a
+    /// reload): its rows up to here land first; its ClickHouse table stays.
+    pub(super) async fn let_go(&mut self, key: &str, s: Lsn) -> Result<(), StreamError> {
+        self.flush_table(key).await?;
+        self.scope.pinned.remove(key);
+        self.tables.remove(key);
+        self.backfills.withdraw(key)?;
+        self.toast.clear_waits(key);
+        self.metrics.forget_table(key);
+        if let Some(t) = self.progress.tables.get_mut(key) {
+            t.opted_out = Some(s);
+        }
+        self.abandon_resync(key).await?;
+        // A table that never existed (no ClickHouse table was made for it:
+        // a typo, a table dropped before it streamed) leaves nothing
+        // behind in progress.json or status.
+        if self
+            .progress
+            .tables
+            .get(key)
+            .is_some_and(|t| t.schema.is_none() && t.rows == 0 && t.resync.is_none())
+        {
+            self.progress.tables.remove(key);
+            self.scope.missing.remove(key);
+        }
+        Ok(())
     }
 
     /// A change of the config table: remembered, applied after the commit.
@@ -433,29 +466,7 @@ impl Streamer {
                     continue;
                 }
                 tracing::info!(table = %key, lsn = %s, "table opted out: it is no longer streamed (its ClickHouse table stays)");
-                // Its rows up to here belong in ClickHouse.
-                self.flush_table(&key).await?;
-                self.scope.pinned.remove(&key);
-                self.tables.remove(&key);
-                self.backfills.withdraw(&key)?;
-                self.toast.clear_waits(&key);
-                self.metrics.forget_table(&key);
-                if let Some(t) = self.progress.tables.get_mut(&key) {
-                    t.opted_out = Some(s);
-                }
-                self.abandon_resync(&key).await?;
-                // A table that never existed (no ClickHouse table was made
-                // for it: a typo, a table dropped before it streamed)
-                // leaves nothing behind in progress.json or status.
-                if self
-                    .progress
-                    .tables
-                    .get(&key)
-                    .is_some_and(|t| t.schema.is_none() && t.rows == 0 && t.resync.is_none())
-                {
-                    self.progress.tables.remove(&key);
-                    self.scope.missing.remove(&key);
-                }
+                self.let_go(&key, s).await?;
                 changed = true;
             }
         }

@@ -152,6 +152,10 @@ pub struct Reloaded {
     pub new_client: bool,
     /// The pattern sections changed: the catalog is looked at again.
     pub patterns_changed: bool,
+    /// `[table."s.t"]` sections added (with their section) and removed,
+    /// applied at the next commit boundary.
+    pub pins_added: Vec<(String, TableConfig)>,
+    pub pins_removed: Vec<String>,
 }
 
 impl StreamSettings {
@@ -184,7 +188,10 @@ impl StreamSettings {
             .keys()
             .filter(|k| !new.tables.contains_key(*k) && !self.by_pattern.contains_key(*k))
         {
-            r.needs_restart.push(format!("[table.{key:?}]: removed"));
+            r.applied.push(format!(
+                "[table.{key:?}]: removed: no longer streamed from the next commit boundary (its ClickHouse table stays)"
+            ));
+            r.pins_removed.push(key.clone());
         }
         if self.patterns != new.patterns {
             r.applied.push(
@@ -200,6 +207,13 @@ impl StreamSettings {
                 .get(key)
                 .filter(|_| !self.by_pattern.contains_key(key))
             {
+                None if !self.tables.contains_key(key) => {
+                    r.applied.push(format!(
+                        "[table.{key:?}]: added: streamed from the next commit boundary, its rows loaded with its initial_load (copy in place of a backup mode)"
+                    ));
+                    r.pins_added.push((key.clone(), t.clone()));
+                }
+                // Taken by a pattern now: the pin's own section waits.
                 None => r.needs_restart.push(format!("[table.{key:?}]: added")),
                 Some(old) if old != t => r.needs_restart.push(format!("[table.{key:?}]: changed")),
                 Some(_) => {}
