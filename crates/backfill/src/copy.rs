@@ -729,6 +729,11 @@ impl CopyLoad {
                 }
             })?;
         let (rows, replaced) = (sealed.rows as u64, sealed.replaced);
+        // Replaced by a newer load meanwhile: the ledger entry is the
+        // newer one's now.
+        if self.is_cancelled() {
+            return Err(AttemptError::Failed("the load was cancelled".into()));
+        }
         self.update(|p| {
             p.rows += rows;
             p.values_replaced += replaced;

@@ -53,6 +53,11 @@ pub struct Backfills {
     running: HashMap<String, LoadTask>,
     /// Each running `copy` load's cancel flag ([`CopyLoad::cancelled`]).
     cancels: HashMap<String, Arc<std::sync::atomic::AtomicBool>>,
+    /// `copy` loads a newer request of their table replaced, ending (their
+    /// workers stop at their next chunk or insert): the newer load starts
+    /// once they have, so no row of the older snapshot lands after its
+    /// purge; past [`CANCEL_GRACE`] they are aborted.
+    draining: HashMap<String, (LoadTask, std::time::Instant)>,
     /// Open entries not started yet.
     queued: BTreeSet<String>,
     recent: Arc<RecentCommits>,
@@ -179,6 +184,7 @@ impl Backfills {
             ledger: Arc::new(Mutex::new(ledger)),
             running: HashMap::new(),
             cancels: HashMap::new(),
+            draining: HashMap::new(),
             queued,
             recent: Arc::new(RecentCommits::default()),
             config,
@@ -221,7 +227,8 @@ impl Backfills {
         ledger.write(&self.state_dir)?;
         drop(ledger);
         if let Some(t) = self.stop_running(key) {
-            t.abort();
+            self.draining
+                .insert(key.to_owned(), (t, std::time::Instant::now()));
         }
         self.queued.insert(key.to_owned());
         tracing::info!(table = %key, mode, s = %s, "initial load requested");
@@ -364,6 +371,17 @@ impl Backfills {
             }
             if pass.s > decoded {
                 continue;
+            }
+            if let Some((t, since)) = self.draining.get(&key) {
+                if !t.is_finished() && since.elapsed() < CANCEL_GRACE {
+                    continue;
+                }
+                if let Some((t, _)) = self.draining.remove(&key)
+                    && !t.is_finished()
+                {
+                    tracing::warn!(table = %key, "the replaced load did not end within {CANCEL_GRACE:?}: aborted");
+                    t.abort();
+                }
             }
             match pass.mode.as_str() {
                 "copy" => {

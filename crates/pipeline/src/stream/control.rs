@@ -139,14 +139,29 @@ impl Streamer {
         if plan.patterns_changed {
             self.scope.patterns_due = true;
         }
+        // A pin for a table the config table streams now: its row keeps
+        // it until a restart makes the file's section win.
+        let (pins_added, opted): (Vec<_>, Vec<_>) = std::mem::take(&mut plan.pins_added)
+            .into_iter()
+            .partition(|(k, _)| !self.scope.pinned.contains(k));
+        plan.pins_added = pins_added;
+        for (key, _) in opted {
+            plan.applied
+                .retain(|line| !line.starts_with(&format!("[table.{key:?}]: added")));
+            plan.needs_restart.push(format!(
+                "[table.{key:?}]: added (the config table streams it now)"
+            ));
+        }
         if !plan.pins_added.is_empty() || !plan.pins_removed.is_empty() {
             // The file's sections now; the stream takes and lets go at the
-            // next commit boundary.
+            // next commit boundary. A later reload nets out an earlier one.
             for key in &plan.pins_removed {
                 self.settings.tables.remove(key);
+                self.scope.pins_added.retain(|(k, _)| k != key);
             }
             for (key, config) in &plan.pins_added {
                 self.settings.tables.insert(key.clone(), config.clone());
+                self.scope.pins_removed.retain(|k| k != key);
             }
             self.scope
                 .pins_added

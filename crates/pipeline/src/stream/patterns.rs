@@ -328,6 +328,11 @@ impl Streamer {
             });
             self.metrics.set_table_stopped(&key, Some(kind.code()));
             self.progress_dirty = true;
+            if pattern.is_none() {
+                // Not the file's yet: a reload with another destination
+                // adds it again.
+                self.settings.tables.remove(&key);
+            }
             self.scope.refused_by_pattern.insert(key);
             return Ok(false);
         }
@@ -340,7 +345,14 @@ impl Streamer {
             InitialLoad::BaseBackup | InitialLoad::ObjectStore if !at_start => InitialLoad::Copy,
             l => l,
         };
-        tracing::info!(table = %key, s = %s, initial_load = load.as_str(), destination = %dest, "table taken: {by}");
+        match &pattern {
+            Some(p) => {
+                tracing::info!(table = %key, pattern = %p, s = %s, initial_load = load.as_str(), destination = %dest, "table taken by a pattern")
+            }
+            None => {
+                tracing::info!(table = %key, s = %s, initial_load = load.as_str(), destination = %dest, "table taken: its [table] section was added by a reload")
+            }
+        }
         self.settings.tables.insert(key.clone(), config);
         if let Some(p) = pattern {
             self.settings.by_pattern.insert(key.clone(), p);
@@ -352,10 +364,22 @@ impl Streamer {
             .tables
             .entry(key.clone())
             .or_insert_with(|| TableProgress::new(dest.clone(), s));
+        // Out before (let go, opted out, refused): what changed meanwhile
+        // is loaded again, and a refusal is over.
+        let was_out = entry.opted_out.is_some() || entry.stopped.is_some();
+        if entry.destination != dest {
+            // Another ClickHouse table: made afresh.
+            entry.schema = None;
+        }
         entry.destination = dest;
         entry.opted_out = None;
+        if was_out {
+            entry.stopped = None;
+            entry.since = s;
+            self.metrics.set_table_stopped(&key, None);
+        }
         self.tables.insert(key.clone(), Table::default());
-        if first_seen && load != InitialLoad::None {
+        if (first_seen || was_out) && load != InitialLoad::None {
             self.backfills.request(&key, load.as_str(), s)?;
         }
         Ok(true)
@@ -365,9 +389,11 @@ impl Streamer {
     /// the last transaction boundary decoded, where the catalog moves
     /// (rows up to it flushed first, as for any catalog refresh).
     pub(super) async fn take_reloaded_patterns(&mut self) -> Result<(), StreamError> {
-        if !std::mem::take(&mut self.scope.patterns_due) || self.catalog.relations.is_none() {
+        // Kept due until the catalog session is up (pins wait with it).
+        if !self.scope.patterns_due || self.catalog.relations.is_none() {
             return Ok(());
         }
+        self.scope.patterns_due = false;
         self.scope.refused_by_pattern.clear();
         self.flush_all().await?;
         self.write_progress()?;
@@ -378,11 +404,38 @@ impl Streamer {
         // (which may take a table a removed pin let go).
         let mut let_go = false;
         for key in std::mem::take(&mut self.scope.pins_removed) {
-            if self.scope.pinned.contains(&key) {
-                tracing::info!(table = %key, lsn = %at, "[table] section removed by a reload: no longer streamed (its ClickHouse table stays)");
-                self.let_go(&key, at).await?;
-                let_go = true;
+            if !self.scope.pinned.contains(&key) {
+                // Refused when added: its refusal goes with its section.
+                if self
+                    .progress
+                    .tables
+                    .get(&key)
+                    .is_some_and(|t| t.schema.is_none())
+                {
+                    self.progress.tables.remove(&key);
+                    self.metrics.forget_table(&key);
+                }
+                continue;
             }
+            // A pattern of the file takes it: it streams on under the
+            // pattern's section, its load or resync untouched.
+            let by = walshadow_types::split_table_key(&key).and_then(|(schema, name)| {
+                self.settings
+                    .patterns
+                    .iter()
+                    .find(|p| p.takes(&schema, &name))
+                    .map(|p| (p.key.clone(), p.config.clone()))
+            });
+            if let Some((pattern, config)) = by {
+                tracing::info!(table = %key, pattern = %pattern, lsn = %at, "[table] section removed by a reload: the table streams on, taken by a pattern");
+                self.settings.tables.insert(key.clone(), config);
+                self.settings.by_pattern.insert(key, pattern);
+                let_go = true;
+                continue;
+            }
+            tracing::info!(table = %key, lsn = %at, "[table] section removed by a reload: no longer streamed (its ClickHouse table stays)");
+            self.let_go(&key, at).await?;
+            let_go = true;
         }
         let mut taken = BTreeSet::new();
         for (key, config) in std::mem::take(&mut self.scope.pins_added) {
