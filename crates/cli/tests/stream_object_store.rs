@@ -890,8 +890,9 @@ fn archive_catch_up(major: PgMajor, tool: Tool, invalidate: bool) -> Result<()> 
     let inserts = String::from_utf8_lossy(&with.stdout)
         .lines()
         // XLOG_HEAP_INSERT, with or without XLOG_HEAP_INIT_PAGE.
-        .filter(|l| {
-            l.contains(r#""rmgr":"Heap","info":0,"#) || l.contains(r#""rmgr":"Heap","info":128,"#)
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| {
+            r["rmgr"] == "Heap" && matches!(r["kind"].as_str(), Some("INSERT" | "INSERT+INIT"))
         })
         .count();
     ensure!(

@@ -34,11 +34,6 @@ pub struct RecordSummary {
     pub end: Lsn,
     pub prev: Lsn,
     pub rmgr: &'static str,
-    /// The record's kind as pg_waldump's `desc:` begins (`INSERT+INIT`,
-    /// `COMMIT`, `UNKNOWN (e0)`), once [`RecordSummary::with_kind`] knew the
-    /// major.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
     #[serde(skip)]
     pub rmgr_id: u8,
     /// `xl_info`, rmgr-private bits included.
@@ -51,6 +46,11 @@ pub struct RecordSummary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub origin: Option<u16>,
     pub blocks: Vec<BlockSummary>,
+    /// The record's kind as pg_waldump's `desc:` begins (`INSERT+INIT`,
+    /// `COMMIT`, `UNKNOWN (e0)`), once [`RecordSummary::with_kind`] knew the
+    /// major. Last, so the fields before it keep their places.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 impl RecordSummary {
