@@ -74,7 +74,9 @@ fn decode(g: &Golden, wal: &[u8], chunks: &[usize]) -> (Vec<String>, Option<WalD
                     if rec.lsn >= g.end {
                         return (lines, None);
                     }
-                    lines.push(serde_json::to_string(&RecordSummary::from(&rec)).unwrap());
+                    // The major the pages' magic says, as `wal dump` names kinds.
+                    let summary = RecordSummary::from(&rec).with_kind(d.major());
+                    lines.push(serde_json::to_string(&summary).unwrap());
                 }
                 Ok(None) => break,
                 Err(e) => return (lines, Some(e)),
