@@ -365,11 +365,25 @@ pub async fn exchange_once(
         }
         if let Some(since) = in_doubt {
             let pending = match &topology {
-                Topology::Server => false,
-                Topology::Cluster(c) => exchange_queued(ch, c, a, b).await.unwrap_or(true),
-                Topology::ReplicatedDatabase { .. } => since.elapsed() < EXCHANGE_DOUBT,
+                Topology::Server => None,
+                Topology::Cluster(c) => match exchange_queued(ch, c, a, b).await {
+                    Ok(false) => None,
+                    Ok(true) => Some("an unfinished exchange of the two is in the distributed DDL queue".to_owned()),
+                    Err(e) => Some(format!("system.distributed_ddl_queue cannot be read ({e}); grant walshadow's user SELECT on it")),
+                },
+                Topology::ReplicatedDatabase { .. } => (since.elapsed() < EXCHANGE_DOUBT)
+                    .then(|| format!("a Replicated database's exchange may still be on its way to a replica; sent again after {EXCHANGE_DOUBT:?} with none applied")),
             };
-            if pending {
+            if let Some(why) = pending {
+                // Never silent: the swap (and the stream, for a resync) waits here.
+                if told.elapsed() > Duration::from_secs(30) {
+                    told = Instant::now();
+                    tracing::warn!(
+                        database,
+                        table = a,
+                        "EXCHANGE TABLES {a} AND {b} applied on no host yet, not sent again: {why}"
+                    );
+                }
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(5));
                 continue;
