@@ -101,7 +101,7 @@ pub async fn feed_tapped_until_stopped(
                 let room = loop {
                     tokio::select! {
                         r = t.tx.reserve_many(t.tx.max_capacity() / 2) => break r.is_ok(),
-                        _ = stop.wait_for(|s| *s) => return Ok(()),
+                        _ = stop_asked(&mut stop) => return Ok(()),
                         _ = shadow_check.tick() => shadow.keep_running().await?,
                     }
                 };
@@ -129,12 +129,19 @@ pub async fn feed_tapped_until_stopped(
                 tracing::warn!("{what} ({e}); feeding again in {delay:?}");
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
-                    _ = stop.wait_for(|s| *s) => return Ok(()),
+                    _ = stop_asked(&mut stop) => return Ok(()),
                 }
             }
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Resolves once `stop` turns true (or its sender is gone). Holds no
+/// borrow of the value past its end, so a future awaiting it can move
+/// between threads.
+async fn stop_asked(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await.map(|_| ());
 }
 
 /// Where streaming resumes and what the slot may be told.

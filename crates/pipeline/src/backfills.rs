@@ -49,6 +49,9 @@ pub const OBJECT_STORE: &str = "object_store";
 /// The stream's loads.
 #[derive(Debug)]
 pub struct Backfills {
+    /// The runtime the loads run on: the one [`Backfills::open`] ran in
+    /// (the daemon's), not the stream's own thread.
+    tasks: tokio::runtime::Handle,
     ledger: Arc<Mutex<Ledger>>,
     running: HashMap<String, LoadTask>,
     /// Each running `copy` load's cancel flag ([`CopyLoad::cancelled`]).
@@ -169,6 +172,7 @@ impl Backfills {
         source.physical = false;
         source.application_name = Some("walshadow load".into());
         Ok(Backfills {
+            tasks: tokio::runtime::Handle::current(),
             replication,
             spill_dir: resources.spill_dir,
             spool_memory_bytes: resources.spool_memory_bytes,
@@ -485,7 +489,8 @@ impl Backfills {
             set_aside: Default::default(),
         };
         tracing::info!(tables = %keys.join(", "), "initial load ({mode}) starting: one backup for these tables");
-        self.passes.insert(mode, (keys, tokio::spawn(pass.run())));
+        self.passes
+            .insert(mode, (keys, self.tasks.spawn(pass.run())));
     }
 
     /// `object_store` loads without a `[backup]` store: each entry stays
@@ -543,7 +548,7 @@ impl Backfills {
         };
         tracing::info!(table = %key, s = %s, workers = self.config.workers, "initial load (copy) starting");
         self.cancels.insert(key.clone(), cancelled);
-        self.running.insert(key, tokio::spawn(load.run()));
+        self.running.insert(key, self.tasks.spawn(load.run()));
     }
 
     /// Finishes the staging swap of an entry recorded as swapped: the
@@ -565,7 +570,7 @@ impl Backfills {
         let ledger = Arc::clone(&self.ledger);
         let state_dir = self.state_dir.clone();
         let task_key = key.clone();
-        let task = tokio::spawn(async move {
+        let task = self.tasks.spawn(async move {
             let key = task_key;
             let mut mark = |m: &SwapMark| -> Result<(), LedgerError> {
                 let mut l = match ledger.lock() {

@@ -218,7 +218,7 @@ pub async fn run(
             return Err(e.into());
         }
     };
-    let mut stream_task = tokio::spawn(streamer.run(rx));
+    let mut stream_task = crate::stream::StreamThread::start(streamer, rx)?;
     let tap = WalTap {
         tx,
         hold: hold_rx,
@@ -242,7 +242,7 @@ pub async fn run(
     // An intake that failed ends `run` the same way: a paused stream,
     // which does not read the tap, would not see it close.
     let joined = if stopping || fed.is_err() {
-        match tokio::time::timeout(STOP_GRACE, &mut stream_task).await {
+        match tokio::time::timeout(STOP_GRACE, stream_task.join()).await {
             Ok(r) => r,
             Err(_) => {
                 tracing::warn!(
@@ -250,20 +250,16 @@ pub async fn run(
                      (or the WAL intake's end); stopping without them (they are streamed again at \
                      the next start)"
                 );
-                stream_task.abort();
-                let _ = stream_task.await;
-                Ok(Ok(()))
+                stream_task.stop().await;
+                Ok(())
             }
         }
     } else {
-        stream_task.await
+        stream_task.join().await
     };
     let streamed = match joined {
-        Ok(Err(StreamError::Stopping)) => Ok(()),
-        Ok(r) => r,
-        Err(e) => Err(StreamError::State(format!(
-            "the streaming task failed: {e}"
-        ))),
+        Err(StreamError::Stopping) => Ok(()),
+        r => r,
     };
     stop_shadow(shadow).await;
     // The pipeline's own error explains a feed that stopped because of it.

@@ -93,7 +93,7 @@ impl Streamer {
         let at_once = Arc::new(Semaphore::new(
             self.settings.clickhouse.insert_concurrency.max(1),
         ));
-        let tries = tokio::spawn(async move {
+        let tries = self.tasks.spawn(async move {
             let mut set = tokio::task::JoinSet::new();
             for (i, s) in batches.into_iter().enumerate() {
                 let (client, at_once) = (client.clone(), at_once.clone());

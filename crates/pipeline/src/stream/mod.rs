@@ -78,10 +78,12 @@ mod rows;
 mod scope;
 mod settings;
 mod tables;
+mod thread;
 
 pub use destinations::clickhouse_client;
 pub(crate) use positions::raise_replay_ceiling;
 pub use settings::{Reloaded, StreamSettings};
+pub use thread::StreamThread;
 
 /// Walked TOAST chunks of a `base_backup` load copied into the mirror per
 /// timer tick (about 2 KB each).
@@ -212,6 +214,9 @@ pub enum StreamRequest {
 /// The streaming state machine; see the module doc.
 #[derive(Debug)]
 pub struct Streamer {
+    /// The daemon's runtime, which runs a flush's inserts: the loop itself
+    /// runs on a thread of its own ([`StreamThread`]).
+    tasks: tokio::runtime::Handle,
     shadow: Arc<Shadow>,
     source_user: String,
     source_db: String,
@@ -393,6 +398,7 @@ impl Streamer {
         let major = walshadow_types::PgMajor::from_number(shadow.state.major)
             .map_err(|e| StreamError::State(e.to_string()))?;
         let mut s = Streamer {
+            tasks: tokio::runtime::Handle::current(),
             major,
             seg_size: shadow.state.segment_size,
             shadow,
