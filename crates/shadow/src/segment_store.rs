@@ -15,6 +15,8 @@
 //! - Bytes are appended contiguously; a byte at LSN `L` on timeline `T` lives at offset
 //!   `L % seg_size` of the file `T` + segno(`L`), so a segment is byte-identical to the
 //!   source's (the records inside may have been rewritten to `XLOG_NOOP`, same length).
+//! - Appended bytes wait in memory until the next flush writes them (or until 1 MiB of
+//!   them is written without a flush): one write per flush rather than per message.
 //! - The durable end only moves once segment data, the directory and the state file are
 //!   fsynced, in that order; the watch channel announces it after that. Readers never see
 //!   bytes past the durable end, so what the standby got survives a crash of walshadow.
@@ -187,6 +189,12 @@ struct State {
     start: Lsn,
     written_end: Lsn,
     flushed_end: Lsn,
+    /// Appended bytes not in the segment files yet: they end at
+    /// `written_end`. Written at the next flush, or once they reach
+    /// [`WRITE_BEHIND`]: one write per flush instead of one per
+    /// replication message (a thousand a second under a steady load).
+    /// Readers see only flushed bytes, so none of them is missed.
+    pending: Vec<u8>,
     /// Lineage of `tli`, oldest first; the last span is `tli`'s own.
     lineage: Vec<TimelineSpan>,
     /// The segment being appended to.
@@ -258,6 +266,7 @@ impl SegmentStore {
             tli: opts.tli,
             start: opts.start,
             written_end: opts.start,
+            pending: Vec::new(),
             flushed_end: opts.start,
             lineage,
             current: None,
@@ -333,6 +342,7 @@ impl SegmentStore {
             tli: saved.tli,
             start: saved.start,
             written_end: saved.end,
+            pending: Vec::new(),
             flushed_end: saved.end,
             lineage,
             current: None,
@@ -405,6 +415,37 @@ impl SegmentStore {
                 got: lsn,
             });
         }
+        st.pending.extend_from_slice(bytes);
+        st.written_end = Lsn(lsn.0 + bytes.len() as u64);
+        if st.pending.len() >= WRITE_BEHIND {
+            self.write_pending(&mut st)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the pending bytes into their segment files. On an error the
+    /// written end falls back to what the files hold.
+    fn write_pending(&self, st: &mut State) -> Result<(), StoreError> {
+        let mut pending = std::mem::take(&mut st.pending);
+        let from = Lsn(st.written_end.0 - pending.len() as u64);
+        let written = self.write_segments(st, from, &pending);
+        pending.clear();
+        st.pending = pending;
+        if let Err((e, end)) = written {
+            st.written_end = end;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` at `lsn` into the segment files; on an error, also
+    /// says where the written bytes end.
+    fn write_segments(
+        &self,
+        st: &mut State,
+        lsn: Lsn,
+        bytes: &[u8],
+    ) -> Result<(), (StoreError, Lsn)> {
         let seg_size = u64::from(self.seg_size);
         let mut pos = lsn.0;
         let mut rest = bytes;
@@ -416,17 +457,19 @@ impl SegmentStore {
                 .min(usize::try_from(seg_size - offset).unwrap_or(usize::MAX));
             let (chunk, tail) = rest.split_at(n);
             let tli = st.tli;
-            let seg = self.segment_for_write(&mut st, tli, segno)?;
+            let seg = self
+                .segment_for_write(st, tli, segno)
+                .map_err(|e| (e, Lsn(pos)))?;
             seg.file.write_all_at(chunk, offset).map_err(|e| {
-                io_err(
+                let e = io_err(
                     &self.dir,
                     &format!("writing {}", self.seg_name(tli, segno)),
                     e,
-                )
+                );
+                (e, Lsn(pos))
             })?;
             seg.dirty = true;
             pos += n as u64;
-            st.written_end = Lsn(pos);
             rest = tail;
         }
         Ok(())
@@ -439,6 +482,7 @@ impl SegmentStore {
         if st.flushed_end == st.written_end {
             return Ok(st.flushed_end);
         }
+        self.write_pending(&mut st)?;
         let dirty = std::mem::take(&mut st.dirty);
         for seg in &dirty {
             seg.file.sync_data().map_err(|e| {
@@ -764,6 +808,11 @@ impl SegmentStore {
 }
 
 pub use walshadow_pg_format::wal_files::{history_file_name, segment_file_name};
+
+/// How many appended bytes wait in memory before they are written without
+/// a flush: bounds the store's buffer (a catch-up appends ~128 KiB per
+/// replication message, and flushes every 100 ms).
+const WRITE_BEHIND: usize = 1 << 20;
 
 /// The lineage of `tli` from its `<tli>.history` file.
 pub fn parse_history(tli: u32, content: &[u8]) -> Result<Vec<TimelineSpan>, StoreError> {
@@ -1163,6 +1212,41 @@ mod tests {
             },
         )
         .unwrap()
+    }
+
+    #[test]
+    fn appends_wait_in_memory_until_a_flush_or_the_write_behind_bound() {
+        let dir = tmpdir("write-behind");
+        let start = u64::from(SEG);
+        let store = new_store(&dir, start);
+        let file = dir.join(store.segment_file_name(1, 1));
+        let file_len = || std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+        let small = pattern(start, 1000);
+        for chunk in small.chunks(100) {
+            store.append(store.written_end(), chunk).unwrap();
+        }
+        assert_eq!(file_len(), 0, "no write per append");
+        store.flush().unwrap();
+        assert_eq!(file_len(), 1000);
+        // Past the bound the bytes are written without a flush, and still
+        // not readable.
+        let big = pattern(start + 1000, WRITE_BEHIND + 10);
+        store.append(store.written_end(), &big).unwrap();
+        assert!(file_len() > 1000);
+        let mut buf = vec![0u8; 10];
+        assert_eq!(store.read_at(1, Lsn(start + 1000), &mut buf).unwrap(), 0);
+        // Dropped unflushed (a crash): reopened at the durable end, and
+        // appending resumes there.
+        store.append(store.written_end(), b"tail").unwrap();
+        drop(store);
+        let store = SegmentStore::open(&dir).unwrap();
+        assert_eq!(store.flushed_end(), Lsn(start + 1000));
+        assert_eq!(store.written_end(), Lsn(start + 1000));
+        store.append(store.written_end(), &big).unwrap();
+        store.flush().unwrap();
+        let mut all = vec![0u8; big.len()];
+        let n = store.read_at(1, Lsn(start + 1000), &mut all).unwrap();
+        assert_eq!(&all[..n], &big[..]);
     }
 
     #[test]
