@@ -7,8 +7,11 @@
 //! included; a table renamed into a pattern is taken at the rename and its
 //! rows loaded; an excluded table, tables that match no pattern, and
 //! temporary and unlogged tables that would match are left alone; `table
-//! add` refuses a table a pattern takes; `kill -9` right after a table was
-//! taken, and a restart, go on.
+//! add` refuses a table a pattern takes; tables a pattern took that are
+//! dropped or renamed away are let go and shown `out` in status (one made
+//! again under the name is taken again, with its rows), as is one the
+//! pattern's exclude names after a restart; `kill -9` right after a table
+//! was taken, and a restart, go on.
 
 mod common;
 
@@ -134,6 +137,35 @@ fn patterns(major: PgMajor) -> Result<()> {
         "no log line for ord_new"
     );
 
+    // A table a pattern took, dropped or renamed away: let go, and status
+    // says so (it listed them as streaming until a restart); made again,
+    // it is taken again with its rows.
+    h.source
+        .psql("drop table ord_part; alter table ord_renamed rename to plain_again")?;
+    h.wait_caught_up(CATCH_UP)?;
+    wait_until(Duration::from_secs(30), "the gone tables out", || {
+        let status = h.status_json()?;
+        Ok(["public.ord_part", "public.ord_renamed"].iter().all(|k| {
+            status["tables"][k]["out"]
+                .as_str()
+                .is_some_and(|o| o.contains("dropped or renamed at the source"))
+        }))
+    })?;
+    let text = h.cli_ok(&["status", "--config", h.config()])?;
+    ensure!(
+        text.lines()
+            .any(|l| l.contains("public.ord_part") && l.contains("not streamed since")),
+        "{text}"
+    );
+    h.source.psql(
+        "begin; create table ord_part (id int primary key, v text); \
+         insert into ord_part select g, 'again' from generate_series(1, 3) g; commit",
+    )?;
+    common::loads::wait_loaded(&mut h, "public.ord_part")?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure!(h.assert_equal("ord_part", "ord_part", &cols())? == 3);
+    ensure!(h.status_json()?["tables"]["public.ord_part"]["out"].is_null());
+
     // The file's pattern decides, not the config table.
     let out = h.cli(&["table", "add", "public.ord_a", "--config", h.config()])?;
     let err = String::from_utf8_lossy(&out.stderr);
@@ -167,6 +199,37 @@ fn patterns(major: PgMajor) -> Result<()> {
     h.wait_caught_up(CATCH_UP)?;
     ensure!(ch_tables(&h)? == tables);
     ensure!(h.assert_equal("ord_k", "ord_k", &cols())? == 9);
+    ensure!(
+        h.status_json()?["tables"]["public.ord_renamed"]["out"]
+            .as_str()
+            .is_some_and(|o| o.contains("dropped or renamed")),
+        "a restart keeps saying why ord_renamed is out"
+    );
+    // While walshadow was stopped: a table dropped (its drop is decoded
+    // after the start, and lets it go), and one the pattern's exclude now
+    // names (nothing takes it at the start): status says neither streams.
+    h.stop_run()?;
+    h.source.psql("drop table ord_k")?;
+    let config = std::fs::read_to_string(h.config())?;
+    let excluded = config.replace(
+        r#"exclude = ["public.ord_skip"]"#,
+        r#"exclude = ["public.ord_skip", "public.ord_new"]"#,
+    );
+    ensure!(excluded != config);
+    std::fs::write(h.config(), excluded)?;
+    h.start_run()?;
+    h.wait_caught_up(CATCH_UP)?;
+    let status = h.status_json()?;
+    let out = |key: &str, why: &str| {
+        status["tables"][key]["out"]
+            .as_str()
+            .is_some_and(|o| o.contains(why))
+    };
+    ensure!(
+        out("public.ord_k", "dropped or renamed") && out("public.ord_new", "at this start"),
+        "{}",
+        status["tables"]
+    );
     h.stop_run()?;
     Ok(())
 }

@@ -57,6 +57,10 @@ pub struct TableProgress {
     /// Opted out at this commit: not streamed; its ClickHouse table stays.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub opted_out: Option<Lsn>,
+    /// Why the table is out since `opted_out` (its config table row, its
+    /// `[table]` section removed, its source table gone from a pattern).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_why: Option<String>,
     /// A resync under way: the table streams and loads into
     /// `destination` (`<its own>__wsresync`) until that is swapped in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -141,6 +145,7 @@ impl TableProgress {
             opted_in: false,
             since,
             opted_out: None,
+            out_why: None,
             resync: None,
             resync_seen: 0,
             leaves: None,

@@ -320,6 +320,11 @@ impl fmt::Display for StatusReport {
             // escape in them must not forge a line.
             let (key, dest) = (printable(key), printable(&t.destination));
             match &t.stopped {
+                None if t.out.is_some() => writeln!(
+                    f,
+                    "  {key} -> {dest}: {rows}, {}",
+                    printable(t.out.as_deref().unwrap_or_default())
+                )?,
                 None if t.waiting.is_some() => writeln!(
                     f,
                     "  {key} -> {dest}: {rows}, waiting: {}",

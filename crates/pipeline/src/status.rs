@@ -21,6 +21,10 @@ pub struct TableStatus {
     /// What a table in scope waits for (its source table does not exist).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
+    /// A table no longer streamed, since when and why (its ClickHouse
+    /// table stays as it was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out: Option<String>,
     /// A load under way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<LoadStatus>,
@@ -61,6 +65,12 @@ impl TableStatus {
                     rows: t.rows,
                     stopped: t.stopped.clone(),
                     waiting: None,
+                    out: t.opted_out.filter(|_| t.stopped.is_none()).map(|at| {
+                        format!(
+                            "not streamed since {at}: {}; its ClickHouse table stays as it was",
+                            t.out_why.as_deref().unwrap_or("opted out")
+                        )
+                    }),
                     load: None,
                     left_out: t.left_out.clone(),
                     values_replaced: t.values_replaced,

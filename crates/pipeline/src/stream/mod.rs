@@ -296,6 +296,47 @@ impl Streamer {
 }
 
 impl Streamer {
+    /// Tables of the progress file that nothing takes any more (their
+    /// `[table]` section or the pattern that took them gone while walshadow
+    /// was stopped, or their source table dropped meanwhile): marked out,
+    /// so status says they are not streamed rather than list them as if
+    /// they were.
+    fn mark_left_behind(&mut self) {
+        let at = self.progress.applied;
+        let mut marked = false;
+        let (pinned, changes) = (&self.scope.pinned, &self.scope.changes);
+        // One that never streamed (a typo, a table dropped first) leaves
+        // nothing behind, as when it is let go.
+        self.progress.tables.retain(|key, t| {
+            pinned.contains(key)
+                || t.opted_in
+                || t.stopped.is_some()
+                || !(t.schema.is_none() && t.rows == 0 && t.resync.is_none())
+                || changes.iter().any(|c| c.key() == key)
+        });
+        for (key, t) in self.progress.tables.iter_mut() {
+            if pinned.contains(key)
+                || t.opted_in
+                || t.opted_out.is_some()
+                || t.stopped.is_some()
+                || changes.iter().any(|c| c.key() == key)
+            {
+                continue;
+            }
+            tracing::warn!(table = %key, lsn = %at, "no [table] section, pattern or config table row takes this table any more: not streamed (its ClickHouse table stays as it was)");
+            t.opted_out = Some(at);
+            t.out_why = Some(
+                "no [table] section, pattern or config table row took it at this start".into(),
+            );
+            marked = true;
+        }
+        if marked {
+            self.progress_dirty = true;
+        }
+    }
+}
+
+impl Streamer {
     /// Prepares streaming: ClickHouse reachable and its database present,
     /// the spill directory cleaned, progress read (or started at the
     /// shadow's consistency point).
@@ -1180,6 +1221,7 @@ impl Streamer {
             // the stream resumes.
             self.take_pattern_tables(self.progress.applied, true)
                 .await?;
+            self.mark_left_behind();
             self.refresh_tables(self.progress.applied, None).await?;
             if !self.toast.knows_catalog() {
                 let feeder = &self.shadow.feeder;

@@ -373,6 +373,7 @@ impl Streamer {
         }
         entry.destination = dest;
         entry.opted_out = None;
+        entry.out_why = None;
         if was_out {
             entry.stopped = None;
             entry.since = s;
@@ -434,7 +435,8 @@ impl Streamer {
                 continue;
             }
             tracing::info!(table = %key, lsn = %at, "[table] section removed by a reload: no longer streamed (its ClickHouse table stays)");
-            self.let_go(&key, at).await?;
+            self.let_go(&key, at, "its [table] section was removed by a reload")
+                .await?;
             let_go = true;
         }
         let mut taken = BTreeSet::new();

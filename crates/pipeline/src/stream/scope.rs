@@ -147,7 +147,7 @@ impl Streamer {
 
     /// Stops streaming `key` at `s` (an opt-out, a pin removed by a
     /// reload): its rows up to here land first; its ClickHouse table stays.
-    pub(super) async fn let_go(&mut self, key: &str, s: Lsn) -> Result<(), StreamError> {
+    pub(super) async fn let_go(&mut self, key: &str, s: Lsn, why: &str) -> Result<(), StreamError> {
         self.flush_table(key).await?;
         self.scope.pinned.remove(key);
         self.tables.remove(key);
@@ -156,6 +156,7 @@ impl Streamer {
         self.metrics.forget_table(key);
         if let Some(t) = self.progress.tables.get_mut(key) {
             t.opted_out = Some(s);
+            t.out_why = Some(why.to_owned());
         }
         self.abandon_resync(key).await?;
         // A table that never existed (no ClickHouse table was made for it:
@@ -450,6 +451,7 @@ impl Streamer {
                 entry.destination = dest;
                 entry.opted_in = true;
                 entry.opted_out = None;
+                entry.out_why = None;
                 entry.since = s;
                 entry.stopped = None;
                 entry.resync_seen = resync_seen;
@@ -466,7 +468,8 @@ impl Streamer {
                     continue;
                 }
                 tracing::info!(table = %key, lsn = %s, "table opted out: it is no longer streamed (its ClickHouse table stays)");
-                self.let_go(&key, s).await?;
+                self.let_go(&key, s, "opted out by its config table row")
+                    .await?;
                 changed = true;
             }
         }

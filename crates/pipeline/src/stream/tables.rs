@@ -118,6 +118,7 @@ impl Streamer {
         } else {
             None
         };
+        let mut let_go = false;
         for key in keys {
             if self.is_stopped(&key) {
                 continue;
@@ -127,6 +128,20 @@ impl Streamer {
                 return Ok(());
             };
             let Some(masked) = relations.pinned_table(feeder, &key).await? else {
+                // A pattern took the table it matched, which is gone
+                // (dropped, or renamed away): let go, and taken again
+                // if a table of the name is made.
+                if let Some(pattern) = self.settings.by_pattern.get(&key).cloned() {
+                    tracing::info!(table = %key, pattern = %pattern, lsn = %lsn, "the table a pattern took was dropped or renamed at the source: no longer streamed (its ClickHouse table stays)");
+                    let why = format!(
+                        "dropped or renamed at the source (the pattern {pattern} had taken it)"
+                    );
+                    self.let_go(&key, lsn, &why).await?;
+                    self.settings.by_pattern.remove(&key);
+                    self.settings.tables.remove(&key);
+                    let_go = true;
+                    continue;
+                }
                 // Streams once created; until then status says so.
                 self.scope.missing.insert(key);
                 continue;
@@ -517,6 +532,9 @@ impl Streamer {
                     self.settings.batch.clone(),
                 ));
             }
+        }
+        if let_go {
+            self.scope_changed();
         }
         if loads {
             self.start_loads();
