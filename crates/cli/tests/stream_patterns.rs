@@ -230,6 +230,18 @@ fn patterns(major: PgMajor) -> Result<()> {
         "{}",
         status["tables"]
     );
+    // Changed while out, then pinned by its own section: it streams again,
+    // and what changed meanwhile is loaded.
+    h.source
+        .psql("insert into ord_new select g, 'out' from generate_series(31, 35) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.stop_run()?;
+    h.append_config("\n[table.\"public.ord_new\"]\ninitial_load = \"copy\"\n")?;
+    h.start_run()?;
+    common::loads::wait_loaded(&mut h, "public.ord_new")?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure!(h.assert_equal("ord_new", "ord_new", &cols())? == 34);
+    ensure!(h.status_json()?["tables"]["public.ord_new"]["out"].is_null());
     h.stop_run()?;
     Ok(())
 }

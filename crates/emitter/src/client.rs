@@ -137,6 +137,9 @@ pub struct ClickHouseClient {
     config: Arc<ClientConfig>,
     /// Read once, on the first DDL: shared by the clones.
     topology: Arc<tokio::sync::OnceCell<Topology>>,
+    /// Where requests run ([`ClickHouseClient::on_runtime`]); `None`: in
+    /// the caller's task.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl fmt::Debug for ClickHouseClient {
@@ -204,7 +207,19 @@ impl ClickHouseClient {
             key,
             config: Arc::new(config),
             topology: Arc::new(tokio::sync::OnceCell::new()),
+            runtime: None,
         })
+    }
+
+    /// Requests (the connection they open or reuse, and its task) run on
+    /// `runtime`, whichever thread asks: a connection opened from another
+    /// runtime would be driven by that one, and the pool shares it with
+    /// every clone of the client (the stream's own thread asks; the
+    /// daemon's runtime runs the inserts and loads that reuse it).
+    #[must_use]
+    pub fn on_runtime(mut self, runtime: tokio::runtime::Handle) -> ClickHouseClient {
+        self.runtime = Some(runtime);
+        self
     }
 
     /// The topology once [`ClickHouseClient::topology`] read it.
@@ -450,7 +465,19 @@ impl ClickHouseClient {
             context: context.to_string(),
             message,
         };
-        let response = self.http.request(request).await.map_err(|e| {
+        let limit = self.config.max_response_bytes;
+        let exchange = exchange(self.http.clone(), request, limit);
+        let exchanged = match &self.runtime {
+            Some(runtime) => {
+                let mut task = AbortOnDrop(runtime.spawn(exchange));
+                match (&mut task.0).await {
+                    Ok(r) => r,
+                    Err(e) => return Err(connection(format!("the request's task ended: {e}"))),
+                }
+            }
+            None => exchange.await,
+        };
+        let (response, body) = exchanged.map_err(|e| {
             let message = error_chain(&e);
             match tls_failure(&e) {
                 Some(tls) => ClickHouseError::Tls {
@@ -469,32 +496,27 @@ impl ClickHouseClient {
                 None => connection(message),
             }
         })?;
-        let status = response.status();
+        let status = response.status;
         let code = response
-            .headers()
+            .headers
             .get("X-ClickHouse-Exception-Code")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u32>().ok());
         let summary = response
-            .headers()
+            .headers
             .get("X-ClickHouse-Summary")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let limit = self.config.max_response_bytes;
-        let body = Limited::new(response.into_body(), limit)
-            .collect()
-            .await
-            .map_err(|e| {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    ClickHouseError::Response {
-                        context: context.to_string(),
-                        message: format!("response larger than {limit} bytes"),
-                    }
-                } else {
-                    connection(format!("reading the response: {}", error_chain(e.as_ref())))
+        let body = body.map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                ClickHouseError::Response {
+                    context: context.to_string(),
+                    message: format!("response larger than {limit} bytes"),
                 }
-            })?
-            .to_bytes();
+            } else {
+                connection(format!("reading the response: {}", error_chain(e.as_ref())))
+            }
+        })?;
         if !status.is_success() || code.is_some() {
             return Err(ClickHouseError::Server {
                 context: context.to_string(),
@@ -512,6 +534,35 @@ impl ClickHouseClient {
             });
         }
         Ok(Answer { body, summary })
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Sends `request` and reads its response body, at most `limit` bytes.
+async fn exchange(
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    request: Request<Full<Bytes>>,
+    limit: usize,
+) -> Result<
+    (hyper::http::response::Parts, Result<Bytes, BoxError>),
+    hyper_util::client::legacy::Error,
+> {
+    let (parts, body) = http.request(request).await?.into_parts();
+    let body = Limited::new(body, limit)
+        .collect()
+        .await
+        .map(http_body_util::Collected::to_bytes);
+    Ok((parts, body))
+}
+
+/// A request's task, aborted when its caller stops waiting (a timeout):
+/// as the request itself would be, in the caller's task.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

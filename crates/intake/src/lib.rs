@@ -299,7 +299,9 @@ async fn feed_tapped_from(
         reported: resume.durable,
     };
     // What the store held before this run: the filter must produce the
-    // same bytes again.
+    // same bytes again. An earlier attempt's unflushed bytes become durable
+    // first, since the check reads what is flushed.
+    store.flush()?;
     let already = store.written_end();
     let mut last_flush = tokio::time::Instant::now();
     let mut shadow_check = tokio::time::interval(SHADOW_CHECK_EVERY);

@@ -218,7 +218,13 @@ pub async fn run(
             return Err(e.into());
         }
     };
-    let mut stream_task = crate::stream::StreamThread::start(streamer, rx)?;
+    let mut stream_task = match crate::stream::StreamThread::start(streamer, rx) {
+        Ok(t) => t,
+        Err(e) => {
+            stop_shadow(shadow).await;
+            return Err(e.into());
+        }
+    };
     let tap = WalTap {
         tx,
         hold: hold_rx,

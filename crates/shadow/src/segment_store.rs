@@ -424,18 +424,24 @@ impl SegmentStore {
     }
 
     /// Writes the pending bytes into their segment files. On an error the
-    /// written end falls back to what the files hold.
+    /// bytes not written stay pending (the next flush tries them again).
     fn write_pending(&self, st: &mut State) -> Result<(), StoreError> {
         let mut pending = std::mem::take(&mut st.pending);
         let from = Lsn(st.written_end.0 - pending.len() as u64);
         let written = self.write_segments(st, from, &pending);
-        pending.clear();
-        st.pending = pending;
-        if let Err((e, end)) = written {
-            st.written_end = end;
-            return Err(e);
+        match written {
+            Ok(()) => {
+                pending.clear();
+                st.pending = pending;
+                Ok(())
+            }
+            Err((e, end)) => {
+                let done = usize::try_from(end.distance_from(from)).unwrap_or(0);
+                pending.drain(..done.min(pending.len()));
+                st.pending = pending;
+                Err(e)
+            }
         }
-        Ok(())
     }
 
     /// Writes `bytes` at `lsn` into the segment files; on an error, also

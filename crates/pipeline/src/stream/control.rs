@@ -126,7 +126,9 @@ impl Streamer {
         let mut live = self.settings.clone();
         live.apply_live(new);
         if self.settings.client_differs(new) || tls_files {
-            let client = clickhouse_client(&live.clickhouse).map_err(|e| e.to_string())?;
+            let client = clickhouse_client(&live.clickhouse)
+                .map_err(|e| e.to_string())?
+                .on_runtime(self.tasks.clone());
             self.destinations.client = client.clone();
             self.backfills.set_client(client);
             plan.new_client = true;

@@ -298,45 +298,37 @@ impl Streamer {
 impl Streamer {
     /// Tables of the progress file that nothing takes any more (their
     /// `[table]` section or the pattern that took them gone while walshadow
-    /// was stopped, or their source table dropped meanwhile): marked out,
-    /// so status says they are not streamed rather than list them as if
-    /// they were.
-    fn mark_left_behind(&mut self) {
+    /// was stopped): let go, so status says they are not streamed rather
+    /// than list them as if they were (or as stopped for a refusal that no
+    /// longer applies).
+    async fn let_go_left_behind(&mut self) -> Result<(), StreamError> {
         let at = self.progress.applied;
-        let mut marked = false;
-        let (pinned, changes) = (&self.scope.pinned, &self.scope.changes);
-        // One that never streamed (a typo, a table dropped first) leaves
-        // nothing behind, as when it is let go.
-        self.progress.tables.retain(|key, t| {
-            pinned.contains(key)
-                || t.opted_in
-                || t.stopped.is_some()
-                || !(t.schema.is_none() && t.rows == 0 && t.resync.is_none())
-                || changes.iter().any(|c| c.key() == key)
-        });
-        for (key, t) in self.progress.tables.iter_mut() {
-            if pinned.contains(key)
-                || t.opted_in
-                || t.opted_out.is_some()
-                || t.stopped.is_some()
-                || changes.iter().any(|c| c.key() == key)
-            {
-                continue;
-            }
+        let scope = &self.scope;
+        let left: Vec<String> = self
+            .progress
+            .tables
+            .iter()
+            .filter(|(key, t)| {
+                !(scope.pinned.contains(*key)
+                    || scope.refused_by_pattern.contains(*key)
+                    || t.opted_in
+                    || t.opted_out.is_some()
+                    || scope.changes.iter().any(|c| c.key() == *key))
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in left {
             tracing::warn!(table = %key, lsn = %at, "no [table] section, pattern or config table row takes this table any more: not streamed (its ClickHouse table stays as it was)");
-            t.opted_out = Some(at);
-            t.out_why = Some(
-                "no [table] section, pattern or config table row took it at this start".into(),
-            );
-            marked = true;
-        }
-        if marked {
+            if let Some(t) = self.progress.tables.get_mut(&key) {
+                t.stopped = None;
+            }
+            let why = "no [table] section, pattern or config table row took it at this start";
+            self.let_go(&key, at, why).await?;
             self.progress_dirty = true;
         }
+        Ok(())
     }
-}
 
-impl Streamer {
     /// Prepares streaming: ClickHouse reachable and its database present,
     /// the spill directory cleaned, progress read (or started at the
     /// shadow's consistency point).
@@ -355,7 +347,10 @@ impl Streamer {
             archive,
             requests,
         } = control;
-        let ch = clickhouse_client(&settings.clickhouse)?;
+        // Its requests run on the daemon's runtime, which runs the inserts
+        // and loads that share its connections ([`StreamThread`]).
+        let ch =
+            clickhouse_client(&settings.clickhouse)?.on_runtime(tokio::runtime::Handle::current());
         let assembler = Assembler::open(settings.assembler.clone())?;
         let source = settings.source.clone();
         let toml_tables = settings.toml_tables();
@@ -421,9 +416,20 @@ impl Streamer {
         )?;
         // A pinned table seen for the first time loads per its
         // `initial_load`, at the position streaming resumes from.
+        // One that was out (opted out, let go, refused by
+        // `config_table_allow`) streams again, and loads again what
+        // changed meanwhile, as when a reload adds its section.
         for (key, t) in &settings.tables {
-            if progress.tables.contains_key(key) {
-                continue;
+            match progress.tables.get_mut(key) {
+                Some(p) if p.opted_out.is_some() => {
+                    tracing::info!(table = %key, "a [table] section takes the table, which was not streamed ({}): it streams again", p.out_why.as_deref().unwrap_or("opted out"));
+                    p.opted_out = None;
+                    p.out_why = None;
+                    p.stopped = None;
+                    p.since = progress.applied;
+                }
+                Some(_) => continue,
+                None => {}
             }
             match walshadow_config::InitialLoad::parse(t.initial_load.as_deref()) {
                 Ok(walshadow_config::InitialLoad::None) => {}
@@ -1221,7 +1227,7 @@ impl Streamer {
             // the stream resumes.
             self.take_pattern_tables(self.progress.applied, true)
                 .await?;
-            self.mark_left_behind();
+            self.let_go_left_behind().await?;
             self.refresh_tables(self.progress.applied, None).await?;
             if !self.toast.knows_catalog() {
                 let feeder = &self.shadow.feeder;

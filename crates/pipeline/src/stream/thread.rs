@@ -38,13 +38,30 @@ impl StreamThread {
         std::thread::Builder::new()
             .name("walshadow-stream".into())
             .spawn(move || {
-                let result = runtime.block_on(async move {
-                    tokio::select! {
-                        r = streamer.run(tap) => Some(r),
-                        _ = cancelled => None,
-                    }
+                let run = std::panic::AssertUnwindSafe(|| {
+                    runtime.block_on(async move {
+                        tokio::select! {
+                            r = streamer.run(tap) => Some(r),
+                            _ = cancelled => None,
+                        }
+                    })
                 });
-                if let Some(r) = result {
+                let ended = match std::panic::catch_unwind(run) {
+                    Ok(r) => r,
+                    // The message, for `run`'s error (the hook printed
+                    // the rest).
+                    Err(panic) => {
+                        let what = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| (*s).to_owned())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_default();
+                        Some(Err(StreamError::State(format!(
+                            "the streaming loop panicked: {what}"
+                        ))))
+                    }
+                };
+                if let Some(r) = ended {
                     let _ = ended_tx.send(r);
                 }
             })
@@ -60,9 +77,7 @@ impl StreamThread {
         match (&mut self.ended).await {
             Ok(r) => r,
             Err(_) => Err(StreamError::State(
-                "the streaming thread ended without a result (it panicked or was stopped: see \
-                 the log above)"
-                    .into(),
+                "the streaming thread ended without a result (it was stopped)".into(),
             )),
         }
     }
