@@ -290,6 +290,20 @@ per_major!(pattern_by_reload => a_pattern_added_by_reload_takes_its_tables: pg15
 /// glob took; a regular-expression row (`schema_name = '~'`) takes tables
 /// by `schema.name`; `kill -9` and a restart keep the rows (they are read
 /// from the WAL once).
+/// `cfg_b` made with `rows` rows in its creating transaction, taken by
+/// the glob row and equal in ClickHouse.
+fn create_cfg_b(h: &mut StreamHarness, rows: usize) -> Result<()> {
+    h.source.psql(&format!(
+        "begin; create table cfg_b (id int primary key, v text); \
+         insert into cfg_b select g, 'b' from generate_series(1, {rows}) g; commit"
+    ))?;
+    h.wait_caught_up(CATCH_UP)?;
+    common::loads::wait_loaded(h, "public.cfg_b")?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure!(h.assert_equal("cfg_b", "cfg_b", &cols())? == rows);
+    Ok(())
+}
+
 fn config_table_patterns(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(BIN, major, "cfgpatterns", &[], "")?;
     h.source.psql(
@@ -316,13 +330,7 @@ fn config_table_patterns(major: PgMajor) -> Result<()> {
     common::loads::wait_loaded(&mut h, "public.cfg_x1")?;
     common::loads::wait_loaded(&mut h, "app.ev_1")?;
     // A table created later, with rows in its creating transaction.
-    h.source.psql(
-        "begin; create table cfg_b (id int primary key, v text); \
-         insert into cfg_b select g, 'b' from generate_series(1, 25) g; commit",
-    )?;
-    h.wait_caught_up(CATCH_UP)?;
-    common::loads::wait_loaded(&mut h, "public.cfg_b")?;
-    ensure!(h.assert_equal("cfg_b", "cfg_b", &cols())? == 25);
+    create_cfg_b(&mut h, 25)?;
     // A table made in the same transaction as its own row saying not to
     // replicate: its row wins, nothing of it reaches ClickHouse.
     h.source.psql(
@@ -372,6 +380,17 @@ fn config_table_patterns(major: PgMajor) -> Result<()> {
     }
     ensure!(h.assert_equal("app.ev_1", "app__ev_1", &cols())? == 10);
     ensure!(h.assert_equal("app.ev_2", "app__ev_2", &cols())? == 7);
+    // A table a row took, dropped: let go and shown out; made again, it is
+    // taken again with the rows of its creating transaction.
+    h.source.psql("drop table cfg_b")?;
+    h.wait_caught_up(CATCH_UP)?;
+    wait_until(Duration::from_secs(30), "cfg_b out", || {
+        Ok(h.status_json()?["tables"]["public.cfg_b"]["out"]
+            .as_str()
+            .is_some_and(|o| o.contains("dropped or renamed")))
+    })?;
+    create_cfg_b(&mut h, 4)?;
+    ensure!(h.status_json()?["tables"]["public.cfg_b"]["out"].is_null());
     // The glob row's column rules change: the tables it took follow.
     h.source
         .psql("update walshadow.tables set exclude_columns = '{v}' where table_name = 'cfg_*'")?;

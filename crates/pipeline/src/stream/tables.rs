@@ -131,14 +131,22 @@ impl Streamer {
                 // A pattern took the table it matched, which is gone
                 // (dropped, or renamed away): let go, and taken again
                 // if a table of the name is made.
-                if let Some(pattern) = self.settings.by_pattern.get(&key).cloned() {
+                let of_file = self.settings.by_pattern.get(&key).cloned();
+                let of_row = self
+                    .progress
+                    .tables
+                    .get(&key)
+                    .and_then(|t| t.config_pattern.clone().filter(|_| t.opted_in));
+                if let Some(pattern) = of_file.clone().or(of_row) {
                     tracing::info!(table = %key, pattern = %pattern, lsn = %lsn, "the table a pattern took was dropped or renamed at the source: no longer streamed (its ClickHouse table stays)");
                     let why = format!(
                         "dropped or renamed at the source (the pattern {pattern} had taken it)"
                     );
                     self.let_go(&key, lsn, &why).await?;
-                    self.settings.by_pattern.remove(&key);
-                    self.settings.tables.remove(&key);
+                    if of_file.is_some() {
+                        self.settings.by_pattern.remove(&key);
+                        self.settings.tables.remove(&key);
+                    }
                     let_go = true;
                     continue;
                 }
