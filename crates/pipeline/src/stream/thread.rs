@@ -7,8 +7,10 @@
 //! take turns on one core. Here the stream has a core to itself, with a
 //! current-thread runtime of its own (its timers and ClickHouse requests
 //! wake only it), and the WAL crosses threads once, through the tap.
-//! Loads and a flush's inserts are spawned on the daemon's runtime
-//! ([`Streamer::new`] captures its handle), so they overlap decoding.
+//! Loads, a flush's inserts and every ClickHouse request (the client's
+//! `on_runtime`) run on the daemon's runtime ([`Streamer::new`] captures
+//! its handle), so they overlap decoding and share one connection pool
+//! driven there.
 
 use tokio::sync::{mpsc, oneshot};
 use walshadow_intake::TapEvent;
