@@ -124,6 +124,11 @@ pub struct StoreOrigin {
     pub replication: ConnConfig,
     /// Files read from the store at once (`[backup] parallelism`).
     pub parallelism: usize,
+    /// `Some` for the load of `init --bootstrap` (the store is its landed
+    /// backup): a SQL session on the source, which tells how transactions
+    /// open across the backup's start ended (see
+    /// [`BackupPass::wait_for_writers`]).
+    pub bootstrap: Option<Box<ConnConfig>>,
 }
 
 /// Everything one `base_backup` or `object_store` pass needs.
@@ -355,9 +360,23 @@ impl Plan {
 impl BackupPass {
     /// The `initial_load` mode this pass serves.
     pub fn mode(&self) -> &'static str {
-        match self.origin {
+        match &self.origin {
             Origin::Stream { .. } => "base_backup",
+            Origin::Store(o) if o.bootstrap.is_some() => "bootstrap",
             Origin::Store(_) => "object_store",
+        }
+    }
+
+    /// Where a stored backup's pass keeps its [`PassProgress`]: beside the
+    /// landed backup for a bootstrap (so it goes with it), else the state
+    /// directory.
+    fn progress_dir(&self) -> PathBuf {
+        match &self.origin {
+            Origin::Store(o) => match o.store.as_ref() {
+                BackupStore::Landed(l) => l.dir().to_owned(),
+                _ => self.state_dir.clone(),
+            },
+            Origin::Stream { .. } => self.state_dir.clone(),
         }
     }
 
@@ -395,7 +414,7 @@ impl BackupPass {
             if outcome.is_ok() {
                 let _ = std::fs::remove_dir_all(self.wal_cache());
                 if matches!(self.origin, Origin::Store(_)) {
-                    PassProgress::remove(&self.state_dir);
+                    PassProgress::remove(&self.progress_dir());
                 }
             }
             match outcome {
@@ -441,8 +460,11 @@ impl BackupPass {
     /// fetched, across its attempts: an attempt that waited for the last
     /// segment fetches only what is new.
     fn wal_cache(&self) -> PathBuf {
-        self.spill_dir
-            .join(format!("backup-pass-{}-wal", std::process::id()))
+        self.spill_dir.join(format!(
+            "backup-pass-{}-{}-wal",
+            std::process::id(),
+            self.mode()
+        ))
     }
 
     /// Changes the open entries of this pass's tables (those still at
@@ -650,7 +672,7 @@ impl BackupPass {
             .flat_map(|p| p.tables.iter().flat_map(|e| e.done.iter().copied()))
             .collect();
         if let Some(p) = &progress {
-            p.write(&self.state_dir)
+            p.write(&self.progress_dir())
                 .map_err(|e| AttemptError::Failed(format!("recording the pass's progress: {e}")))?;
         }
         std::fs::create_dir_all(scratch)
@@ -702,9 +724,12 @@ impl BackupPass {
             toast_chunks: 0,
             deferred: 0,
             deferred_at_file: 0,
+            writers_seen: store
+                .and_then(|o| o.bootstrap.as_ref())
+                .map(|_| HashSet::new()),
             progress: progress.map(|doc| ProgressKeeper {
                 doc,
-                dir: self.state_dir.clone(),
+                dir: self.progress_dir(),
             }),
         };
         let mut sink = PageWalkSink::new(plan.files.iter().map(|f| f.locator), walker, plan.walk)
@@ -777,6 +802,9 @@ impl BackupPass {
         })?;
         let walk = outcome.stats;
         let mut walker = outcome.consumer;
+        if let (Some(leg), Some(source)) = (&leg, store.and_then(|o| o.bootstrap.as_ref())) {
+            self.wait_for_writers(leg, source, &mut walker).await?;
+        }
         walker.resolve_deferred().await?;
         let gap = match &leg {
             Some(leg) => Some(
@@ -950,6 +978,151 @@ impl BackupPass {
         Ok(leg)
     }
 
+    /// bootstrap: the stream starts at the backup's end and decodes from
+    /// its start, so a transaction that wrote before the start and was
+    /// still open at the end left those rows on the walked pages alone.
+    /// Its outcome decides them: each such writer of a deferred tuple
+    /// (running at the start checkpoint, no outcome in the window) is
+    /// waited for on the source, and its commit or abort patched into the
+    /// gate before the deferred tuples resolve. A committed one's rows keep
+    /// the walk's tag; its later changes come from the stream at its
+    /// commit. (Seed 001 keeps such rows in pending tables and publishes
+    /// the rest meanwhile; here the table's swap waits.)
+    async fn wait_for_writers(
+        &self,
+        leg: &StoreLeg,
+        source: &ConnConfig,
+        walker: &mut Walker,
+    ) -> Result<(), AttemptError> {
+        let Some(ckpt) = leg.outcomes.start_checkpoint else {
+            return Err(AttemptError::Failed(format!(
+                "backup {}: its window holds no start checkpoint, which tells which \
+                 transactions were open at its start; remedy: run `walshadow init --force \
+                 --bootstrap` again",
+                leg.backup.label
+            )));
+        };
+        let gate = walker
+            .gate
+            .as_mut()
+            .ok_or_else(|| AttemptError::Failed("the walk's gate is gone".into()))?;
+        // Running at the checkpoint: [oldestActiveXid, nextXid), modulo 2^32.
+        let oldest = ckpt.oldest_active_xid;
+        let span = ckpt.next_xid.wrapping_sub(oldest);
+        let mut open: Vec<Xid> = walker
+            .writers_seen
+            .take()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|&x| {
+                oldest >= 3
+                    && x >= 3
+                    && x.wrapping_sub(oldest) < span
+                    && !matches!(
+                        gate.xact().status(x),
+                        Some(
+                            walshadow_heap::visibility::XactStatus::Committed
+                                | walshadow_heap::visibility::XactStatus::Aborted
+                        )
+                    )
+            })
+            .collect();
+        if open.is_empty() {
+            return Ok(());
+        }
+        open.sort_unstable();
+        let mut sql = ReplicationClient::connect(source)
+            .await
+            .map_err(source_failed("connecting to the source"))?;
+        let since = Instant::now();
+        let mut told = None::<Instant>;
+        let mut patch = walshadow_heap::visibility::XactPatch::default();
+        loop {
+            let r = sql
+                .simple_query("SELECT pg_snapshot_xmax(pg_current_snapshot())::text")
+                .await
+                .map_err(source_failed(
+                    "asking the source for its next transaction id",
+                ))?;
+            let next: u64 = r.text(0, 0).and_then(|t| t.parse().ok()).ok_or_else(|| {
+                AttemptError::Failed("the source's next xid8 is not a number".into())
+            })?;
+            // The full id of each: the epoch of `next`, or the one before.
+            let full = |x: Xid| {
+                let f = (next & !0xffff_ffff) | u64::from(x);
+                if f >= next {
+                    f.wrapping_sub(1 << 32)
+                } else {
+                    f
+                }
+            };
+            let list = open
+                .iter()
+                .map(|&x| full(x).to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+            let r = sql
+                .simple_query(&format!(
+                    "SELECT x, pg_xact_status(x::xid8), \
+                            (SELECT string_agg(pid::text, ',') FROM pg_stat_activity a \
+                              WHERE a.backend_xid::text = (x::numeric % 4294967296)::text) \
+                       FROM unnest('{{{list}}}'::text[]) x"
+                ))
+                .await
+                .map_err(source_failed("asking the source how transactions ended"))?;
+            let mut still = Vec::new();
+            for i in 0..r.rows.len() {
+                let Some(x) = r.text(i, 0).and_then(|t| t.parse::<u64>().ok()) else {
+                    continue;
+                };
+                let xid = x as u32;
+                match r.text(i, 1) {
+                    Some("committed") => patch.set(xid, true),
+                    Some("aborted") => patch.set(xid, false),
+                    Some("in progress") => still.push((xid, r.text(i, 2).map(str::to_owned))),
+                    other => {
+                        return Err(AttemptError::Failed(format!(
+                            "transaction {xid}, open at backup {}'s start, has no status on the \
+                             source ({other:?}); remedy: run `walshadow init --force --bootstrap` \
+                             again",
+                            leg.backup.label
+                        )));
+                    }
+                }
+            }
+            if still.is_empty() {
+                break;
+            }
+            if told.is_none_or(|t| t.elapsed() >= Duration::from_secs(30)) {
+                told = Some(Instant::now());
+                let who = still
+                    .iter()
+                    .map(|(x, pids)| match pids {
+                        Some(p) => format!("{x} (pid {p})"),
+                        None => x.to_string(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let why = format!(
+                    "waiting for transactions open since before backup {}'s start to end \
+                     ({who}; {:?} so far): rows they wrote before it are only on the backup's \
+                     pages, and their outcome decides them",
+                    leg.backup.label,
+                    since.elapsed()
+                );
+                tracing::warn!(tables = %self.keys(), "initial load (bootstrap) {why}");
+                let _ = self.update_each(|p| p.error = Some(why.clone()));
+            }
+            open = still.into_iter().map(|(x, _)| x).collect();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        sql.close().await;
+        tracing::info!(tables = %self.keys(), committed = patch.committed(), aborted = patch.aborted(), "initial load (bootstrap): the writers open across the backup's start have ended");
+        gate.xact_mut().patch(patch);
+        let _ = self.update_each(|p| p.error = None);
+        Ok(())
+    }
+
     /// Waits (a minute at most) for the shadow to have replayed every
     /// opt-in of the pass: the plan reads the tables as of their `S`.
     async fn wait_shadow_replayed(
@@ -1082,7 +1255,7 @@ impl BackupPass {
         tables: &[PassTable],
         plan: &Plan,
     ) -> Result<PassProgress, AttemptError> {
-        let saved = PassProgress::load(&self.state_dir);
+        let saved = PassProgress::load(&self.progress_dir());
         let mut progress = PassProgress::new(&leg.backup.label);
         for (i, t) in tables.iter().enumerate() {
             let fingerprint =
@@ -1130,7 +1303,7 @@ impl BackupPass {
             progress.tables.push(want);
         }
         progress
-            .write(&self.state_dir)
+            .write(&self.progress_dir())
             .map_err(|e| AttemptError::Failed(format!("recording the pass's progress: {e}")))?;
         Ok(progress)
     }
@@ -1755,6 +1928,9 @@ struct Walker {
     deferred_at_file: u64,
     /// object_store: the segments whose rows are in staging, recorded.
     progress: Option<ProgressKeeper>,
+    /// bootstrap: the writers (inserter, deleter or updater) of deferred
+    /// tuples, some of which may have begun before the backup's start.
+    writers_seen: Option<HashSet<Xid>>,
 }
 
 /// An `object_store` pass's [`PassProgress`] and where it is kept.
@@ -1840,6 +2016,19 @@ impl Walker {
 
     fn defer(&mut self, leaf: usize, header: &TupleHeader, tuple: &[u8]) -> Result<(), SinkError> {
         self.deferred += 1;
+        if let Some(seen) = self.writers_seen.as_mut() {
+            seen.insert(header.xmin);
+            if header.infomask & walshadow_heap::visibility::HEAP_XMAX_IS_MULTI != 0 {
+                if let Some(gate) = self.gate.as_ref()
+                    && let Ok(walshadow_heap::visibility::MultiLookup::Updater(m)) =
+                        gate.multi().updater(header.xmax)
+                {
+                    seen.insert(m.xid);
+                }
+            } else if header.xmax != 0 {
+                seen.insert(header.xmax);
+            }
+        }
         let mut payload = Vec::with_capacity(4 + tuple.len());
         payload.extend_from_slice(&(leaf as u32).to_le_bytes());
         payload.extend_from_slice(tuple);

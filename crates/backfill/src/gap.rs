@@ -120,6 +120,9 @@ pub struct StartCheckpoint {
     pub next_xid: Xid,
     pub next_multi: u32,
     pub next_multi_offset: u32,
+    /// `oldestActiveXid`: the oldest transaction still running when the
+    /// checkpoint was made (0 when none was, or below `replica`).
+    pub oldest_active_xid: Xid,
 }
 
 impl StartCheckpoint {
@@ -136,10 +139,16 @@ impl StartCheckpoint {
         c.take(16).ok()?;
         let next_xid = c.u64().ok()? as u32;
         c.take(4).ok()?;
+        let next_multi = c.u32().ok()?;
+        let next_multi_offset = c.u32().ok()?;
+        // oldestXid, oldestXidDB, oldestMulti, oldestMultiDB, padding, time
+        // (8-aligned), oldestCommitTsXid, newestCommitTsXid: 36 bytes.
+        c.take(36).ok()?;
         Some(StartCheckpoint {
             next_xid,
-            next_multi: c.u32().ok()?,
-            next_multi_offset: c.u32().ok()?,
+            next_multi,
+            next_multi_offset,
+            oldest_active_xid: c.u32().ok()?,
         })
     }
 }

@@ -11,6 +11,8 @@
 //!                                                    and SHA-1 checked) ─▶ file_data
 //!                                                    in 1 MiB chunks ─▶ end_file
 //!                                          └ Skip ─▶ never read
+//!  landed (init --bootstrap): <state>/bootstrap/data/<path>, tablespaces/<oid>/<path>
+//!      ─▶ each file offered to the walk, the kept ones read where they lie
 //!  barman-cloud base/<id>/data.tar[.gz|.bz2], <oid>.tar,
 //!  wal-g basebackups_005/<name>/tar_partitions/*.tar[.lz4|.zst] ─▶ downloaded
 //!      into the pass's scratch, read front to back: each file offered to the
@@ -24,6 +26,7 @@ use std::path::Path;
 use bytes::Bytes;
 use futures::StreamExt;
 use walshadow_backup_store::barman_cloud::BackupTar;
+use walshadow_backup_store::landed::{Landed, LandedFile};
 use walshadow_backup_store::{Backup, BackupStore, Compression, Repository, StoreError};
 use walshadow_types::Oid;
 use walshadow_wal_reader::replication::{
@@ -88,6 +91,7 @@ pub async fn walk<C: PageConsumer + Send>(
             let tars = w.backup_tars(&backup.label).await?;
             return walk_tars(w.repository(), tars, sink, scratch).await;
         }
+        BackupStore::Landed(l) => return walk_landed(l, sink).await,
     };
     let manifest = s.manifest(&backup.label).await?;
     // Archive (None: the data directory) → (path in it, manifest path, size).
@@ -120,16 +124,8 @@ pub async fn walk<C: PageConsumer + Send>(
     let dir = scratch.join("files");
     std::fs::create_dir_all(&dir).map_err(|e| local_error(&dir, e))?;
     let mut read = 0u64;
-    // Tablespaces first, the data directory last: as BASE_BACKUP sends
-    // them, the walk ends with the data directory's archive.
-    let mut order: Vec<_> = archives.keys().copied().filter(Option::is_some).collect();
-    order.push(None);
-    for spcoid in order {
-        let info = ArchiveInfo {
-            name: spcoid.map_or("base.tar".to_owned(), |o| format!("{o}.tar")),
-            spcoid,
-            location: None,
-        };
+    for info in in_sending_order(&archives) {
+        let spcoid = info.spcoid;
         sink.begin_archive(&info)
             .await
             .map_err(StoreWalkError::Sink)?;
@@ -153,17 +149,7 @@ pub async fn walk<C: PageConsumer + Send>(
         }
         let mut reads = futures::stream::iter(ahead).buffered(parallelism.max(1));
         for ((path, manifest_path, size), want) in files.iter().zip(&wanted) {
-            let entry = TarEntry {
-                path: path.clone(),
-                size: *size,
-                kind: EntryKind::File,
-                mode: 0o600,
-                mtime: 0,
-            };
-            let action = sink
-                .begin_file(&info, &entry)
-                .await
-                .map_err(StoreWalkError::Sink)?;
+            let action = offer(sink, &info, path, *size).await?;
             let content = match (want, action) {
                 (false, FileAction::Skip) => continue,
                 (true, FileAction::Keep) => reads.next().await,
@@ -186,6 +172,76 @@ pub async fn walk<C: PageConsumer + Send>(
             read += size;
             hand_on(&local, sink).await?;
             let _ = std::fs::remove_file(&local);
+            sink.end_file().await.map_err(StoreWalkError::Sink)?;
+        }
+        sink.end_archive(&info)
+            .await
+            .map_err(StoreWalkError::Sink)?;
+    }
+    Ok(read)
+}
+
+/// Offers a stored file to the walk as the tar member it was in the backup.
+async fn offer<C: PageConsumer + Send>(
+    sink: &mut PageWalkSink<C>,
+    info: &ArchiveInfo,
+    path: &str,
+    size: u64,
+) -> Result<FileAction, StoreWalkError> {
+    let entry = TarEntry {
+        path: path.to_owned(),
+        size,
+        kind: EntryKind::File,
+        mode: 0o600,
+        mtime: 0,
+    };
+    sink.begin_file(info, &entry)
+        .await
+        .map_err(StoreWalkError::Sink)
+}
+
+/// The archives of files grouped by tablespace (`None`: the data
+/// directory), tablespaces first and the data directory last: as
+/// `BASE_BACKUP` sends them, the walk ends with the data directory's.
+fn in_sending_order<T>(archives: &BTreeMap<Option<Oid>, T>) -> Vec<ArchiveInfo> {
+    let mut order: Vec<_> = archives.keys().copied().filter(Option::is_some).collect();
+    order.push(None);
+    order
+        .into_iter()
+        .map(|spcoid| ArchiveInfo {
+            name: spcoid.map_or("base.tar".to_owned(), |o| format!("{o}.tar")),
+            spcoid,
+            location: None,
+        })
+        .collect()
+}
+
+/// A landed backup's members, read where `init --bootstrap` left them:
+/// the tablespaces' archives, then the data directory's, with `pg_xact` and
+/// `pg_multixact` first in it (see [`walk`]).
+async fn walk_landed<C: PageConsumer + Send>(
+    landed: &Landed,
+    sink: &mut PageWalkSink<C>,
+) -> Result<u64, StoreWalkError> {
+    let mut archives: BTreeMap<Option<Oid>, Vec<LandedFile>> = BTreeMap::new();
+    for f in landed.files()? {
+        archives.entry(f.tablespace).or_default().push(f);
+    }
+    if let Some(base) = archives.get_mut(&None) {
+        base.sort_by_key(|f| crate::walk_sink::SlruKind::of(&f.path).is_none());
+    }
+    let mut read = 0u64;
+    for info in in_sending_order(&archives) {
+        let spcoid = info.spcoid;
+        sink.begin_archive(&info)
+            .await
+            .map_err(StoreWalkError::Sink)?;
+        for f in archives.get(&spcoid).map_or(&[][..], Vec::as_slice) {
+            if offer(sink, &info, &f.path, f.size).await? == FileAction::Skip {
+                continue;
+            }
+            hand_on(&f.local, sink).await?;
+            read += f.size;
             sink.end_file().await.map_err(StoreWalkError::Sink)?;
         }
         sink.end_archive(&info)

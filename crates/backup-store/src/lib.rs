@@ -14,15 +14,18 @@
 //!                                                                      and histories
 //!  Compression: gz, lz4, zst, bz2 as the store names them
 //!  continuity: the archive from a backup's start to the source's branch, hole by hole
+//!  Landed: <state>/bootstrap/, what `init --bootstrap` kept of its BASE_BACKUP
 //! ```
 //!
-//! Everything here reads; nothing writes to a store.
+//! Everything here reads; nothing writes to a store (`init` writes the
+//! landed backup).
 
 pub mod backup;
 pub mod barman_cloud;
 pub mod compression;
 pub mod continuity;
 pub mod error;
+pub mod landed;
 pub mod pgbackrest;
 pub mod repository;
 pub mod store;

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use crate::StoreError;
 use crate::backup::{ArchivedFile, Backup};
 use crate::barman_cloud::BarmanCloud;
+use crate::landed::Landed;
 use crate::pgbackrest::PgBackRest;
 use crate::walg::WalG;
 
@@ -15,6 +16,8 @@ pub enum BackupStore {
     PgBackRest(PgBackRest),
     BarmanCloud(BarmanCloud),
     WalG(WalG),
+    /// What `init --bootstrap` landed in the state directory.
+    Landed(Landed),
 }
 
 impl BackupStore {
@@ -24,6 +27,7 @@ impl BackupStore {
             BackupStore::PgBackRest(s) => s.repository().name(),
             BackupStore::BarmanCloud(s) => s.repository().name(),
             BackupStore::WalG(s) => s.repository().name(),
+            BackupStore::Landed(s) => s.repository().name(),
         }
     }
 
@@ -33,6 +37,7 @@ impl BackupStore {
             BackupStore::PgBackRest(s) => s.backups().await,
             BackupStore::BarmanCloud(s) => s.backups().await,
             BackupStore::WalG(s) => s.backups().await,
+            BackupStore::Landed(s) => Ok(vec![s.backup()]),
         }
     }
 
@@ -61,7 +66,9 @@ impl BackupStore {
                              {system_id}: is this the source's stanza?"
                     ),
                 }),
-            BackupStore::BarmanCloud(_) | BackupStore::WalG(_) => Ok(String::new()),
+            BackupStore::BarmanCloud(_) | BackupStore::WalG(_) | BackupStore::Landed(_) => {
+                Ok(String::new())
+            }
         }
     }
 
@@ -72,6 +79,7 @@ impl BackupStore {
             BackupStore::PgBackRest(s) => s.archived_segments(archive).await,
             BackupStore::BarmanCloud(s) => s.archived_segments().await,
             BackupStore::WalG(s) => s.archived_segments().await,
+            BackupStore::Landed(s) => s.archived_segments(),
         }
     }
 
@@ -86,6 +94,9 @@ impl BackupStore {
             BackupStore::PgBackRest(s) => s.archived_segment(archive, name).await,
             BackupStore::BarmanCloud(s) => s.archived_segment(name).await,
             BackupStore::WalG(s) => s.archived_segment(name).await,
+            BackupStore::Landed(s) => {
+                Ok(s.archived_segments()?.into_iter().find(|f| f.name == name))
+            }
         }
     }
 
@@ -100,6 +111,7 @@ impl BackupStore {
             BackupStore::PgBackRest(s) => s.repository(),
             BackupStore::BarmanCloud(s) => s.repository(),
             BackupStore::WalG(s) => s.repository(),
+            BackupStore::Landed(s) => s.repository(),
         };
         file.read(repo, seg_size).await
     }
@@ -115,6 +127,9 @@ impl BackupStore {
             BackupStore::PgBackRest(s) => Ok(s.history(&backup.archive, tli).await?.is_some()),
             BackupStore::BarmanCloud(s) => s.has_history(tli).await,
             BackupStore::WalG(s) => s.has_history(tli).await,
+            // Its window ends at the backup's end, on the backup's own
+            // timeline: nothing replays from it onto another.
+            BackupStore::Landed(_) => Ok(true),
         }
     }
 
@@ -123,7 +138,7 @@ impl BackupStore {
     pub async fn check_readable(&self, backup: &Backup) -> Result<(), StoreError> {
         match self {
             BackupStore::PgBackRest(s) => s.manifest(&backup.label).await.map(|_| ()),
-            BackupStore::BarmanCloud(_) | BackupStore::WalG(_) => Ok(()),
+            BackupStore::BarmanCloud(_) | BackupStore::WalG(_) | BackupStore::Landed(_) => Ok(()),
         }
     }
 }

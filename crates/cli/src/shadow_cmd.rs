@@ -15,6 +15,14 @@ pub struct InitArgs {
     /// state, then initialise again (the slot is reused).
     #[arg(long)]
     force: bool,
+    /// Load the selected tables' existing rows from the same backup: the
+    /// tables walshadow would load at its first start (a [table] pin or
+    /// pattern, or a config-table row, with an initial_load other than
+    /// none) have their files and the backup's WAL kept in the state
+    /// directory (disk: about their size), and the first `run` loads them
+    /// from there instead of by their initial_load.
+    #[arg(long)]
+    bootstrap: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -40,7 +48,11 @@ pub fn init(args: InitArgs) -> anyhow::Result<()> {
         walshadow_pipeline::stream::clickhouse_client(ch)
             .context("the [clickhouse] section cannot be used")?;
     }
-    let report = runtime()?.block_on(walshadow_shadow::bootstrap::init(&config, args.force))?;
+    let report = runtime()?.block_on(walshadow_shadow::bootstrap::init(
+        &config,
+        args.force,
+        args.bootstrap,
+    ))?;
     println!("{report}");
     Ok(())
 }

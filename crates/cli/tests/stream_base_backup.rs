@@ -61,19 +61,9 @@ fn staging_tables_left(h: &StreamHarness) -> Result<u64> {
 
 fn opt_in_under_load(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(BIN, major, "bb-load", &[], CONFIG)?;
+    h.source.psql(ORDERS_DEAD_M_SQL)?;
     h.source.psql(
-        "create table orders (id bigint primary key, customer int, amount numeric(12,2), note text);
-         alter table orders alter column note set storage external;
-         insert into orders select g, g % 100, g * 1.25, case when g % 50 = 0 then repeat(md5(g::text), 300) else 'n' || g end
-           from generate_series(1, 3000) g;
-         create table dead (id int primary key, v text) with (autovacuum_enabled = false);
-         insert into dead select g, 'orig' from generate_series(1, 1000) g;
-         delete from dead where id % 3 = 0;
-         update dead set v = 'updated' where id % 3 = 1;
-         begin; insert into dead values (5000, 'rolled back'); rollback;
-         create table m (id int primary key, v text) with (autovacuum_enabled = false);
-         insert into m select g, 'orig' from generate_series(1, 100) g;
-         create table other (id int primary key, v text);
+        "create table other (id int primary key, v text);
          insert into other select g, 'x' from generate_series(1, 500) g;",
     )?;
     // Multixacts: rows 1..20 key-share locked by a transaction that stays

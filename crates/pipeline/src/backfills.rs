@@ -13,6 +13,11 @@
 //! instead of publishing it. An entry recorded as swapped (its staging
 //! table may already be exchanged) is never loaded again nor dropped: its
 //! swap is recovered, at start or once its pass gave up on it.
+//!
+//! `bootstrap` entries load the tables `init --bootstrap` selected from the
+//! backup it landed in `<state>/bootstrap/` (an `object_store` pass over
+//! that landed backup); they are recorded at the first start, at the
+//! backup's end, and the landed files are removed once none is open.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -45,6 +50,8 @@ const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 /// The modes of backup loads (one pass loads all the tables due in one).
 pub const BASE_BACKUP: &str = "base_backup";
 pub const OBJECT_STORE: &str = "object_store";
+/// `init --bootstrap`'s loads (not an `initial_load` value).
+pub const BOOTSTRAP: &str = "bootstrap";
 
 /// The stream's loads.
 #[derive(Debug)]
@@ -90,6 +97,11 @@ pub struct Backfills {
     dest_locks: DestLocks,
     /// `object_store` loads' store (opened once) and shadow session.
     store: Option<(Arc<BackupStore>, StoreResources)>,
+    /// The backup `init --bootstrap` landed, while a `bootstrap` entry is
+    /// open.
+    landed: Option<Arc<BackupStore>>,
+    /// A SQL session on the shadow, for `bootstrap` loads.
+    shadow: ConnConfig,
     column_rules: HashMap<String, ColumnRules>,
 }
 
@@ -116,6 +128,8 @@ pub struct LoadResources {
     pub dest_locks: DestLocks,
     /// Tables' column rules, which loads apply as the stream does.
     pub column_rules: HashMap<String, ColumnRules>,
+    /// A SQL session on the shadow, in the streamed database.
+    pub shadow: ConnConfig,
 }
 
 impl Backfills {
@@ -136,7 +150,8 @@ impl Backfills {
         meta: MetaColumns,
         resources: LoadResources,
     ) -> Result<Backfills, LedgerError> {
-        let ledger = Ledger::read(&state_dir)?;
+        let mut ledger = Ledger::read(&state_dir)?;
+        let landed = open_landed(&state_dir, &mut ledger)?;
         let queued: BTreeSet<String> = ledger
             .tables
             .iter()
@@ -184,6 +199,8 @@ impl Backfills {
             toast_handoffs: Vec::new(),
             dest_locks: resources.dest_locks,
             column_rules: resources.column_rules,
+            shadow: resources.shadow,
+            landed,
             store,
             ledger: Arc::new(Mutex::new(ledger)),
             running: HashMap::new(),
@@ -209,6 +226,17 @@ impl Backfills {
     /// Written to the ledger before returning.
     pub fn request(&mut self, key: &str, mode: &str, s: Lsn) -> Result<(), LedgerError> {
         let mut ledger = self.lock();
+        // The bootstrap's rows are the table's as of its `S`, and the
+        // stream covers it from there: a later request adds nothing.
+        if let Some(p) = ledger.tables.get(key)
+            && p.is_open()
+            && p.mode == BOOTSTRAP
+            && p.swap.is_none()
+            && p.s <= s
+        {
+            tracing::info!(table = %key, mode, s = %s, bootstrap_s = %p.s, "initial load requested: init --bootstrap's load of the table serves it");
+            return Ok(());
+        }
         if let Some(p) = ledger.tables.get_mut(key)
             && p.is_open()
             && (p.s == s || p.swap.is_some())
@@ -327,10 +355,9 @@ impl Backfills {
     /// Whether `key` has a staging table that may be loading or swapping
     /// (its destination's TRUNCATE must empty staging too).
     pub fn has_staging(&self, key: &str) -> bool {
-        self.lock()
-            .tables
-            .get(key)
-            .is_some_and(|p| p.is_open() && (p.mode == BASE_BACKUP || p.mode == OBJECT_STORE))
+        self.lock().tables.get(key).is_some_and(|p| {
+            p.is_open() && (p.mode == BASE_BACKUP || p.mode == OBJECT_STORE || p.mode == BOOTSTRAP)
+        })
     }
 
     /// Requests the loads that waited behind a swap now done.
@@ -392,7 +419,7 @@ impl Backfills {
                     self.queued.remove(&key);
                     self.start_copy(key, pass.s, dest_name);
                 }
-                BASE_BACKUP | OBJECT_STORE => backups.push((
+                BASE_BACKUP | OBJECT_STORE | BOOTSTRAP => backups.push((
                     pass.mode.clone(),
                     PassTable {
                         columns: self.column_rules.get(&key).cloned().unwrap_or_default(),
@@ -433,7 +460,33 @@ impl Backfills {
 
     /// Starts a backup pass of `mode` over `tables`.
     fn start_pass(&mut self, mode: String, tables: Vec<PassTable>) {
-        let (catalog, origin) = if mode == OBJECT_STORE {
+        let (catalog, origin) = if mode == BOOTSTRAP {
+            let Some(landed) = &self.landed else {
+                self.refuse(
+                    &tables,
+                    "the backup init --bootstrap landed in the state directory is gone; remedy: \
+                     opt the table in again (walshadow table add) with another initial_load, or \
+                     run `walshadow init --force --bootstrap`",
+                );
+                return;
+            };
+            let backup = match landed.as_ref() {
+                BackupStore::Landed(l) => l.manifest().label.clone(),
+                _ => String::new(),
+            };
+            let mut replication = self.replication.clone();
+            replication.application_name = Some("walshadow bootstrap".into());
+            (
+                self.shadow.clone(),
+                Origin::Store(StoreOrigin {
+                    store: Arc::clone(landed),
+                    backup,
+                    replication,
+                    parallelism: 1,
+                    bootstrap: Some(Box::new(self.source.clone())),
+                }),
+            )
+        } else if mode == OBJECT_STORE {
             let Some((store, r)) = &self.store else {
                 self.refuse_without_store(&tables);
                 return;
@@ -447,6 +500,7 @@ impl Backfills {
                     backup: r.settings.backup.clone(),
                     replication,
                     parallelism: r.settings.parallelism,
+                    bootstrap: None,
                 }),
             )
         } else {
@@ -497,18 +551,24 @@ impl Backfills {
     /// pending with the remedy (status shows it); a restart with the
     /// section (or another mode) runs it.
     fn refuse_without_store(&mut self, tables: &[PassTable]) {
+        self.refuse(
+            tables,
+            "initial_load = 'object_store' reads the backup store the [backup] section \
+             names, and the config has none (or it did not open: see the log); remedy: \
+             add [backup] and restart walshadow, or set initial_load to 'copy' or \
+             'base_backup'",
+        );
+    }
+
+    /// Loads that cannot start: each entry stays pending with `why`
+    /// (status shows it) until a restart or a new opt-in.
+    fn refuse(&mut self, tables: &[PassTable], why: &str) {
         let mut ledger = self.lock();
         for t in tables {
             if let Some(p) = ledger.tables.get_mut(&t.key) {
-                p.error = Some(
-                    "initial_load = 'object_store' reads the backup store the [backup] section \
-                     names, and the config has none (or it did not open: see the log); remedy: \
-                     add [backup] and restart walshadow, or set initial_load to 'copy' or \
-                     'base_backup'"
-                        .into(),
-                );
+                p.error = Some(why.to_owned());
             }
-            tracing::error!(table = %t.key, "initial load (object_store) cannot start: no [backup] store; add [backup] and restart walshadow, or set initial_load to 'copy' or 'base_backup'");
+            tracing::error!(table = %t.key, "initial load cannot start: {why}");
         }
         if let Err(e) = ledger.write(&self.state_dir) {
             tracing::warn!("recording a load that cannot start in the ledger: {e}");
@@ -641,6 +701,9 @@ impl Backfills {
                 None => {}
             }
         }
+        // A bootstrap entry closes when its pass publishes it, or when the
+        // swap a crash interrupted is recovered.
+        self.drop_landed_when_done();
         let done: Vec<String> = self
             .running
             .iter()
@@ -702,6 +765,85 @@ impl Backfills {
         for (_, t) in self.recovering.drain() {
             t.abort();
         }
+    }
+}
+
+impl Backfills {
+    /// Removes the landed backup once no `bootstrap` entry is open (each
+    /// loaded, withdrawn or replaced).
+    fn drop_landed_when_done(&mut self) {
+        if self.landed.is_none()
+            || self
+                .lock()
+                .tables
+                .values()
+                .any(|p| p.is_open() && p.mode == BOOTSTRAP)
+        {
+            return;
+        }
+        self.landed = None;
+        remove_landed(&self.state_dir);
+    }
+}
+
+/// The backup `init --bootstrap` landed, with an entry recorded for each
+/// table it holds that has none yet (the first start after `init`); `None`
+/// when there is none, or when every entry is closed (then its files go).
+fn open_landed(
+    state_dir: &std::path::Path,
+    ledger: &mut Ledger,
+) -> Result<Option<Arc<BackupStore>>, LedgerError> {
+    use walshadow_backup_store::landed::Landed;
+    let dir = state_dir.join(walshadow_shadow::bootstrap::kept::DIR);
+    let landed = match Landed::open(&dir) {
+        Ok(l) => l,
+        Err(walshadow_backup_store::StoreError::NotFound { .. }) => {
+            // An init that stopped before its manifest: nothing to load.
+            if dir.exists() {
+                remove_landed(state_dir);
+            }
+            return Ok(None);
+        }
+        Err(e) => {
+            tracing::error!(
+                "the backup init --bootstrap landed cannot be read ({e}): its loads wait for a restart with it readable"
+            );
+            return Ok(None);
+        }
+    };
+    let m = landed.manifest().clone();
+    let mut added = false;
+    for key in &m.tables {
+        if !ledger.tables.contains_key(key) {
+            ledger
+                .tables
+                .insert(key.clone(), Pass::new(BOOTSTRAP, m.stop_lsn));
+            added = true;
+            tracing::info!(table = %key, s = %m.stop_lsn, backup = %m.label, "initial load from init --bootstrap's backup requested");
+        }
+    }
+    if added {
+        ledger.write(state_dir)?;
+    }
+    if !ledger
+        .tables
+        .values()
+        .any(|p| p.is_open() && p.mode == BOOTSTRAP)
+    {
+        remove_landed(state_dir);
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(BackupStore::Landed(landed))))
+}
+
+fn remove_landed(state_dir: &std::path::Path) {
+    let dir = state_dir.join(walshadow_shadow::bootstrap::kept::DIR);
+    match std::fs::remove_dir_all(&dir) {
+        Ok(()) => {
+            tracing::info!(dir = %dir.display(), "init --bootstrap's backup is no longer needed: removed")
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!("removing {}: {e}", dir.display()),
     }
 }
 

@@ -107,9 +107,9 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// file descriptors): retrying at once would spin and flood the log.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_secs(1);
 
-/// The `initial_load` modes; their pending gauges exist from the start so
+/// The `initial_load` modes and `init --bootstrap`'s loads; their pending gauges exist from the start so
 /// a dashboard shows 0 rather than no data.
-const BACKFILL_MODES: [&str; 4] = ["none", "copy", "base_backup", "object_store"];
+const BACKFILL_MODES: [&str; 5] = ["none", "copy", "base_backup", "object_store", "bootstrap"];
 
 type U64Gauge = Gauge<u64, AtomicU64>;
 

@@ -190,7 +190,7 @@ fn run_init(major: PgMajor) -> Result<()> {
     let state_dir = cfg.state.dir.clone();
     let rt = runtime();
 
-    let report = rt.block_on(init(&cfg, false))?;
+    let report = rt.block_on(init(&cfg, false, false))?;
     println!("PostgreSQL {major}:\n{report}");
     ensure!(!report.already_initialised);
     let figures = report.backup.clone().context("backup figures")?;
@@ -342,7 +342,7 @@ fn run_init(major: PgMajor) -> Result<()> {
 
     // A second init changes nothing.
     let before = snapshot(&[&shadow, &state_dir])?;
-    let again = rt.block_on(init(&cfg, false))?;
+    let again = rt.block_on(init(&cfg, false, false))?;
     ensure!(
         again.already_initialised,
         "second init did not say already initialised"
@@ -355,7 +355,7 @@ fn run_init(major: PgMajor) -> Result<()> {
     );
 
     // force rebuilds (the slot is reused).
-    let forced = rt.block_on(init(&cfg, true))?;
+    let forced = rt.block_on(init(&cfg, true, false))?;
     ensure!(!forced.already_initialised && !forced.slot_created);
     ensure!(forced.state.backup_start > report.state.backup_start);
     ensure!(InitState::read_present(&state_dir)? == forced.state);
@@ -377,7 +377,7 @@ fn run_init(major: PgMajor) -> Result<()> {
     std::fs::write(foreign.join("precious"), "x")?;
     let mut cfg2 = config(&c, &work.path, &foreign)?;
     cfg2.state.dir = work.path.join("state2");
-    match rt.block_on(init(&cfg2, false)) {
+    match rt.block_on(init(&cfg2, false, false)) {
         Err(e @ InitError::NotOurs { .. }) => ensure!(e.to_string().contains("data_dir")),
         other => bail!("foreign data dir: {other:?}"),
     }
@@ -568,7 +568,7 @@ fn wal_level_replica(major: PgMajor) -> Result<()> {
         ClusterOptions::default().conf("wal_level", "replica"),
     )?;
     let cfg = config(&c, &work.path, &work.path.join("shadow"))?;
-    match runtime().block_on(init(&cfg, false)) {
+    match runtime().block_on(init(&cfg, false, false)) {
         Err(e @ InitError::Requirement { .. }) => {
             let msg = e.to_string();
             ensure!(

@@ -30,7 +30,7 @@ async fn run(major: PgMajor) -> Result<()> {
     ))?;
     let work = WorkDir::new(&format!("e2e-pg{}", major.number()))?;
     let config = common::shadow_config(&source, &work, "walshadow_e2e")?;
-    let report = walshadow_shadow::bootstrap::init(&config, false).await?;
+    let report = walshadow_shadow::bootstrap::init(&config, false, false).await?;
     eprintln!("init: {report}");
 
     let shadow = Shadow::start(&ShadowSettings::from(&config)).await?;

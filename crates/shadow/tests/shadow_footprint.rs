@@ -98,7 +98,7 @@ async fn run(major: PgMajor) -> Result<()> {
     )?;
     let work = WorkDir::new(&format!("footprint-pg{}", major.number()))?;
     let config = common::shadow_config(&source, &work, "walshadow_footprint")?;
-    walshadow_shadow::bootstrap::init(&config, false).await?;
+    walshadow_shadow::bootstrap::init(&config, false, false).await?;
     let shadow = Shadow::start(&ShadowSettings::from(&config)).await?;
     let source = std::sync::Arc::new(source);
     let src = source.clone();

@@ -20,7 +20,7 @@ async fn run(major: PgMajor) -> Result<()> {
     let source = Cluster::start(major, ClusterOptions::default().conf("autovacuum", "off"))?;
     let work = WorkDir::new(&format!("killed-pg{}", major.number()))?;
     let config = common::shadow_config(&source, &work, "walshadow_killed")?;
-    walshadow_shadow::bootstrap::init(&config, false).await?;
+    walshadow_shadow::bootstrap::init(&config, false, false).await?;
     let settings = ShadowSettings::from(&config);
     let shadow = Shadow::start(&settings).await?;
     let source = std::sync::Arc::new(source);

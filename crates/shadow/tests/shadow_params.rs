@@ -16,7 +16,7 @@ async fn run(major: PgMajor) -> Result<()> {
     let source = Cluster::start(major, ClusterOptions::default().conf("autovacuum", "off"))?;
     let work = WorkDir::new(&format!("params-pg{}", major.number()))?;
     let config = common::shadow_config(&source, &work, "walshadow_params")?;
-    walshadow_shadow::bootstrap::init(&config, false).await?;
+    walshadow_shadow::bootstrap::init(&config, false, false).await?;
     let shadow = Shadow::start(&ShadowSettings::from(&config)).await?;
     source.psql("create table before (id int primary key)")?;
     let before: i32 = source.query_one("show max_connections")?.parse()?;

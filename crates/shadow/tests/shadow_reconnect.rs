@@ -15,7 +15,7 @@ async fn run(major: PgMajor) -> Result<()> {
     let source = Cluster::start(major, ClusterOptions::default().conf("autovacuum", "off"))?;
     let work = WorkDir::new(&format!("reconnect-pg{}", major.number()))?;
     let config = common::shadow_config(&source, &work, "walshadow_reconnect")?;
-    walshadow_shadow::bootstrap::init(&config, false).await?;
+    walshadow_shadow::bootstrap::init(&config, false, false).await?;
     let shadow = Shadow::start(&ShadowSettings::from(&config)).await?;
     let source = std::sync::Arc::new(source);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -33,7 +33,7 @@ async fn run(major: PgMajor) -> Result<()> {
         std::fs::read_to_string(&path)?.replace("[state]", "checkpoint_every_secs = 1\n\n[state]");
     std::fs::write(&path, text)?;
     let config = Config::load(&path)?;
-    walshadow_shadow::bootstrap::init(&config, false).await?;
+    walshadow_shadow::bootstrap::init(&config, false, false).await?;
     let shadow = Shadow::start(&ShadowSettings::from(&config)).await?;
     let first = shadow.store.start();
     let source = std::sync::Arc::new(source);

@@ -103,7 +103,7 @@ async fn run(major: PgMajor) -> Result<()> {
         .replace("[shadow]\n", "[shadow]\ncheckpoint_every_secs = 1\n");
     std::fs::write(&config_path, text)?;
     let config = Config::load(&config_path)?;
-    let report = walshadow_shadow::bootstrap::init(&config, false).await?;
+    let report = walshadow_shadow::bootstrap::init(&config, false, false).await?;
     eprintln!("init: {report}");
     let state = report.state.clone();
     let identity = Identity {

@@ -20,7 +20,7 @@ async fn run(major: PgMajor) -> Result<()> {
     )?;
     let work = WorkDir::new(&format!("segsize-pg{}", major.number()))?;
     let config = common::shadow_config(&source, &work, "walshadow_segsize")?;
-    walshadow_shadow::bootstrap::init(&config, false).await?;
+    walshadow_shadow::bootstrap::init(&config, false, false).await?;
     let shadow = Shadow::start(&ShadowSettings::from(&config)).await?;
     let conf = std::fs::read_to_string(shadow.data_dir().join("postgresql.conf"))?;
     ensure!(conf.contains("min_wal_size = '128MB'"), "{conf}");

@@ -19,7 +19,7 @@ async fn run(major: PgMajor) -> Result<()> {
     let source = Cluster::start(major, ClusterOptions::default().conf("autovacuum", "off"))?;
     let work = WorkDir::new(&format!("tblspc-pg{}", major.number()))?;
     let config = common::shadow_config(&source, &work, "walshadow_tblspc")?;
-    walshadow_shadow::bootstrap::init(&config, false).await?;
+    walshadow_shadow::bootstrap::init(&config, false, false).await?;
     let shadow = Shadow::start(&ShadowSettings::from(&config)).await?;
     let location = work.sub("source-tablespace")?;
     let source = std::sync::Arc::new(source);

@@ -7,6 +7,7 @@
 mod backoff;
 pub mod catalog;
 mod column_type;
+pub mod landed;
 mod lsn;
 mod major;
 mod printable;

@@ -81,6 +81,22 @@ pub fn orders_cols() -> Vec<OracleColumn> {
 
 /// A writer on `orders` on its own thread: inserts, updates (some of the
 /// TOASTed note), deletes, each its own transaction.
+/// Three tables for backup loads: `orders` (3,000 rows, every 50th with a
+/// TOASTed note, stored external), `dead` (deleted rows and dead update
+/// versions left for the gate, a rolled-back insert; no autovacuum) and `m`
+/// (100 rows, no autovacuum: for multixact lockers).
+pub const ORDERS_DEAD_M_SQL: &str = "create table orders (id bigint primary key, customer int, amount numeric(12,2), note text);
+     alter table orders alter column note set storage external;
+     insert into orders select g, g % 100, g * 1.25, case when g % 50 = 0 then repeat(md5(g::text), 300) else 'n' || g end
+       from generate_series(1, 3000) g;
+     create table dead (id int primary key, v text) with (autovacuum_enabled = false);
+     insert into dead select g, 'orig' from generate_series(1, 1000) g;
+     delete from dead where id % 3 = 0;
+     update dead set v = 'updated' where id % 3 = 1;
+     begin; insert into dead values (5000, 'rolled back'); rollback;
+     create table m (id int primary key, v text) with (autovacuum_enabled = false);
+     insert into m select g, 'orig' from generate_series(1, 100) g;";
+
 pub struct OrdersWorkload {
     stop: Arc<AtomicBool>,
     done: Arc<AtomicU64>,

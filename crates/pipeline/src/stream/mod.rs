@@ -412,6 +412,12 @@ impl Streamer {
                 toast_cache_mb: settings.toast_cache_mb,
                 dest_locks: dest_locks.clone(),
                 column_rules: scope::column_rules(&settings, &progress),
+                shadow: walshadow_wal_reader::replication::ConnConfig::unix_socket(
+                    &shadow.socket_dir,
+                    shadow.port,
+                    &source.user,
+                    &source.database(),
+                ),
             },
         )?;
         // A pinned table seen for the first time loads per its
@@ -1423,7 +1429,7 @@ impl Streamer {
         m.set_paused(status.paused.is_some());
         m.set_archive(status.wal_from_archive, status.archive_segments_read);
         let pending = self.backfills.pending_by_mode();
-        for mode in ["copy", "base_backup", "object_store"] {
+        for mode in ["copy", "base_backup", "object_store", "bootstrap"] {
             m.set_backfills_pending(mode, pending.get(mode).copied().unwrap_or(0));
         }
         m.set_backfills_running(self.backfills.running() as u64);

@@ -4,6 +4,8 @@
 //! ```text
 //!  member                                   landed as
 //!  ───────────────────────────────────────  ─────────────────────────────
+//!  pg_wal/<file> (a backup taken with WAL)  skipped: the shadow replays
+//!                                           the filtered stream
 //!  outside base/, global/, pg_tblspc/       as is (control files, pg_xact,
 //!                                           pg_multixact, backup_label, ...)
 //!  global/*                                 as is (shared catalogs only)
@@ -198,6 +200,13 @@ impl<'a> Landing<'a> {
     }
 
     fn decide(&mut self, path: &str) -> Decision {
+        // WAL the backup carries (`init --bootstrap` takes it for the
+        // window): the shadow replays the filtered stream, never these.
+        if let Some(name) = path.strip_prefix("pg_wal/")
+            && !name.contains('/')
+        {
+            return Decision::Skip;
+        }
         let (db, name) = match place(path) {
             Place::InDatabase(db, name) => (db, name),
             Place::Global | Place::Other => return Decision::Keep,

@@ -8,8 +8,11 @@
 //!        └─▶ catalog classes per database (SQL, pg_relation_filenode)
 //!            └─▶ BASE_BACKUP ─▶ landing: control files, every catalog file;
 //!                │               user files never touch disk ([`landing`])
+//!                │  └─ --bootstrap: the same stream (with its WAL) tee'd to
+//!                │     the selected tables' files ([`kept`])
 //!                └─▶ re-list classes: a catalog rewritten into a file the
-//!                    landing skipped means retry on fresh lists
+//!                    landing skipped (or a selected table's file moved)
+//!                    means retry on fresh lists
 //!                    └─▶ seed for the filter ([`seed`]), shadow
 //!                        configuration ([`shadow_conf`]), ownership,
 //!                        init.json last
@@ -22,6 +25,7 @@
 //! without `--force`. `walshadow run` starts the shadow and feeds it; `init`
 //! only prepares.
 
+pub mod kept;
 pub mod landing;
 pub mod page;
 pub mod seed;
@@ -29,6 +33,7 @@ pub mod shadow_conf;
 pub mod source;
 pub mod state;
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -93,6 +98,13 @@ pub enum InitError {
          retry `walshadow init` when no VACUUM FULL/CLUSTER/REINDEX of catalogs runs"
     )]
     CatalogKeptMoving { attempts: usize, files: String },
+    #[error(
+        "the files of tables init --bootstrap loads were rewritten (TRUNCATE, VACUUM FULL, \
+         CLUSTER) or created during each of {attempts} base backups (last: {tables}); retry \
+         `walshadow init --bootstrap` when they are not, or init without --bootstrap and load \
+         them with initial_load = 'copy'"
+    )]
+    SelectedKeptMoving { attempts: usize, tables: String },
     #[error("state file: {0}")]
     State(#[from] StateFileError),
     #[error(transparent)]
@@ -113,7 +125,9 @@ impl InitError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            InitError::Source { .. } | InitError::CatalogKeptMoving { .. }
+            InitError::Source { .. }
+                | InitError::CatalogKeptMoving { .. }
+                | InitError::SelectedKeptMoving { .. }
         )
     }
 }
@@ -130,6 +144,9 @@ pub struct BackupFigures {
     pub stats_files_emptied: u64,
     /// Size of the shadow's data directory after init.
     pub data_dir_bytes: u64,
+    /// `--bootstrap`: the tables loaded from this backup at the first
+    /// `run`, and what was kept for them.
+    pub bootstrap: Option<(Vec<String>, kept::KeptStats)>,
 }
 
 /// What `init` did (or found already done).
@@ -182,6 +199,18 @@ impl fmt::Display for InitReport {
                 b.files_kept, b.files_skipped, b.stats_files_emptied
             )?;
             writeln!(f, "  shadow size   {} bytes", b.data_dir_bytes)?;
+            if let Some((tables, k)) = &b.bootstrap {
+                writeln!(
+                    f,
+                    "  bootstrap     {} tables ({}), {} files and {} WAL segments kept ({} bytes); \
+                     `walshadow run` loads them from it",
+                    tables.len(),
+                    tables.join(", "),
+                    k.files,
+                    k.wal_segments,
+                    k.bytes
+                )?;
+            }
         }
         writeln!(
             f,
@@ -273,8 +302,9 @@ fn private_dir(dir: &Path, mode: u32) -> Result<(), InitError> {
     crate::process::private_dir(dir, mode).map_err(io_err("creating", dir))
 }
 
-/// Runs `walshadow init` (see the module doc).
-pub async fn init(config: &Config, force: bool) -> Result<InitReport, InitError> {
+/// Runs `walshadow init` (see the module doc); with `bootstrap`, the same
+/// backup also keeps the selected tables' files for their load.
+pub async fn init(config: &Config, force: bool, bootstrap: bool) -> Result<InitReport, InitError> {
     let started = Instant::now();
     let state_dir = &config.state.dir;
     let data_dir = &config.shadow.data_dir;
@@ -396,7 +426,8 @@ pub async fn init(config: &Config, force: bool) -> Result<InitReport, InitError>
     let opts = BaseBackupOptions {
         label: "walshadow init".into(),
         checkpoint: Checkpoint::Fast,
-        wal: false,
+        // The bootstrap's window, redo to end, for its load's replay.
+        wal: bootstrap,
         manifest: false,
         // The server reads every file, user data included; a bad checksum in
         // a user page walshadow discards must not stop init.
@@ -404,21 +435,57 @@ pub async fn init(config: &Config, force: bool) -> Result<InitReport, InitError>
         ..BaseBackupOptions::default()
     };
     let mut attempts = 0;
-    let (result, landing_stats, db_dirs, after) = loop {
+    let (result, landing_stats, db_dirs, after, kept) = loop {
         attempts += 1;
         if let Some(pid) = running_postmaster(data_dir) {
             return Err(InitError::ShadowRunning(data_dir.clone(), pid));
         }
         private_dir(data_dir, 0o700)?;
         clear_dir(data_dir)?;
+        let selected = if bootstrap {
+            kept::clear(state_dir)?;
+            Some(kept::select(config).await?)
+        } else {
+            None
+        };
         let before = source::list_classes(&config.source.url).await?;
         let mut landing = Landing::new(data_dir, &before, facts.data_checksums);
-        let result = repl
-            .base_backup(&opts, &mut landing)
-            .await
-            .map_err(|e| InitError::source("BASE_BACKUP", e))?;
+        let (result, kept_backup) = match &selected {
+            Some(sel) => {
+                let mut tee = walshadow_wal_reader::replication::BackupTee::new(
+                    landing,
+                    kept::KeptBackup::new(&state_dir.join(kept::DIR), sel),
+                );
+                let result = repl.base_backup(&opts, &mut tee).await;
+                let (l, k) = tee.into_inner();
+                landing = l;
+                (result, Some(k))
+            }
+            None => (repl.base_backup(&opts, &mut landing).await, None),
+        };
+        let result = result.map_err(|e| InitError::source("BASE_BACKUP", e))?;
         let after = source::list_classes(&config.source.url).await?;
         let moved = landing.skipped_catalogs(&after);
+        // A selected table rewritten (or made) during the backup: its kept
+        // file is not the one it is on.
+        let mut selected_moved = String::new();
+        if let Some(sel) = &selected {
+            let now = kept::select(config).await?;
+            if now.files != sel.files || now.tables != sel.tables {
+                let all: BTreeSet<&String> = now.tables.iter().chain(&sel.tables).collect();
+                selected_moved = all.into_iter().cloned().collect::<Vec<_>>().join(", ");
+            }
+        }
+        if !selected_moved.is_empty() {
+            if attempts >= BACKUP_ATTEMPTS {
+                return Err(InitError::SelectedKeptMoving {
+                    attempts,
+                    tables: selected_moved,
+                });
+            }
+            tracing::warn!(tables = %selected_moved, attempt = attempts, "a table init --bootstrap loads was rewritten or made during the base backup; retrying");
+            continue;
+        }
         if moved.is_empty() {
             for (db, name) in &landing.unlisted_skipped {
                 let w = format!(
@@ -430,7 +497,8 @@ pub async fn init(config: &Config, force: bool) -> Result<InitReport, InitError>
             }
             let stats = landing.stats;
             let dirs = std::mem::take(&mut landing.db_dirs);
-            break (result, stats, dirs, after);
+            let kept = selected.zip(kept_backup.map(|k| k.stats));
+            break (result, stats, dirs, after, kept);
         }
         let files = moved
             .iter()
@@ -495,6 +563,40 @@ pub async fn init(config: &Config, force: bool) -> Result<InitReport, InitError>
             .ok()
             .map(|c| c.database()),
     };
+    if let Some((sel, _)) = &kept {
+        if sel.tables.is_empty() {
+            let w = "init --bootstrap: no table is selected with an initial_load other than none \
+                     (a [table] pin or pattern in the config file, or a config-table row): \
+                     nothing is loaded from the backup"
+                .to_owned();
+            tracing::warn!("{w}");
+            warnings.push(w);
+            kept::clear(state_dir)?;
+        } else {
+            let manifest = walshadow_types::landed::LandedManifest {
+                label: format!("walshadow bootstrap {}", result.start_lsn),
+                start_lsn: result.start_lsn,
+                stop_lsn: result.end_lsn,
+                timeline: result.start_tli,
+                system_id: ident.systemid,
+                pg_version: facts.major.number().to_string(),
+                segment_size,
+                ended_unix: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+                tables: sel.tables.clone(),
+            };
+            let dir = state_dir.join(kept::DIR);
+            let text = serde_json::to_vec_pretty(&manifest).map_err(|e| InitError::Seed {
+                path: dir.join(walshadow_types::landed::MANIFEST),
+                problem: e.to_string(),
+            })?;
+            // Written last: its presence means the landing is whole.
+            walshadow_state_file::write_durably(&dir, walshadow_types::landed::MANIFEST, &text)
+                .map_err(io_err("writing the bootstrap manifest in", &dir))?;
+            tracing::info!(tables = %sel.tables.join(", "), "init --bootstrap: the tables' files and the backup's WAL are kept; `walshadow run` loads them");
+        }
+    }
     state.write(state_dir)?;
     let marker = state_dir.join(PARTIAL_MARKER);
     std::fs::remove_file(&marker).map_err(io_err("removing", &marker))?;
@@ -509,6 +611,7 @@ pub async fn init(config: &Config, force: bool) -> Result<InitReport, InitError>
             files_skipped: landing_stats.files_skipped,
             stats_files_emptied: landing_stats.stats_files_emptied,
             data_dir_bytes,
+            bootstrap: kept.map(|(sel, k)| (sel.tables, k)),
         }),
         slot_created,
         warnings,

@@ -120,7 +120,7 @@ impl ClassList {
     }
 }
 
-fn sql_config(url: &str, dbname: Option<&str>) -> Result<ConnConfig, InitError> {
+pub(super) fn sql_config(url: &str, dbname: Option<&str>) -> Result<ConnConfig, InitError> {
     let mut c = ConnConfig::from_url(url).map_err(|e| InitError::source("[source] url", e))?;
     c.physical = false;
     c.application_name
@@ -131,7 +131,7 @@ fn sql_config(url: &str, dbname: Option<&str>) -> Result<ConnConfig, InitError> 
     Ok(c)
 }
 
-async fn query(
+pub(super) async fn query(
     client: &mut ReplicationClient,
     what: &str,
     sql: &str,

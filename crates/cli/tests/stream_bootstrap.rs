@@ -1,0 +1,299 @@
+//! `walshadow init --bootstrap` on PostgreSQL 15 and 18: one backup builds
+//! the shadow and loads every selected table's existing rows.
+//!
+//! - `one_backup_under_load`: four tables selected three ways (a `[table]`
+//!   pin with `initial_load`, a config-table row, a pattern), one of them
+//!   partitioned, one TOASTed, one with dead tuples left unvacuumed, one
+//!   with multixact lockers; a fifth table pinned with `none` and a sixth
+//!   not selected. A workload writes during `init` and after. Two
+//!   transactions wrote before the backup and stay open across it: the
+//!   load waits for them (status says so), one commits and one aborts.
+//!   Every table equal row by row; no dead tuple resurrected; no second
+//!   backup, no `copy`; the landed files removed once loaded.
+//! - `killed_mid_walk_and_after_exchange`: `kill -9` (a failpoint) after
+//!   the walk recorded its first relation segment; the restart resumes and
+//!   skips it. Then a crash right after a table's exchange; the restart
+//!   finishes the swap. Equal, no staging table left.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+use walshadow_testkit::per_major;
+
+use anyhow::{Context, Result, ensure};
+use common::loads::*;
+use common::{BIN, StreamHarness, col, same};
+use walshadow_testkit::{PgMajor, wait_until};
+
+const CONFIG: &str = "\n[table.\"public.orders\"]\ninitial_load = \"copy\"\n\n[table.\"public.m\"]\ninitial_load = \"base_backup\"\n\n[table.\"public.par?s\"]\ninitial_load = \"copy\"\n\n[table.\"public.skipped\"]\ninitial_load = \"none\"\n";
+
+fn count(h: &StreamHarness, sql: &str) -> Result<u64> {
+    let n = h.ch.query(sql)?;
+    n.trim()
+        .parse()
+        .with_context(|| format!("{sql} answered {n:?}"))
+}
+
+fn staging_left(h: &StreamHarness) -> Result<u64> {
+    count(
+        h,
+        "SELECT count() FROM system.tables WHERE database = 'app' AND name LIKE '%__wsstg'",
+    )
+}
+
+/// A session that writes `sql` in a transaction, then holds it open until
+/// the test writes `release` into `gate` (commits) or `abort` (rolls back
+/// by an error).
+fn held_writer(h: &StreamHarness, sql: &str, release: &str) -> std::thread::JoinHandle<Result<()>> {
+    let source = Arc::clone(&h.source);
+    let text = format!(
+        "begin;
+         {sql}
+         do $$ begin -- held:{release}
+           while not exists (select 1 from gate where what in ('{release}', 'abort {release}')) loop
+             perform pg_sleep(0.05);
+           end loop;
+           if exists (select 1 from gate where what = 'abort {release}') then
+             raise exception 'rolled back on purpose';
+           end if;
+         end $$;
+         commit;"
+    );
+    std::thread::spawn(move || source.psql(&text).map(drop))
+}
+
+fn setup(h: &StreamHarness) -> Result<()> {
+    h.source.psql(ORDERS_DEAD_M_SQL)?;
+    h.source.psql(
+        "create table gate (what text);
+         -- Written by the held writers only (the workload keeps to 1..3000).
+         insert into orders values (8001, 1, 1, 'held'), (8002, 2, 2, 'held');
+         create table parts (id int, region text, v text, primary key (id, region)) partition by list (region);
+         create table parts_eu partition of parts for values in ('eu');
+         create table parts_us partition of parts for values in ('us');
+         insert into parts select g, case when g % 2 = 0 then 'eu' else 'us' end, 'p' || g from generate_series(1, 2000) g;
+         delete from parts where id % 7 = 0;
+         create table skipped (id int primary key, v text);
+         insert into skipped select g, 's' from generate_series(1, 100) g;
+         create table other (id int primary key, v text);
+         insert into other select g, 'x' from generate_series(1, 100) g;",
+    )?;
+    // Multixacts: a key-share locker holds rows 1..20 while another locks
+    // them too and updates 1..10 (a non-key update: the new xmax is a
+    // multixact of a locker and an updater).
+    let locker = held_writer(
+        h,
+        "select count(*) from (select 1 from m where id <= 20 for key share) l;",
+        "unlock",
+    );
+    h.wait_for_session("held:unlock")?;
+    h.source.psql(
+        "begin; select count(*) from (select 1 from m where id <= 20 for key share) l;
+         update m set v = 'updated by a locker' where id <= 10; commit;
+         insert into gate values ('unlock');",
+    )?;
+    locker
+        .join()
+        .map_err(|_| anyhow::anyhow!("locker panicked"))??;
+    let multis = h
+        .source
+        .query_one("select count(*) from m where (xmax::text::bigint) <> 0 and id <= 20")?;
+    ensure!(multis.trim() != "0", "no row of m carries a locker's xmax");
+    Ok(())
+}
+
+fn one_backup_under_load(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(BIN, major, "bootstrap", &[], CONFIG)?;
+    setup(&h)?;
+    // `dead` is opted in by a row of the config table (made by init: the
+    // row goes in once it exists, before the backup is taken).
+    h.source.psql(&format!(
+        "{}\ninsert into walshadow.tables (schema_name, table_name, initial_load) values ('public', 'dead', 'copy');",
+        walshadow_config::config_table_sql("walshadow", "tables")
+    ))?;
+    // Written before the backup, open across it.
+    let committer = held_writer(
+        &h,
+        "insert into dead values (7001, 'open, commits'); update dead set v = 'open update' where id = 2;
+         delete from dead where id = 4; update orders set customer = -1 where id = 8001;",
+        "commit",
+    );
+    let aborter = held_writer(
+        &h,
+        "insert into orders values (9001, 1, 1, 'open, aborts'); delete from orders where id = 8002;
+         update dead set v = 'aborted update' where id = 5; delete from parts where id = 1;",
+        "abort",
+    );
+    h.wait_for_session("held:commit")?;
+    h.wait_for_session("held:abort")?;
+    let workload = OrdersWorkload::start(&h)?;
+    let out = h.cli_ok(&["init", "--bootstrap", "--config", h.config()])?;
+    eprintln!("{out}");
+    ensure!(
+        out.contains("bootstrap     4 tables"),
+        "init --bootstrap selected other tables:\n{out}"
+    );
+    let landed = h.state_dir.join("bootstrap");
+    ensure!(
+        landed.join("backup.json").exists(),
+        "no landed backup after init"
+    );
+    h.start_run()?;
+    // The load waits for the writers open across the backup's start, and
+    // says so.
+    wait_until(CATCH_UP, "the load to wait for the open writers", || {
+        Ok(h.run_log()
+            .contains("waiting for transactions open since before backup"))
+    })
+    .with_context(|| common::tail(&h.run_log(), 40))?;
+    let status = h.cli_ok(&["status", "--config", h.config()])?;
+    ensure!(
+        status.contains("waiting for transactions open since before backup"),
+        "status does not say the load waits:\n{status}"
+    );
+    h.source
+        .psql("insert into gate values ('commit'), ('abort abort');")?;
+    committer
+        .join()
+        .map_err(|_| anyhow::anyhow!("writer panicked"))??;
+    let aborted = aborter
+        .join()
+        .map_err(|_| anyhow::anyhow!("writer panicked"))?;
+    ensure!(aborted.is_err(), "the aborting writer committed");
+    for key in ["public.orders", "public.dead", "public.m", "public.parts"] {
+        wait_loaded(&mut h, key)?;
+    }
+    let writes = workload.finish()?;
+    h.source
+        .psql("update dead set v = 'after' where id = 7; delete from m where id = 50;")?;
+    h.wait_caught_up(CATCH_UP)?;
+    let n = h.assert_equal("public.orders", "orders", &orders_cols())?;
+    eprintln!("orders: {n} rows equal after {writes} workload transactions");
+    h.assert_equal("public.dead", "dead", &[same("id"), same("v")])?;
+    h.assert_equal("public.m", "m", &[same("id"), same("v")])?;
+    h.assert_equal(
+        "public.parts",
+        "parts",
+        &[same("id"), same("region"), same("v")],
+    )?;
+    let resurrected = count(
+        &h,
+        "SELECT count() FROM app.dead FINAL WHERE id % 3 = 0 OR v IN ('rolled back', 'aborted update') OR id = 4",
+    )?;
+    ensure!(resurrected == 0, "{resurrected} dead rows in ClickHouse");
+    ensure!(
+        count(&h, "SELECT count() FROM app.dead FINAL WHERE id = 7001")? == 1,
+        "the committed open writer's row written before the backup is missing"
+    );
+    ensure!(
+        count(
+            &h,
+            "SELECT count() FROM app.m FINAL WHERE v = 'orig' AND id <= 10"
+        )? == 0,
+        "a version of m that the locker's update replaced reached ClickHouse"
+    );
+    // Not selected: nothing loaded.
+    ensure!(
+        count(
+            &h,
+            "SELECT count() FROM system.tables WHERE database = 'app' AND name IN ('other', 'skipped') AND total_rows > 0"
+        )? == 0,
+        "a table not selected for the bootstrap was loaded"
+    );
+    // One backup: no other load ran.
+    let log = h.run_log();
+    for line in log.lines().filter(|l| {
+        l.contains("initial load (bootstrap)") || l.contains("initial load (object_store)")
+    }) {
+        eprintln!("{line}");
+    }
+    for other in [
+        "initial load (copy)",
+        "initial load (base_backup)",
+        "copy load of",
+    ] {
+        ensure!(
+            !log.contains(other),
+            "a second load ran ({other}):\n{}",
+            common::tail(&log, 40)
+        );
+    }
+    ensure!(
+        log.matches("initial load (bootstrap) starting").count() == 1,
+        "not one bootstrap pass:\n{}",
+        common::tail(&log, 40)
+    );
+    wait_until(Duration::from_secs(30), "the landed files to go", || {
+        Ok(!landed.exists())
+    })?;
+    ensure!(staging_left(&h)? == 0, "staging tables left");
+    h.stop_run()?;
+    Ok(())
+}
+
+fn killed_mid_walk_and_after_exchange(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(
+        BIN,
+        major,
+        "bootstrap-kill",
+        &[],
+        "\n[table.\"public.ra\"]\ninitial_load = \"copy\"\n\n[table.\"public.rb\"]\ninitial_load = \"copy\"\n",
+    )?;
+    // Each table over 128 pages: its segment is recorded once walked.
+    for t in ["ra", "rb"] {
+        h.source.psql(&format!(
+            "create table {t} (id int primary key, pad text);
+             insert into {t} select g, repeat('x', 200) || g from generate_series(1, 20000) g;
+             delete from {t} where id % 10 = 0;"
+        ))?;
+    }
+    let out = h.cli_ok(&["init", "--bootstrap", "--config", h.config()])?;
+    ensure!(out.contains("bootstrap     2 tables"), "{out}");
+    h.arm(
+        walshadow_failpoints::BACKUP_WALK_AFTER_SEGMENT_DONE,
+        "return",
+    );
+    h.start_run()?;
+    wait_until(CATCH_UP, "run to end after the first segment", || {
+        Ok(h.run_exited().is_some())
+    })
+    .with_context(|| common::tail(&h.run_log(), 40))?;
+    let progress = h.state_dir.join("bootstrap").join("object-store-pass.json");
+    ensure!(progress.exists(), "no progress recorded before the crash");
+    h.source
+        .psql("update ra set pad = 'moved' where id = 1; insert into rb values (30000, 'late');")?;
+    h.disarm();
+    h.arm(walshadow_failpoints::BACKUP_AFTER_EXCHANGE, "return");
+    h.start_run()?;
+    wait_until(CATCH_UP, "run to end after an exchange", || {
+        Ok(h.run_exited().is_some())
+    })
+    .with_context(|| common::tail(&h.run_log(), 40))?;
+    ensure!(
+        h.run_log().contains(
+            "resuming; the segments an interrupted attempt put in staging are not walked again"
+        ),
+        "the second run walked everything again:\n{}",
+        common::tail(&h.run_log(), 40)
+    );
+    h.disarm();
+    h.start_run()?;
+    wait_loaded(&mut h, "public.ra")?;
+    wait_loaded(&mut h, "public.rb")?;
+    h.wait_caught_up(CATCH_UP)?;
+    for t in ["ra", "rb"] {
+        h.assert_equal(&format!("public.{t}"), t, &[same("id"), same("pad")])?;
+    }
+    ensure!(staging_left(&h)? == 0, "staging tables left");
+    let landed = h.state_dir.join("bootstrap");
+    wait_until(Duration::from_secs(30), "the landed files to go", || {
+        Ok(!landed.exists())
+    })?;
+    let _ = col("id", "id");
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(one_backup_under_load => bootstrap_under_load: pg15, pg18);
+per_major!(killed_mid_walk_and_after_exchange => bootstrap_killed: pg15, pg18);
