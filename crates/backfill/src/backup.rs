@@ -726,7 +726,7 @@ impl BackupPass {
             deferred_at_file: 0,
             writers_seen: store
                 .and_then(|o| o.bootstrap.as_ref())
-                .map(|_| HashSet::new()),
+                .map(|_| WritersSeen::default()),
             progress: progress.map(|doc| ProgressKeeper {
                 doc,
                 dir: self.progress_dir(),
@@ -1009,10 +1009,22 @@ impl BackupPass {
         // Running at the checkpoint: [oldestActiveXid, nextXid), modulo 2^32.
         let oldest = ckpt.oldest_active_xid;
         let span = ckpt.next_xid.wrapping_sub(oldest);
-        let mut open: Vec<Xid> = walker
-            .writers_seen
-            .take()
-            .unwrap_or_default()
+        let seen = walker.writers_seen.take().unwrap_or_default();
+        let mut xids = seen.xids;
+        for m in seen.multis {
+            match gate.multi().updater(m) {
+                Ok(walshadow_heap::visibility::MultiLookup::Updater(u)) => {
+                    xids.insert(u.xid);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    return Err(AttemptError::Failed(format!(
+                        "multixact {m} of a deferred tuple: {e}"
+                    )));
+                }
+            }
+        }
+        let mut open: Vec<Xid> = xids
             .into_iter()
             .filter(|&x| {
                 oldest >= 3
@@ -1073,7 +1085,10 @@ impl BackupPass {
             let mut still = Vec::new();
             for i in 0..r.rows.len() {
                 let Some(x) = r.text(i, 0).and_then(|t| t.parse::<u64>().ok()) else {
-                    continue;
+                    return Err(AttemptError::Failed(format!(
+                        "the source answered {:?} for a transaction id",
+                        r.text(i, 0)
+                    )));
                 };
                 let xid = x as u32;
                 match r.text(i, 1) {
@@ -1929,8 +1944,17 @@ struct Walker {
     /// object_store: the segments whose rows are in staging, recorded.
     progress: Option<ProgressKeeper>,
     /// bootstrap: the writers (inserter, deleter or updater) of deferred
-    /// tuples, some of which may have begun before the backup's start.
-    writers_seen: Option<HashSet<Xid>>,
+    /// tuples, some of which may have begun before the backup's start, and
+    /// the multixacts in their xmax (their updaters are read once the walk
+    /// has every `pg_multixact` file: a tablespace's files come first).
+    writers_seen: Option<WritersSeen>,
+}
+
+/// See [`Walker::writers_seen`].
+#[derive(Debug, Default)]
+struct WritersSeen {
+    xids: HashSet<Xid>,
+    multis: HashSet<u32>,
 }
 
 /// An `object_store` pass's [`PassProgress`] and where it is kept.
@@ -2017,16 +2041,19 @@ impl Walker {
     fn defer(&mut self, leaf: usize, header: &TupleHeader, tuple: &[u8]) -> Result<(), SinkError> {
         self.deferred += 1;
         if let Some(seen) = self.writers_seen.as_mut() {
-            seen.insert(header.xmin);
-            if header.infomask & walshadow_heap::visibility::HEAP_XMAX_IS_MULTI != 0 {
-                if let Some(gate) = self.gate.as_ref()
-                    && let Ok(walshadow_heap::visibility::MultiLookup::Updater(m)) =
-                        gate.multi().updater(header.xmax)
-                {
-                    seen.insert(m.xid);
+            use walshadow_heap::visibility::{
+                HEAP_XMAX_INVALID, HEAP_XMAX_IS_MULTI, heap_xmax_is_locked_only,
+            };
+            seen.xids.insert(header.xmin);
+            // A locker decides nothing (the gate reads such a tuple as live
+            // whatever the locker does), nor does an xmax hinted invalid.
+            let im = header.infomask;
+            if im & HEAP_XMAX_INVALID == 0 && !heap_xmax_is_locked_only(im) && header.xmax != 0 {
+                if im & HEAP_XMAX_IS_MULTI != 0 {
+                    seen.multis.insert(header.xmax);
+                } else {
+                    seen.xids.insert(header.xmax);
                 }
-            } else if header.xmax != 0 {
-                seen.insert(header.xmax);
             }
         }
         let mut payload = Vec::with_capacity(4 + tuple.len());

@@ -124,8 +124,23 @@ impl Landed {
     }
 
     /// Every member, the data directory's after the tablespaces' (as
-    /// `BASE_BACKUP` sends them), each archive's in path order.
+    /// `BASE_BACKUP` sends them), each archive's in path order; each file
+    /// the manifest lists must be there with its size.
     pub fn files(&self) -> Result<Vec<LandedFile>, StoreError> {
+        for (rel, size) in &self.manifest.files {
+            let path = self.dir.join(rel);
+            let found = std::fs::metadata(&path).map(|m| m.len());
+            if found.as_ref().ok() != Some(size) {
+                return Err(StoreError::Malformed {
+                    store: self.dir.display().to_string(),
+                    path: rel.clone(),
+                    reason: match found {
+                        Ok(n) => format!("{n} bytes, the landing wrote {size}"),
+                        Err(e) => format!("{e} (the landing wrote {size} bytes)"),
+                    },
+                });
+            }
+        }
         let mut out = Vec::new();
         let spc_root = self.dir.join(TABLESPACES);
         if spc_root.exists() {
@@ -251,6 +266,9 @@ mod tests {
             segment_size: 16 << 20,
             ended_unix: 1_764_928_800,
             tables: vec!["public.a".into()],
+            files: [("data/base/5/16384".to_owned(), 8192)]
+                .into_iter()
+                .collect(),
         };
         std::fs::write(dir.join(MANIFEST), serde_json::to_string(&m).unwrap()).unwrap();
         let landed = Landed::open(&dir).unwrap();
@@ -275,6 +293,13 @@ mod tests {
         let segs = landed.archived_segments().unwrap();
         assert_eq!(segs.len(), 1);
         assert_eq!(segs[0].key, "pg_wal/000000010000000000000003");
+        // A landed file lost or cut short is named.
+        std::fs::write(dir.join("data/base/5/16384"), [0u8; 100]).unwrap();
+        let e = landed.files().unwrap_err().to_string();
+        assert!(
+            e.contains("data/base/5/16384") && e.contains("100 bytes"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -16,11 +16,11 @@ pub struct InitArgs {
     #[arg(long)]
     force: bool,
     /// Load the selected tables' existing rows from the same backup: the
-    /// tables walshadow would load at its first start (a [table] pin or
-    /// pattern, or a config-table row, with an initial_load other than
-    /// none) have their files and the backup's WAL kept in the state
-    /// directory (disk: about their size), and the first `run` loads them
-    /// from there instead of by their initial_load.
+    /// tables the config file selects (a [table] pin or pattern with an
+    /// initial_load other than none, and no config-table row of their own)
+    /// have their files and the backup's WAL kept in the state directory
+    /// (disk: about their size), and the first `run` loads them from there
+    /// instead of by their initial_load.
     #[arg(long)]
     bootstrap: bool,
 }

@@ -1,15 +1,17 @@
 //! `walshadow init --bootstrap` on PostgreSQL 15 and 18: one backup builds
 //! the shadow and loads every selected table's existing rows.
 //!
-//! - `one_backup_under_load`: four tables selected three ways (a `[table]`
-//!   pin with `initial_load`, a config-table row, a pattern), one of them
-//!   partitioned, one TOASTed, one with dead tuples left unvacuumed, one
-//!   with multixact lockers; a fifth table pinned with `none` and a sixth
-//!   not selected. A workload writes during `init` and after. Two
-//!   transactions wrote before the backup and stay open across it: the
-//!   load waits for them (status says so), one commits and one aborts.
-//!   Every table equal row by row; no dead tuple resurrected; no second
-//!   backup, no `copy`; the landed files removed once loaded.
+//! - `one_backup_under_load`: four tables selected by `[table]` pins and a
+//!   pattern, one of them partitioned, one TOASTed, one with dead tuples
+//!   left unvacuumed, one with multixact lockers; a table pinned with
+//!   `none`, one not selected, and two with config-table rows, left to
+//!   their own loads (`copy`): one its row opts in, one a pattern takes
+//!   (the file wins over its row). A workload writes during `init` and after. Two transactions
+//!   wrote before the backup and stay open across it: the load waits for
+//!   them (status says so), one commits and one aborts. Every table equal
+//!   row by row; no dead tuple resurrected; the four loaded from init's
+//!   backup (their ledger entries), no second backup; the landed files
+//!   removed once loaded.
 //! - `killed_mid_walk_and_after_exchange`: `kill -9` (a failpoint) after
 //!   the walk recorded its first relation segment; the restart resumes and
 //!   skips it. Then a crash right after a table's exchange; the restart
@@ -26,7 +28,7 @@ use common::loads::*;
 use common::{BIN, StreamHarness, col, same};
 use walshadow_testkit::{PgMajor, wait_until};
 
-const CONFIG: &str = "\n[table.\"public.orders\"]\ninitial_load = \"copy\"\n\n[table.\"public.m\"]\ninitial_load = \"base_backup\"\n\n[table.\"public.par?s\"]\ninitial_load = \"copy\"\n\n[table.\"public.skipped\"]\ninitial_load = \"none\"\n";
+const CONFIG: &str = "\n[table.\"public.orders\"]\ninitial_load = \"copy\"\n\n[table.\"public.dead\"]\ninitial_load = \"copy\"\n\n[table.\"public.m\"]\ninitial_load = \"base_backup\"\n\n[table.\"public.par?s\"]\ninitial_load = \"copy\"\n\n[table.\"public.skipped\"]\ninitial_load = \"none\"\n";
 
 fn count(h: &StreamHarness, sql: &str) -> Result<u64> {
     let n = h.ch.query(sql)?;
@@ -77,7 +79,11 @@ fn setup(h: &StreamHarness) -> Result<()> {
          create table skipped (id int primary key, v text);
          insert into skipped select g, 's' from generate_series(1, 100) g;
          create table other (id int primary key, v text);
-         insert into other select g, 'x' from generate_series(1, 100) g;",
+         insert into other select g, 'x' from generate_series(1, 100) g;
+         create table parks (id int primary key, v text);
+         insert into parks select g, 'k' from generate_series(1, 100) g;
+         create table cfg (id int primary key, v text);
+         insert into cfg select g, 'c' from generate_series(1, 300) g;",
     )?;
     // Multixacts: a key-share locker holds rows 1..20 while another locks
     // them too and updates 1..10 (a non-key update: the new xmax is a
@@ -106,10 +112,13 @@ fn setup(h: &StreamHarness) -> Result<()> {
 fn one_backup_under_load(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(BIN, major, "bootstrap", &[], CONFIG)?;
     setup(&h)?;
-    // `dead` is opted in by a row of the config table (made by init: the
-    // row goes in once it exists, before the backup is taken).
+    // Tables with rows of their own in the config table at init are not
+    // loaded from the backup (the stream applies such rows at its first
+    // commit): `cfg` is loaded by its row's `copy`, `parks` (the file
+    // pattern takes it, and wins over its row) by the pattern's.
     h.source.psql(&format!(
-        "{}\ninsert into walshadow.tables (schema_name, table_name, initial_load) values ('public', 'dead', 'copy');",
+        "{}\ninsert into walshadow.tables (schema_name, table_name, replicate, initial_load) values
+           ('public', 'cfg', true, 'copy'), ('public', 'parks', false, null);",
         walshadow_config::config_table_sql("walshadow", "tables")
     ))?;
     // Written before the backup, open across it.
@@ -161,7 +170,14 @@ fn one_backup_under_load(major: PgMajor) -> Result<()> {
         .join()
         .map_err(|_| anyhow::anyhow!("writer panicked"))?;
     ensure!(aborted.is_err(), "the aborting writer committed");
-    for key in ["public.orders", "public.dead", "public.m", "public.parts"] {
+    for key in [
+        "public.orders",
+        "public.dead",
+        "public.m",
+        "public.parts",
+        "public.cfg",
+        "public.parks",
+    ] {
         wait_loaded(&mut h, key)?;
     }
     let writes = workload.finish()?;
@@ -171,6 +187,8 @@ fn one_backup_under_load(major: PgMajor) -> Result<()> {
     let n = h.assert_equal("public.orders", "orders", &orders_cols())?;
     eprintln!("orders: {n} rows equal after {writes} workload transactions");
     h.assert_equal("public.dead", "dead", &[same("id"), same("v")])?;
+    h.assert_equal("public.cfg", "cfg", &[same("id"), same("v")])?;
+    h.assert_equal("public.parks", "parks", &[same("id"), same("v")])?;
     h.assert_equal("public.m", "m", &[same("id"), same("v")])?;
     h.assert_equal(
         "public.parts",
@@ -208,17 +226,25 @@ fn one_backup_under_load(major: PgMajor) -> Result<()> {
     }) {
         eprintln!("{line}");
     }
-    for other in [
-        "initial load (copy)",
-        "initial load (base_backup)",
-        "copy load of",
-    ] {
+    for key in ["public.orders", "public.dead", "public.m", "public.parts"] {
+        let mode = entry(&h, key, "mode")?;
         ensure!(
-            !log.contains(other),
-            "a second load ran ({other}):\n{}",
-            common::tail(&log, 40)
+            mode.as_ref().and_then(|m| m.as_str()) == Some("bootstrap"),
+            "{key} was loaded by {mode:?}, not from init's backup"
         );
     }
+    for key in ["public.cfg", "public.parks"] {
+        let mode = entry(&h, key, "mode")?;
+        ensure!(
+            mode.as_ref().and_then(|m| m.as_str()) == Some("copy"),
+            "{key}, which has a config-table row, was loaded by {mode:?}"
+        );
+    }
+    ensure!(
+        !log.contains("initial load (base_backup)"),
+        "a second backup was taken:\n{}",
+        common::tail(&log, 40)
+    );
     ensure!(
         log.matches("initial load (bootstrap) starting").count() == 1,
         "not one bootstrap pass:\n{}",

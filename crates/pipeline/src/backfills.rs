@@ -226,17 +226,6 @@ impl Backfills {
     /// Written to the ledger before returning.
     pub fn request(&mut self, key: &str, mode: &str, s: Lsn) -> Result<(), LedgerError> {
         let mut ledger = self.lock();
-        // The bootstrap's rows are the table's as of its `S`, and the
-        // stream covers it from there: a later request adds nothing.
-        if let Some(p) = ledger.tables.get(key)
-            && p.is_open()
-            && p.mode == BOOTSTRAP
-            && p.swap.is_none()
-            && p.s <= s
-        {
-            tracing::info!(table = %key, mode, s = %s, bootstrap_s = %p.s, "initial load requested: init --bootstrap's load of the table serves it");
-            return Ok(());
-        }
         if let Some(p) = ledger.tables.get_mut(key)
             && p.is_open()
             && (p.s == s || p.swap.is_some())
@@ -345,6 +334,16 @@ impl Backfills {
     /// Loads queued, or waiting behind a swap (checked once per tick).
     pub fn has_work(&self) -> bool {
         !self.queued.is_empty() || !self.following.is_empty()
+    }
+
+    /// The tables whose load from `init --bootstrap`'s backup is open.
+    pub fn bootstrap_keys(&self) -> Vec<String> {
+        self.lock()
+            .tables
+            .iter()
+            .filter(|(_, p)| p.is_open() && p.mode == BOOTSTRAP)
+            .map(|(k, _)| k.clone())
+            .collect()
     }
 
     /// Whether `key` has ever had a load (any phase).
@@ -464,9 +463,9 @@ impl Backfills {
             let Some(landed) = &self.landed else {
                 self.refuse(
                     &tables,
-                    "the backup init --bootstrap landed in the state directory is gone; remedy: \
-                     opt the table in again (walshadow table add) with another initial_load, or \
-                     run `walshadow init --force --bootstrap`",
+                    "the backup init --bootstrap landed in the state directory is gone or \
+                     damaged (see the log); remedy: `walshadow table resync` of the table loads \
+                     it again by a copy",
                 );
                 return;
             };
@@ -812,18 +811,25 @@ fn open_landed(
         }
     };
     let m = landed.manifest().clone();
-    let mut added = false;
-    for key in &m.tables {
-        if !ledger.tables.contains_key(key) {
-            ledger
-                .tables
-                .insert(key.clone(), Pass::new(BOOTSTRAP, m.stop_lsn));
-            added = true;
-            tracing::info!(table = %key, s = %m.stop_lsn, backup = %m.label, "initial load from init --bootstrap's backup requested");
+    // Recorded once, at the first start: an entry withdrawn since (the
+    // table opted out, or let go) stays withdrawn.
+    let recorded = dir.join(ENTRIES_RECORDED);
+    if !recorded.exists() {
+        for key in &m.tables {
+            if !ledger.tables.contains_key(key) {
+                ledger
+                    .tables
+                    .insert(key.clone(), Pass::new(BOOTSTRAP, m.stop_lsn));
+                tracing::info!(table = %key, s = %m.stop_lsn, backup = %m.label, "initial load from init --bootstrap's backup requested");
+            }
         }
-    }
-    if added {
         ledger.write(state_dir)?;
+        if let Err(e) = walshadow_state_file::write_durably(&dir, ENTRIES_RECORDED, b"") {
+            tracing::warn!(
+                "recording that the bootstrap's loads are in the ledger ({}): {e}",
+                recorded.display()
+            );
+        }
     }
     if !ledger
         .tables
@@ -835,6 +841,9 @@ fn open_landed(
     }
     Ok(Some(Arc::new(BackupStore::Landed(landed))))
 }
+
+/// Beside the landed backup once its entries are in the ledger.
+const ENTRIES_RECORDED: &str = "entries-recorded";
 
 fn remove_landed(state_dir: &std::path::Path) {
     let dir = state_dir.join(walshadow_shadow::bootstrap::kept::DIR);

@@ -33,4 +33,9 @@ pub struct LandedManifest {
     /// The tables (`schema.name`) whose files it holds: each is loaded from
     /// it.
     pub tables: Vec<String>,
+    /// Every file landed (relative to the directory: `data/base/5/16384`,
+    /// `pg_wal/…`) with its size: a file missing or of another size is
+    /// damage, never rows silently left out.
+    #[serde(default)]
+    pub files: std::collections::BTreeMap<String, u64>,
 }

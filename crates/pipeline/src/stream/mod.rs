@@ -490,6 +490,32 @@ impl Streamer {
             requests,
         };
         let progress_applied = s.progress.applied;
+        // Tables init --bootstrap loads that a pattern of the file takes
+        // are taken here, where the stream starts (their load's `S`), as
+        // pins are: taken at the first catalog session instead, the
+        // commits decoded before it would miss them. One nothing takes any
+        // more is let go.
+        for key in s.backfills.bootstrap_keys() {
+            if s.settings.tables.contains_key(&key) {
+                continue;
+            }
+            let pattern = walshadow_types::split_table_key(&key).and_then(|(schema, name)| {
+                s.settings
+                    .patterns
+                    .iter()
+                    .find(|p| p.takes(&schema, &name))
+                    .cloned()
+            });
+            match pattern {
+                Some(p) => {
+                    s.take_table(&key, p.config, progress_applied, true, Some(p.key))?;
+                }
+                None => {
+                    tracing::warn!(table = %key, "init --bootstrap selected the table, but no [table] section or pattern takes it now: its load from the backup is withdrawn");
+                    s.backfills.withdraw(&key)?;
+                }
+            }
+        }
         for key in &pinned {
             let dest = s
                 .settings

@@ -280,7 +280,7 @@ impl Streamer {
     /// file: a pattern's, `pattern` naming it, or the table's own pin added
     /// by a reload); `false` when its destination is taken (said in the
     /// log, status and metrics, once).
-    fn take_table(
+    pub(super) fn take_table(
         &mut self,
         key: &str,
         config: walshadow_config::TableConfig,

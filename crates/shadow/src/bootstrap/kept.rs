@@ -1,9 +1,10 @@
 //! `init --bootstrap`: what of the backup the selected tables' load keeps.
 //!
 //! ```text
-//!  selection (SQL, before each backup): tables pinned, taken by a pattern
-//!      or opted in by a config-table row, with an initial_load other than
-//!      none ─▶ their leaf relations and TOAST relations ─▶ main-fork files
+//!  selection (SQL, before each backup): tables pinned or taken by a
+//!      pattern of the config file, with an initial_load other than none,
+//!      and no config-table row of their own deciding otherwise ─▶ their
+//!      leaf relations and TOAST relations ─▶ main-fork files
 //!  BASE_BACKUP (WAL) ─▶ BackupTee ─┬─▶ Landing (catalogs: the shadow)
 //!                                  └─▶ KeptBackup ─▶ <state>/bootstrap/
 //!                                        data/base/<db>/<file>[.N]   selected files
@@ -53,8 +54,12 @@ fn quote_literal(s: &str) -> String {
 }
 
 /// Which tables of the source's database walshadow would load at its first
-/// start: a `[table]` pin, else a config-table row (`replicate`), else a
-/// pattern, with an `initial_load` other than `none`.
+/// start from the config file: a `[table]` pin, else a pattern, with an
+/// `initial_load` other than `none`. A table with a row of its own in the
+/// config table is the row's (as the stream has it), and is left out:
+/// such rows are applied at the first commit after the backup, whose own
+/// changes of the table the stream does not deliver, so their load must
+/// read after it (their own `initial_load` does).
 pub async fn select(config: &Config) -> Result<Selection, InitError> {
     let conn = super::source::sql_config(&config.source.url, None)?;
     let mut sql = ReplicationClient::connect(&conn)
@@ -72,31 +77,20 @@ pub async fn select(config: &Config) -> Result<Selection, InitError> {
     )
     .await?;
     let config_table = walshadow_types::split_table_key(&config.source.config_table);
-    // Rows of the config table (made by init before this): a missing or
-    // unreadable table opts nothing in.
-    let mut rows = std::collections::HashMap::new();
+    // Tables with a row of their own in the config table (made by init
+    // before this), whatever it says.
+    let mut rows = std::collections::HashSet::new();
     if let Some((s, t)) = &config_table {
         let q = |x: &str| format!("\"{}\"", x.replace('"', "\"\""));
-        match sql
-            .simple_query(&format!(
-                "SELECT schema_name, table_name, initial_load FROM {}.{} WHERE replicate",
-                q(s),
-                q(t)
-            ))
-            .await
-        {
-            Ok(c) => {
-                for i in 0..c.rows.len() {
-                    if let (Some(s), Some(t)) = (c.text(i, 0), c.text(i, 1)) {
-                        rows.insert(
-                            walshadow_types::table_key(s, t),
-                            c.text(i, 2).map(str::to_owned),
-                        );
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!(table = %config.source.config_table, "init --bootstrap: the config table's rows cannot be read ({e}); only tables of the config file are loaded from the backup")
+        let r = super::source::query(
+            &mut sql,
+            "reading the config table's rows",
+            &format!("SELECT schema_name, table_name FROM {}.{}", q(s), q(t)),
+        )
+        .await?;
+        for i in 0..r.rows.len() {
+            if let (Some(s), Some(t)) = (r.text(i, 0), r.text(i, 1)) {
+                rows.insert(walshadow_types::table_key(s, t));
             }
         }
     }
@@ -116,8 +110,9 @@ pub async fn select(config: &Config) -> Result<Selection, InitError> {
         let key = walshadow_types::table_key(schema, name);
         let load = if let Some(pin) = config.tables.get(&key) {
             pin.initial_load.clone()
-        } else if let Some(row) = rows.get(&key).filter(|_| config.source.allows(&key)) {
-            row.clone()
+        } else if rows.contains(&key) {
+            tracing::info!(table = %key, "init --bootstrap: the table has a config-table row, which loads it by its own initial_load");
+            continue;
         } else if let Some(p) = config.pattern_for(schema, name) {
             p.config.initial_load.clone()
         } else {
@@ -182,6 +177,8 @@ pub struct KeptBackup {
     dir: PathBuf,
     files: HashSet<(Oid, Oid, Oid)>,
     current: Option<(PathBuf, BufWriter<File>)>,
+    /// Every file kept, relative to `dir`, with its size.
+    pub kept: std::collections::BTreeMap<String, u64>,
     pub stats: KeptStats,
 }
 
@@ -196,6 +193,7 @@ impl KeptBackup {
             dir: dir.to_owned(),
             files: selection.files.iter().copied().collect(),
             current: None,
+            kept: Default::default(),
             stats: KeptStats::default(),
         }
     }
@@ -246,6 +244,9 @@ impl BackupSink for KeptBackup {
                 .map_err(|e| format!("creating {}: {e}", parent.display()))?;
         }
         let f = File::create(&target).map_err(|e| format!("creating {}: {e}", target.display()))?;
+        if let Ok(rel) = target.strip_prefix(&self.dir) {
+            self.kept.insert(rel.display().to_string(), file.size);
+        }
         if target.starts_with(self.dir.join(walshadow_types::landed::WAL)) {
             self.stats.wal_segments += 1;
         } else {
@@ -271,6 +272,26 @@ impl BackupSink for KeptBackup {
                 .map_err(|e| format!("writing {}: {}", path.display(), e.error()))?;
             f.sync_all()
                 .map_err(|e| format!("syncing {}: {e}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+impl KeptBackup {
+    /// Syncs every directory it made (the files were synced as written),
+    /// so that the manifest written next never names a file a crash lost.
+    pub fn sync_dirs(&self) -> Result<(), InitError> {
+        let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
+        for rel in self.kept.keys() {
+            let mut p = self.dir.join(rel);
+            while p.pop() && p.starts_with(&self.dir) {
+                dirs.insert(p.clone());
+            }
+        }
+        for d in dirs {
+            File::open(&d)
+                .and_then(|f| f.sync_all())
+                .map_err(io_err("syncing", &d))?;
         }
         Ok(())
     }

@@ -497,7 +497,10 @@ pub async fn init(config: &Config, force: bool, bootstrap: bool) -> Result<InitR
             }
             let stats = landing.stats;
             let dirs = std::mem::take(&mut landing.db_dirs);
-            let kept = selected.zip(kept_backup.map(|k| k.stats));
+            if let Some(k) = &kept_backup {
+                k.sync_dirs()?;
+            }
+            let kept = selected.zip(kept_backup);
             break (result, stats, dirs, after, kept);
         }
         let files = moved
@@ -563,7 +566,7 @@ pub async fn init(config: &Config, force: bool, bootstrap: bool) -> Result<InitR
             .ok()
             .map(|c| c.database()),
     };
-    if let Some((sel, _)) = &kept {
+    if let Some((sel, k)) = &kept {
         if sel.tables.is_empty() {
             let w = "init --bootstrap: no table is selected with an initial_load other than none \
                      (a [table] pin or pattern in the config file, or a config-table row): \
@@ -585,6 +588,7 @@ pub async fn init(config: &Config, force: bool, bootstrap: bool) -> Result<InitR
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs()),
                 tables: sel.tables.clone(),
+                files: k.kept.clone(),
             };
             let dir = state_dir.join(kept::DIR);
             let text = serde_json::to_vec_pretty(&manifest).map_err(|e| InitError::Seed {
@@ -611,7 +615,7 @@ pub async fn init(config: &Config, force: bool, bootstrap: bool) -> Result<InitR
             files_skipped: landing_stats.files_skipped,
             stats_files_emptied: landing_stats.stats_files_emptied,
             data_dir_bytes,
-            bootstrap: kept.map(|(sel, k)| (sel.tables, k)),
+            bootstrap: kept.map(|(sel, k)| (sel.tables, k.stats)),
         }),
         slot_created,
         warnings,
