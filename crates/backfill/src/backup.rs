@@ -616,6 +616,41 @@ impl BackupPass {
             }
             None => None,
         };
+        // bootstrap: a table whose file init's backup does not hold (it was
+        // rewritten or truncated since) is set aside; the others load.
+        if let Some(BackupStore::Landed(landed)) = store.map(|o| o.store.as_ref()) {
+            let held: HashSet<(Oid, Oid, Oid)> = landed
+                .files()
+                .map_err(store_failed("reading the landed backup"))?
+                .iter()
+                .filter_map(walshadow_backup_store::landed::LandedFile::relation)
+                .collect();
+            let mut missing: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+            for (f, target) in plan.file_targets() {
+                let l = f.locator;
+                if !held.contains(&(l.spc_oid, l.db_oid, l.rel_number)) {
+                    missing
+                        .entry(target)
+                        .or_default()
+                        .push(format!("{} (file {})", f.name, l.rel_number));
+                }
+            }
+            if !missing.is_empty() {
+                for (i, files) in missing {
+                    if let Some(t) = tables.get(i) {
+                        let why = format!(
+                            "init's backup {} does not hold {}: the table was rewritten or \
+                             truncated since",
+                            leg.as_ref().map_or("", |l| l.backup.label.as_str()),
+                            files.join(", ")
+                        );
+                        tracing::warn!(table = %t.key, "initial load (bootstrap): set aside, the others go on: {why}");
+                        self.put_aside(t, why)?;
+                    }
+                }
+                return Box::pin(self.attempt(attempt, scratch)).await;
+            }
+        }
         // object_store: staging an interrupted attempt left keeps its rows.
         let mut progress = match &leg {
             Some(leg) => Some(self.resume_plan(leg, &tables, &plan).await?),

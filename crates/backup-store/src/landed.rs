@@ -36,6 +36,26 @@ pub struct LandedFile {
     pub size: u64,
 }
 
+impl LandedFile {
+    /// `(tablespace, database, relfilenumber)` when this is the first
+    /// segment of a relation's main fork (`base/5/16384`, or
+    /// `PG_15_…/5/16384` in a tablespace's archive).
+    pub fn relation(&self) -> Option<(Oid, Oid, Oid)> {
+        /// The default tablespace, whose files are under `base/`.
+        const DEFAULT: Oid = 1663;
+        let parts: Vec<&str> = self.path.split('/').collect();
+        let (spc, db, name) = match (self.tablespace, parts.as_slice()) {
+            (None, ["base", db, name]) => (DEFAULT, *db, *name),
+            (Some(spc), [_version, db, name]) => (spc, *db, *name),
+            _ => return None,
+        };
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some((spc, db.parse().ok()?, name.parse().ok()?))
+    }
+}
+
 /// A landed backup, opened.
 #[derive(Debug)]
 pub struct Landed {
@@ -290,6 +310,13 @@ mod tests {
                 (None, "pg_xact/0000".to_owned()),
             ]
         );
+        let rels: Vec<_> = landed
+            .files()
+            .unwrap()
+            .iter()
+            .filter_map(LandedFile::relation)
+            .collect();
+        assert_eq!(rels, vec![(16400, 5, 16390), (1663, 5, 16384)]);
         let segs = landed.archived_segments().unwrap();
         assert_eq!(segs.len(), 1);
         assert_eq!(segs[0].key, "pg_wal/000000010000000000000003");

@@ -321,5 +321,55 @@ fn killed_mid_walk_and_after_exchange(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
+/// A selected table truncated and filled again between `init --bootstrap`
+/// and the first `run`: the landed backup does not hold the file it is on,
+/// so its load from the backup fails (one attempt here) and it loads by
+/// `copy` instead; the other table loads from the backup.
+fn rewritten_before_first_run(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(
+        BIN,
+        major,
+        "bootstrap-rewritten",
+        &[],
+        "\n[backfill]\nmax_attempts = 1\n\n[table.\"public.ra\"]\ninitial_load = \"copy\"\n\n[table.\"public.rb\"]\ninitial_load = \"copy\"\n",
+    )?;
+    h.source.psql(
+        "create table ra (id int primary key, v text);
+         insert into ra select g, 'before' from generate_series(1, 500) g;
+         create table rb (id int primary key, v text);
+         insert into rb select g, 'b' from generate_series(1, 500) g;",
+    )?;
+    let out = h.cli_ok(&["init", "--bootstrap", "--config", h.config()])?;
+    ensure!(out.contains("bootstrap     2 tables"), "{out}");
+    h.source
+        .psql("truncate ra; insert into ra select g, 'after' from generate_series(1, 300) g;")?;
+    h.start_run()?;
+    wait_loaded(&mut h, "public.ra")?;
+    wait_loaded(&mut h, "public.rb")?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal("public.ra", "ra", &[same("id"), same("v")])?;
+    h.assert_equal("public.rb", "rb", &[same("id"), same("v")])?;
+    let modes = (
+        entry(&h, "public.ra", "mode")?,
+        entry(&h, "public.rb", "mode")?,
+    );
+    ensure!(
+        modes.0.as_ref().and_then(|m| m.as_str()) == Some("copy")
+            && modes.1.as_ref().and_then(|m| m.as_str()) == Some("bootstrap"),
+        "loaded by {modes:?}"
+    );
+    ensure!(
+        h.run_log().contains("it loads by copy as of here instead"),
+        "the fallback is not logged"
+    );
+    let landed = h.state_dir.join("bootstrap");
+    wait_until(Duration::from_secs(30), "the landed files to go", || {
+        Ok(!landed.exists())
+    })?;
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(rewritten_before_first_run => bootstrap_rewritten: pg15, pg18);
 per_major!(one_backup_under_load => bootstrap_under_load: pg15, pg18);
 per_major!(killed_mid_walk_and_after_exchange => bootstrap_killed: pg15, pg18);

@@ -102,6 +102,11 @@ pub struct Backfills {
     landed: Option<Arc<BackupStore>>,
     /// A SQL session on the shadow, for `bootstrap` loads.
     shadow: ConnConfig,
+    /// Tables whose load from `init --bootstrap`'s backup ended without
+    /// them (set aside, attempts used up, the backup gone): each loads by
+    /// `copy` at the next decoded position instead. The table has streamed
+    /// since the backup's end, so that load is all it lacks.
+    fallback: BTreeSet<String>,
     column_rules: HashMap<String, ColumnRules>,
 }
 
@@ -200,6 +205,7 @@ impl Backfills {
             dest_locks: resources.dest_locks,
             column_rules: resources.column_rules,
             shadow: resources.shadow,
+            fallback: BTreeSet::new(),
             landed,
             store,
             ledger: Arc::new(Mutex::new(ledger)),
@@ -328,12 +334,12 @@ impl Backfills {
     }
 
     pub fn has_queued(&self) -> bool {
-        !self.queued.is_empty()
+        !self.queued.is_empty() || !self.fallback.is_empty()
     }
 
     /// Loads queued, or waiting behind a swap (checked once per tick).
     pub fn has_work(&self) -> bool {
-        !self.queued.is_empty() || !self.following.is_empty()
+        !self.queued.is_empty() || !self.following.is_empty() || !self.fallback.is_empty()
     }
 
     /// The tables whose load from `init --bootstrap`'s backup is open.
@@ -384,6 +390,12 @@ impl Backfills {
     /// stopped: the load waits).
     pub fn start_due(&mut self, decoded: Lsn, dest: impl Fn(&str) -> Option<String>) {
         self.follow_swaps();
+        for key in std::mem::take(&mut self.fallback) {
+            tracing::warn!(table = %key, s = %decoded, "the load from init --bootstrap's backup did not load the table (see the log and status): it loads by copy as of here instead");
+            if let Err(e) = self.request(&key, "copy", decoded) {
+                tracing::error!(table = %key, "requesting its copy load: {e}; `walshadow table resync` of the table loads it");
+            }
+        }
         let keys: Vec<String> = self.queued.iter().cloned().collect();
         let mut backups = Vec::new();
         for key in keys {
@@ -461,12 +473,10 @@ impl Backfills {
     fn start_pass(&mut self, mode: String, tables: Vec<PassTable>) {
         let (catalog, origin) = if mode == BOOTSTRAP {
             let Some(landed) = &self.landed else {
-                self.refuse(
-                    &tables,
-                    "the backup init --bootstrap landed in the state directory is gone or \
-                     damaged (see the log); remedy: `walshadow table resync` of the table loads \
-                     it again by a copy",
-                );
+                for t in &tables {
+                    self.queued.remove(&t.key);
+                    self.fallback.insert(t.key.clone());
+                }
                 return;
             };
             let backup = match landed.as_ref() {
@@ -699,6 +709,23 @@ impl Backfills {
                 }
                 None => {}
             }
+        }
+        // A bootstrap pass that ended left its tables it did not load (no
+        // swap under way) to a copy.
+        if !self.passes.contains_key(BOOTSTRAP) {
+            let left: Vec<String> = self
+                .lock()
+                .tables
+                .iter()
+                .filter(|(k, p)| {
+                    p.is_open()
+                        && p.mode == BOOTSTRAP
+                        && p.swap.is_none()
+                        && !self.queued.contains(*k)
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            self.fallback.extend(left);
         }
         // A bootstrap entry closes when its pass publishes it, or when the
         // swap a crash interrupted is recovered.
