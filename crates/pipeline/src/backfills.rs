@@ -290,6 +290,7 @@ impl Backfills {
     /// staging table; a swapped entry stays until its swap is recovered
     /// (the staging name may hold the only copy of live rows).
     pub fn withdraw(&mut self, key: &str) -> Result<(), LedgerError> {
+        self.fallback.remove(key);
         let mut ledger = self.lock();
         if let Some(p) = ledger.tables.get_mut(key)
             && p.swap.is_some()
@@ -391,6 +392,15 @@ impl Backfills {
     pub fn start_due(&mut self, decoded: Lsn, dest: impl Fn(&str) -> Option<String>) {
         self.follow_swaps();
         for key in std::mem::take(&mut self.fallback) {
+            // Still the bootstrap's, untouched since the pass ended.
+            let still = self
+                .lock()
+                .tables
+                .get(&key)
+                .is_some_and(|p| p.is_open() && p.mode == BOOTSTRAP && p.swap.is_none());
+            if !still {
+                continue;
+            }
             tracing::warn!(table = %key, s = %decoded, "the load from init --bootstrap's backup did not load the table (see the log and status): it loads by copy as of here instead");
             if let Err(e) = self.request(&key, "copy", decoded) {
                 tracing::error!(table = %key, "requesting its copy load: {e}; `walshadow table resync` of the table loads it");
@@ -832,7 +842,7 @@ fn open_landed(
         }
         Err(e) => {
             tracing::error!(
-                "the backup init --bootstrap landed cannot be read ({e}): its loads wait for a restart with it readable"
+                "the backup init --bootstrap landed cannot be read ({e}): its tables load by copy instead"
             );
             return Ok(None);
         }

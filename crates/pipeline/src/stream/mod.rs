@@ -490,32 +490,6 @@ impl Streamer {
             requests,
         };
         let progress_applied = s.progress.applied;
-        // Tables init --bootstrap loads that a pattern of the file takes
-        // are taken here, where the stream starts (their load's `S`), as
-        // pins are: taken at the first catalog session instead, the
-        // commits decoded before it would miss them. One nothing takes any
-        // more is let go.
-        for key in s.backfills.bootstrap_keys() {
-            if s.settings.tables.contains_key(&key) {
-                continue;
-            }
-            let pattern = walshadow_types::split_table_key(&key).and_then(|(schema, name)| {
-                s.settings
-                    .patterns
-                    .iter()
-                    .find(|p| p.takes(&schema, &name))
-                    .cloned()
-            });
-            match pattern {
-                Some(p) => {
-                    s.take_table(&key, p.config, progress_applied, true, Some(p.key))?;
-                }
-                None => {
-                    tracing::warn!(table = %key, "init --bootstrap selected the table, but no [table] section or pattern takes it now: its load from the backup is withdrawn");
-                    s.backfills.withdraw(&key)?;
-                }
-            }
-        }
         for key in &pinned {
             let dest = s
                 .settings
@@ -573,6 +547,42 @@ impl Streamer {
                     t.resync_seen = *n;
                 }
             }
+        }
+        // Tables init --bootstrap loads that a pattern of the file takes
+        // are taken here, where the stream starts (their load's `S`), as
+        // pins are: taken at the first catalog session instead, the
+        // commits decoded before it would miss them. After the pins (a
+        // pin's destination wins) and the config table's rows (a row of
+        // the table's own decides, as at the first catalog session); one
+        // nothing takes any more is let go.
+        let mut taken_early = false;
+        for key in s.backfills.bootstrap_keys() {
+            if s.settings.tables.contains_key(&key) {
+                continue;
+            }
+            let pattern = walshadow_types::split_table_key(&key).and_then(|(schema, name)| {
+                s.settings
+                    .patterns
+                    .iter()
+                    .find(|p| p.takes(&schema, &name))
+                    .cloned()
+            });
+            let own_row = s.config_row_pending(&key).is_some()
+                || s.progress.tables.get(&key).is_some_and(|t| t.opted_in);
+            match pattern {
+                Some(p) if !own_row => {
+                    taken_early |=
+                        s.take_table(&key, p.config, progress_applied, true, Some(p.key))?;
+                }
+                _ => {
+                    tracing::warn!(table = %key, "init --bootstrap selected the table, but no [table] section or pattern takes it now (or a config-table row of its own decides): its load from the backup is withdrawn");
+                    s.backfills.withdraw(&key)?;
+                }
+            }
+        }
+        if taken_early {
+            // Their column rules, for their loads.
+            s.scope_changed();
         }
         s.retry_clickhouse("creating the destination database", |ch| async move {
             ch.ensure_database().await

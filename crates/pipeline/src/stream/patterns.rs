@@ -462,7 +462,7 @@ impl Streamer {
 
     /// The config table's row of `key` that waits for the first commit
     /// (read with SQL at a first start).
-    fn config_row_pending(&self, key: &str) -> Option<&ScopeChange> {
+    pub(super) fn config_row_pending(&self, key: &str) -> Option<&ScopeChange> {
         self.scope.changes.iter().find(|c| match c {
             ScopeChange::Set { key: k, .. } | ScopeChange::Remove { key: k } => k == key,
         })
