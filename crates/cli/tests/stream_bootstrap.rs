@@ -366,6 +366,7 @@ fn rewritten_before_first_run(major: PgMajor) -> Result<()> {
         h.run_log().contains("it loads by copy as of here instead"),
         "the fallback is not logged"
     );
+    ensure!(staging_left(&h)? == 0, "staging tables left");
     let landed = h.state_dir.join("bootstrap");
     wait_until(Duration::from_secs(30), "the landed files to go", || {
         Ok(!landed.exists())

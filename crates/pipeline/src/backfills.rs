@@ -404,6 +404,27 @@ impl Backfills {
             tracing::warn!(table = %key, s = %decoded, "the load from init --bootstrap's backup did not load the table (see the log and status): it loads by copy as of here instead");
             if let Err(e) = self.request(&key, "copy", decoded) {
                 tracing::error!(table = %key, "requesting its copy load: {e}; `walshadow table resync` of the table loads it");
+                continue;
+            }
+            // What the pass staged for it is of no use to the copy.
+            if let Some(dest_name) = dest(&key) {
+                let staging = StagingTable::new(
+                    self.ch.clone(),
+                    self.database.clone(),
+                    dest_name,
+                    decoded,
+                    &self.meta,
+                );
+                self.tasks.spawn(async move {
+                    if let Err(e) = staging
+                        .discard(
+                            "its table loads by copy instead of from init --bootstrap's backup",
+                        )
+                        .await
+                    {
+                        tracing::warn!(table = %key, "dropping the staging table: {e}");
+                    }
+                });
             }
         }
         let keys: Vec<String> = self.queued.iter().cloned().collect();
