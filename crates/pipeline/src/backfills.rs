@@ -717,6 +717,7 @@ impl Backfills {
             .filter(|(_, (_, t))| t.is_finished())
             .map(|(m, _)| m.clone())
             .collect();
+        let bootstrap_ended = finished.iter().any(|m| m == BOOTSTRAP);
         for mode in finished {
             let Some((keys, t)) = self.passes.remove(&mode) else {
                 continue;
@@ -743,7 +744,7 @@ impl Backfills {
         }
         // A bootstrap pass that ended left its tables it did not load (no
         // swap under way) to a copy.
-        if !self.passes.contains_key(BOOTSTRAP) {
+        if bootstrap_ended {
             let left: Vec<String> = self
                 .lock()
                 .tables
