@@ -41,6 +41,14 @@
 //! (basebackup.c skips verifying such pages for this reason); the attempt
 //! is retried on a fresh backup. Without data checksums a torn read cannot
 //! be told from a consistent one (documented in the operator guide).
+//!
+//! `object_store` and bootstrap passes hold the backup's WAL window: a
+//! page it defines is read from its last full-page image, or skipped if
+//! the window initialised it ([`crate::window_pages`]), so no torn copy is
+//! walked; the chunks of every image of a TOAST page and every chunk the
+//! window inserts fill the chunk store first (`Walker::load_window`), so a
+//! value still missing after the walk means a damaged copy, and its table
+//! is set aside instead of loaded without the row.
 
 use crate::attempts::{AttemptError, Attempts};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -76,7 +84,8 @@ use walshadow_heap::visibility::{
 use walshadow_txn::AssemblerConfig;
 use walshadow_types::{PgMajor, Xid};
 
-use crate::gap::{self, GapError, GapWal, Outcomes};
+use crate::gap::{self, GapError, GapWal, Outcomes, WindowItem};
+use crate::window_pages::{WindowPage, WindowPages};
 
 /// How long the first due `base_backup` request waits for siblings (more
 /// opt-ins in the same transaction or burst) before its pass starts: one
@@ -178,6 +187,11 @@ pub struct PassSummary {
     /// after the opt-in).
     pub toast_missing: u64,
     pub toast_chunks: u64,
+    /// Walked pages the backup's WAL window defines: read from its last
+    /// full-page image instead of the copy, or (initialised there) not
+    /// walked.
+    pub pages_from_window: u64,
+    pub pages_initialised_in_window: u64,
     /// Deferred tuples spilled to disk (bytes).
     pub spilled_bytes: u64,
     pub backup_start: Lsn,
@@ -322,6 +336,7 @@ struct Target {
     paused: bool,
 }
 
+#[derive(Debug, Clone, Copy)]
 enum Role {
     Heap(usize),
     Toast(Oid),
@@ -742,7 +757,7 @@ impl BackupPass {
             Some(l) => l.backup.start_lsn,
             None => tables.iter().map(|t| t.s).min().unwrap_or(Lsn(0)),
         };
-        let walker = Walker {
+        let mut walker = Walker {
             roles: plan.roles,
             leaves: plan.leaves,
             targets,
@@ -754,6 +769,11 @@ impl BackupPass {
             spilled_bytes: 0,
             s_min,
             walk_done: false,
+            window: None,
+            pages_from_window: 0,
+            pages_initialised_in_window: 0,
+            strict_toast: false,
+            unassembled: BTreeMap::new(),
             toast_waits: 0,
             toast_missing: 0,
             toast_chunks: 0,
@@ -767,6 +787,9 @@ impl BackupPass {
                 dir: self.progress_dir(),
             }),
         };
+        if let Some(leg) = &leg {
+            walker.load_window(leg, &plan.files, scratch)?;
+        }
         let mut sink = PageWalkSink::new(plan.files.iter().map(|f| f.locator), walker, plan.walk)
             .map_err(|e| AttemptError::Failed(e.to_string()))?
             .with_done(done);
@@ -841,6 +864,45 @@ impl BackupPass {
             self.wait_for_writers(leg, source, &mut walker).await?;
         }
         walker.resolve_deferred().await?;
+        let unassembled = std::mem::take(&mut walker.unassembled);
+        if !unassembled.is_empty() {
+            let label = leg
+                .as_ref()
+                .map_or("", |l| l.backup.label.as_str())
+                .to_owned();
+            drop(walker);
+            drop(leg);
+            sql.close().await;
+            let _ = std::fs::remove_dir_all(scratch);
+            let whys: Vec<(usize, String)> = unassembled
+                .into_iter()
+                .map(|(i, value)| {
+                    (
+                        i,
+                        format!(
+                            "backup {label} and its WAL window do not hold every chunk of {value}: \
+                             the backup's copy of them is damaged (a storage or archive fault); the \
+                             load stops rather than leave the row out; remedy: take a new backup, \
+                             or use initial_load = 'copy'"
+                        ),
+                    )
+                })
+                .collect();
+            if whys.len() == tables.len() {
+                let all: Vec<String> = whys.into_iter().map(|(_, w)| w).collect();
+                return Err(AttemptError::Failed(all.join("; ")));
+            }
+            for (i, why) in whys {
+                if let Some(t) = tables.get(i) {
+                    tracing::warn!(table = %t.key, "initial load: set aside, the others go on: {why}");
+                    if let Err(e) = self.staging_of(t).discard("set aside").await {
+                        tracing::warn!(table = %t.key, "dropping the staging table of a table set aside: {e}");
+                    }
+                    self.put_aside(t, why)?;
+                }
+            }
+            return Box::pin(self.attempt(attempt, scratch)).await;
+        }
         let gap = match &leg {
             Some(leg) => Some(
                 self.replay_gap(leg, &plan.files, &mut walker, scratch)
@@ -861,6 +923,8 @@ impl BackupPass {
             toast_waits: walker.toast_waits,
             toast_missing: walker.toast_missing,
             toast_chunks: walker.toast_chunks,
+            pages_from_window: walker.pages_from_window,
+            pages_initialised_in_window: walker.pages_initialised_in_window,
             spilled_bytes: spilled,
             backup_start,
             backup_end,
@@ -963,6 +1027,7 @@ impl BackupPass {
             backup,
             major,
             gap: None,
+            window: None,
             outcomes: Outcomes::default(),
             patched: 0,
         };
@@ -1009,6 +1074,21 @@ impl BackupPass {
                 )));
             }
             leg.gap = Some(gap);
+        }
+        // The backup's own WAL, for the pages written while it was copied.
+        if leg.gap.as_ref().is_none_or(|g| g.to < leg.backup.stop_lsn) {
+            let window = gap::fetch(
+                store,
+                &leg.backup,
+                &facts.branch,
+                seg_size,
+                leg.backup.start_lsn,
+                leg.backup.stop_lsn,
+                &self.wal_cache(),
+            )
+            .await
+            .map_err(gap_failed)?;
+            leg.window = Some(window);
         }
         Ok(leg)
     }
@@ -1835,6 +1915,8 @@ impl BackupPass {
             toast_chunks = s.toast_chunks,
             toast_waits = s.toast_waits,
             toast_missing = s.toast_missing,
+            pages_from_window = s.pages_from_window,
+            pages_initialised_in_window = s.pages_initialised_in_window,
             spilled_bytes = s.spilled_bytes,
             slru_files = s.walk.slru_files,
             slru_bytes = s.walk.slru_bytes,
@@ -1913,11 +1995,24 @@ fn skew_message(leg: &StoreLeg, mut skew: Vec<String>) -> String {
 }
 
 /// The store and what the pass learned of it before the walk.
+impl StoreLeg {
+    /// The WAL from the backup's start to its stop.
+    fn window_wal(&self) -> Option<&GapWal> {
+        self.window
+            .as_ref()
+            .or(self.gap.as_ref())
+            .filter(|w| w.from <= self.backup.start_lsn && w.to >= self.backup.stop_lsn)
+    }
+}
+
 struct StoreLeg {
     backup: Backup,
     major: PgMajor,
     /// `None` when the backup started at or after every opt-in.
     gap: Option<GapWal>,
+    /// The backup's own WAL (its start to its stop), when `gap` does not
+    /// reach the stop: read for page images and TOAST chunks only.
+    window: Option<GapWal>,
     outcomes: Outcomes,
     /// Outcomes in the patch (it moves into the gate).
     patched: u64,
@@ -1967,8 +2062,18 @@ struct Walker {
     gate_counters: GateCounters,
     spilled_bytes: u64,
     s_min: Lsn,
-    /// The walk ended: a TOAST value still missing now never comes.
+    /// The walk ended: a TOAST value still missing now never comes from
+    /// the backup.
     walk_done: bool,
+    /// The pages the backup's WAL window defines (object_store, bootstrap).
+    window: Option<WindowPages>,
+    pages_from_window: u64,
+    pages_initialised_in_window: u64,
+    /// The chunk store holds every chunk the backup's WAL window saw (its
+    /// images and inserts): a walked row's value missing after the walk
+    /// means a damaged copy. The first such value of each target.
+    strict_toast: bool,
+    unassembled: BTreeMap<usize, String>,
     toast_waits: u64,
     toast_missing: u64,
     toast_chunks: u64,
@@ -2013,7 +2118,7 @@ fn attempt_nonce() -> String {
 impl Walker {
     /// Decides and decodes one page's tuples (no I/O but the TOAST store
     /// and the spool).
-    fn take_page(&mut self, page: &WalkedPage<'_>) -> Result<(), SinkError> {
+    fn take_page(&mut self, page: &WalkedPage<'_>, lsn: Lsn) -> Result<(), SinkError> {
         let heap = match page.heap() {
             Ok(h) => h,
             Err(e) if e.damage.is_checksum_after(self.s_min) => {
@@ -2024,15 +2129,14 @@ impl Walker {
         let key = (page.locator.spc_oid, page.locator.rel_number);
         match self.roles.get(&key) {
             Some(Role::Toast(toast_relid)) => {
-                let toast_relid = *toast_relid;
-                for t in heap.tuples() {
-                    let tid = Tid {
-                        block: page.block,
-                        offset: t.offset,
-                    };
-                    self.keep_chunk(toast_relid, page.locator.rel_number, tid, t.tuple_ref())
-                        .map_err(|e| format!("{}, block {}: {e}", page.file, page.block))?;
-                }
+                self.keep_chunks(
+                    *toast_relid,
+                    page.locator.rel_number,
+                    page.block,
+                    &heap,
+                    lsn,
+                )
+                .map_err(|e| format!("{}, block {}: {e}", page.file, page.block))?;
             }
             Some(Role::Heap(leaf)) => {
                 let leaf = *leaf;
@@ -2051,13 +2155,153 @@ impl Walker {
         Ok(())
     }
 
-    /// A TOAST chunk (walked, or inserted in the gap) into the pass's store.
+    /// A walked page, or the window's own state of it (see
+    /// [`crate::window_pages`]).
+    fn take_walked(&mut self, page: &WalkedPage<'_>) -> Result<(), SinkError> {
+        let defined = match &self.window {
+            Some(w) => w
+                .get(page.locator, page.block)
+                .map_err(|e| format!("the window's page images: {e}"))?,
+            None => None,
+        };
+        match defined {
+            None => self.take_page(page, Lsn(0)),
+            Some(WindowPage::Initialised) => {
+                self.pages_initialised_in_window += 1;
+                Ok(())
+            }
+            Some(WindowPage::Image { page: bytes, lsn }) => {
+                self.pages_from_window += 1;
+                self.take_page(&page.replaced(&bytes), lsn)
+            }
+        }
+    }
+
+    /// object_store, bootstrap: before the walk, the backup's WAL window
+    /// (its start to its stop): the walked relations' pages it defines
+    /// (see [`crate::window_pages`]), and into the chunk store every TOAST
+    /// chunk it saw: those of every image of a TOAST page and every one
+    /// inserted, by any transaction (a chunk's bytes never change). With
+    /// them, every chunk a walked row can point at is in the store: one
+    /// inserted before the window is in the copy or, if its page changed
+    /// since, in the image of that page's first change.
+    fn load_window(
+        &mut self,
+        leg: &StoreLeg,
+        files: &[PlannedFile],
+        scratch: &Path,
+    ) -> Result<(), AttemptError> {
+        let Some(wal) = leg.window_wal() else {
+            return Ok(());
+        };
+        let Some(db) = files.first().map(|f| f.locator.db_oid) else {
+            return Ok(());
+        };
+        std::fs::create_dir_all(scratch)
+            .map_err(|e| AttemptError::Failed(format!("{}: {e}", scratch.display())))?;
+        let wanted: HashSet<(Oid, Oid)> = self.roles.keys().copied().collect();
+        let toasts: HashSet<(Oid, Oid)> = self
+            .roles
+            .iter()
+            .filter(|(_, r)| matches!(r, Role::Toast(_)))
+            .map(|(k, _)| *k)
+            .collect();
+        let path = scratch.join("window-pages");
+        let mut pages = WindowPages::create(&path)
+            .map_err(|e| AttemptError::Failed(format!("{}: {e}", path.display())))?;
+        let until = leg.backup.stop_lsn;
+        let chunks_before = self.toast_chunks;
+        let items = blocking(|| {
+            wal.window(
+                leg.major,
+                db,
+                &wanted,
+                &toasts,
+                until,
+                |item| -> Result<(), SinkError> {
+                    match item {
+                        WindowItem::Page(p) => {
+                            let role = self
+                                .roles
+                                .get(&(p.locator.spc_oid, p.locator.rel_number))
+                                .copied();
+                            if let (Some(Role::Toast(relid)), Some(image)) = (role, &p.image) {
+                                let heap = walshadow_heap::heap_page::HeapPage::parse(
+                                    image, p.block, false,
+                                )
+                                .map_err(|damage| {
+                                    format!(
+                                        "the image of {} block {} at {}: {damage}",
+                                        p.locator, p.block, p.lsn
+                                    )
+                                })?;
+                                self.keep_chunks(
+                                    relid,
+                                    p.locator.rel_number,
+                                    p.block,
+                                    &heap,
+                                    p.lsn,
+                                )?;
+                            }
+                            pages
+                                .define(p.locator, p.block, p.lsn, p.image.as_deref())
+                                .map_err(|e| format!("{}: {e}", path.display()).into())
+                        }
+                        WindowItem::ToastInsert { lsn, change } => {
+                            let file = change.rel.rel_number;
+                            let role = self.roles.get(&(change.rel.spc_oid, file)).copied();
+                            match (role, change.tid, &change.new) {
+                                (Some(Role::Toast(relid)), Some(tid), Some(t)) => {
+                                    self.keep_chunk(relid, file, tid, t.tuple_ref(), lsn)
+                                }
+                                _ => Ok(()),
+                            }
+                        }
+                    }
+                },
+            )
+        })
+        .map_err(|e| {
+            AttemptError::Failed(format!(
+                "reading backup {}'s WAL window for its page images and TOAST chunks: {e}",
+                leg.backup.label
+            ))
+        })?;
+        tracing::debug!(backup = %leg.backup.label, items, blocks = pages.len(), images = pages.images, initialised = pages.initialised, chunks = self.toast_chunks - chunks_before, "initial load: what the backup's WAL window holds of the walked relations");
+        self.window = Some(pages);
+        self.strict_toast = true;
+        Ok(())
+    }
+
+    /// Every chunk on a TOAST page (walked, or a window image).
+    fn keep_chunks(
+        &mut self,
+        toast_relid: Oid,
+        file: Oid,
+        block: u32,
+        heap: &walshadow_heap::heap_page::HeapPage<'_>,
+        lsn: Lsn,
+    ) -> Result<(), SinkError> {
+        for t in heap.tuples() {
+            let tid = Tid {
+                block,
+                offset: t.offset,
+            };
+            self.keep_chunk(toast_relid, file, tid, t.tuple_ref(), lsn)?;
+        }
+        Ok(())
+    }
+
+    /// A TOAST chunk (walked, in a window image, or inserted in the gap)
+    /// into the pass's store; at `lsn` where the WAL says when it was
+    /// there (a later one at the same tid wins), else 0.
     fn keep_chunk(
         &mut self,
         toast_relid: Oid,
         file: Oid,
         tid: Tid,
         tuple: TupleRef<'_>,
+        lsn: Lsn,
     ) -> Result<(), SinkError> {
         let chunk = ToastChunk::from_tuple(tuple).map_err(|e| format!("TOAST chunk: {e}"))?;
         self.toast.insert_chunk(
@@ -2066,7 +2310,7 @@ impl Walker {
             tid,
             chunk.chunk_id,
             chunk.chunk_seq,
-            Lsn(0),
+            lsn,
             &chunk.data,
         )?;
         self.toast_chunks += 1;
@@ -2121,6 +2365,20 @@ impl Walker {
             }
             Err(RowError::UnresolvedToast {
                 column, value_id, ..
+            }) if self.strict_toast => {
+                // Its table is set aside once the walk ends.
+                self.toast_missing += 1;
+                let xmin = header.xmin;
+                self.unassembled.entry(l.target).or_insert_with(|| {
+                    format!(
+                        "{}: column {column}, TOAST value {value_id} (a row written by transaction {xmin})",
+                        l.name
+                    )
+                });
+                return Ok(());
+            }
+            Err(RowError::UnresolvedToast {
+                column, value_id, ..
             }) => {
                 // Removed after the page was copied: superseded after S.
                 tracing::debug!(relation = %l.name, column, value_id, "walked row skipped: its TOAST value is gone from the backup (changed after the opt-in; the stream has the change)");
@@ -2129,6 +2387,12 @@ impl Walker {
             }
             Err(e) => return Err(format!("{}: {e}", l.name).into()),
         };
+        self.push_walked(leaf, values)
+    }
+
+    /// A walked row's values into its table's batch, at the walk's tag.
+    fn push_walked(&mut self, leaf: usize, values: Vec<Value>) -> Result<(), SinkError> {
+        let l = self.leaves.get(leaf).ok_or("leaf out of range")?;
         let target = self
             .targets
             .get_mut(l.target)
@@ -2196,7 +2460,7 @@ impl Walker {
                 if let (ChangeKind::Insert, Some(tid), Some(t)) =
                     (change.kind, change.tid, &change.new)
                 {
-                    self.keep_chunk(toast_relid, file, tid, t.tuple_ref())
+                    self.keep_chunk(toast_relid, file, tid, t.tuple_ref(), seq)
                         .map_err(|e| format!("at {seq}: {e}"))?;
                 }
             }
@@ -2400,7 +2664,7 @@ impl PageConsumer for Walker {
         &mut self,
         page: WalkedPage<'_>,
     ) -> impl std::future::Future<Output = Result<(), SinkError>> + Send {
-        let taken = self.take_page(&page);
+        let taken = self.take_walked(&page);
         async move {
             taken?;
             self.flush_full().await

@@ -21,12 +21,14 @@ use std::path::{Path, PathBuf};
 use walshadow_backup_store::continuity::Branch;
 use walshadow_backup_store::{Backup, BackupStore, SourceFacts, StoreError};
 use walshadow_changes::assemble::{Assembled, assemble};
-use walshadow_changes::change::Change;
+use walshadow_changes::change::{Change, ChangeKind};
 use walshadow_changes::decode::{CommitEvent, Event, aligned_end, record_events};
 use walshadow_heap::visibility::XactPatch;
 use walshadow_pg_format::wal_files::segment_file_name;
 use walshadow_txn::{Assembler, AssemblerConfig, CommittedTxn};
-use walshadow_types::{Lsn, Oid, PgMajor, RelFileLocator, TimeLineId, Xid};
+use walshadow_types::{
+    BlockNumber, ForkNumber, Lsn, Oid, PgMajor, RelFileLocator, TimeLineId, Xid,
+};
 use walshadow_wal_decode::{RmgrId, XactRecord, decode_smgr_create, decode_xact};
 use walshadow_wal_reader::replication::{ConnConfig, ReplicationClient, ReplicationError};
 use walshadow_wal_reader::segments::{SegmentRecords, SegmentSet};
@@ -422,6 +424,100 @@ impl GapWal {
         }
     }
 
+    /// What the WAL in `[from, until)` holds of the walked relations
+    /// `files` (`(tablespace, relfilenumber)` of database `db`), in WAL
+    /// order (pass 3):
+    ///
+    /// - every main-fork page it defines whole: a full-page image redo
+    ///   applies, or a block redo initialises. The first change of a page
+    ///   after the backup's redo point is one of the two (the backup forces
+    ///   full-page writes), so a page the window holds nothing of was not
+    ///   written while it was copied;
+    /// - every tuple inserted into one of `toasts` (TOAST relations), by
+    ///   any transaction: a TOAST chunk, whose bytes never change.
+    pub fn window<E: From<GapError>>(
+        &self,
+        major: PgMajor,
+        db: Oid,
+        files: &HashSet<(Oid, Oid)>,
+        toasts: &HashSet<(Oid, Oid)>,
+        until: Lsn,
+        mut item: impl FnMut(WindowItem) -> Result<(), E>,
+    ) -> Result<u64, E> {
+        if until <= self.from {
+            return Ok(0);
+        }
+        let mut records = self
+            .set
+            .records(self.tli, Some(self.from), Some(until))
+            .map_err(GapError::from)?;
+        let mut last = self.from;
+        let mut n = 0;
+        let mut events = Vec::new();
+        let ours = |b: &walshadow_wal_decode::BlockRef, set: &HashSet<(Oid, Oid)>| {
+            let l = b.locator;
+            b.fork == ForkNumber::Main && l.db_oid == db && set.contains(&(l.spc_oid, l.rel_number))
+        };
+        while let Some(rec) = records.next_ref().map_err(GapError::from)? {
+            last = rec.end;
+            let decode_failed = |detail: String| GapError::Decode {
+                lsn: rec.lsn,
+                detail,
+            };
+            for b in rec.blocks.iter().filter(|b| ours(b, files)) {
+                let image = if b.apply_image() {
+                    Some(
+                        rec.restore_page(b)
+                            .map_err(|e| decode_failed(e.to_string()))?,
+                    )
+                } else if b.will_init() {
+                    None
+                } else {
+                    continue;
+                };
+                n += 1;
+                item(WindowItem::Page(DefinedPage {
+                    lsn: rec.lsn,
+                    locator: b.locator,
+                    block: b.blkno,
+                    image,
+                }))?;
+            }
+            if rec.rmgr() == RmgrId::HEAP && rec.blocks.iter().any(|b| ours(b, toasts)) {
+                events.clear();
+                record_events(&rec, Some(db), major, &mut events)
+                    .map_err(|e| decode_failed(e.to_string()))?;
+                for e in events.drain(..) {
+                    let Event::Change { payload, .. } = e else {
+                        continue;
+                    };
+                    let change =
+                        Change::decode(&payload).map_err(|e| decode_failed(e.to_string()))?;
+                    if change.kind == ChangeKind::Insert
+                        && toasts.contains(&(change.rel.spc_oid, change.rel.rel_number))
+                    {
+                        n += 1;
+                        item(WindowItem::ToastInsert {
+                            lsn: rec.lsn,
+                            change,
+                        })?;
+                    }
+                }
+            }
+        }
+        if let Some((at, reason)) = records.end_of_wal()
+            && last < until
+        {
+            return Err(GapError::EndedEarly {
+                at: *at,
+                to: until,
+                reason: reason.clone(),
+            }
+            .into());
+        }
+        Ok(n)
+    }
+
     /// The changes of `files` (`(tablespace, relfilenumber)` of database
     /// `db`) in the range, assembled (pass 2).
     pub fn replay(
@@ -445,6 +541,31 @@ impl GapWal {
             records_read: 0,
         })
     }
+}
+
+/// What [`GapWal::window`] hands on.
+#[derive(Debug)]
+pub enum WindowItem {
+    Page(DefinedPage),
+    /// A tuple inserted into a TOAST relation (a chunk), by the record at
+    /// `lsn`.
+    ToastInsert {
+        lsn: Lsn,
+        change: Change,
+    },
+}
+
+/// A page the window's WAL defines whole (see [`GapWal::window`]).
+#[derive(Debug)]
+pub struct DefinedPage {
+    /// The record that defines it.
+    pub lsn: Lsn,
+    pub locator: RelFileLocator,
+    pub block: BlockNumber,
+    /// The page as of the record (a full-page image holds the record's
+    /// change), or `None` when the record initialises it: everything it
+    /// holds then was written in the window.
+    pub image: Option<Vec<u8>>,
 }
 
 /// What pass 1 read in the archive's WAL.

@@ -10,6 +10,8 @@
 //! - [`gap`]: `object_store`'s WAL leg: the archive's segments from the
 //!   backup's start to the opt-ins, their transaction outcomes (the
 //!   `pg_xact` patch) and the loaded tables' changes replayed.
+//! - [`window_pages`]: the walked pages the backup's WAL window defines
+//!   (full-page images, initialisations), read instead of the copies.
 //! - [`walk_sink`]: the `BASE_BACKUP` sink that walks the pages of a few
 //!   relations and keeps `pg_xact`/`pg_multixact` in memory.
 //! - [`snapshot`]: whether a snapshot sees every commit up to the opt-in.
@@ -35,3 +37,4 @@ pub mod snapshot;
 pub mod staging;
 pub mod store_walk;
 pub mod walk_sink;
+pub mod window_pages;

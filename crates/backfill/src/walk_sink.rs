@@ -204,6 +204,21 @@ pub struct WalkedPage<'a> {
 }
 
 impl<'a> WalkedPage<'a> {
+    /// The same block with `bytes` in place of the copy (a full-page image
+    /// of the backup's WAL window): its checksum is not checked, since an
+    /// image holds the page as it was in memory, where the checksum is
+    /// stale until the page is written.
+    pub fn replaced<'b>(&self, bytes: &'b [u8]) -> WalkedPage<'b>
+    where
+        'a: 'b,
+    {
+        WalkedPage {
+            bytes,
+            verify_checksum: false,
+            ..*self
+        }
+    }
+
     /// Parses the page as a heap page (checksum checked when the walk's
     /// options say so); a damaged page names its file and block.
     pub fn heap(&self) -> Result<HeapPage<'a>, PageError> {

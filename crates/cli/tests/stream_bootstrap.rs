@@ -16,6 +16,11 @@
 //!   the walk recorded its first relation segment; the restart resumes and
 //!   skips it. Then a crash right after a table's exchange; the restart
 //!   finishes the swap. Equal, no staging table left.
+//! - `rewritten_before_first_run`: a table rewritten between `init` and
+//!   `run` loads by `copy`, the other from the backup.
+//! - `torn_copies_read_from_the_window`: pages changed while the backup
+//!   streamed, torn in the landed copy, are read from the window; a TOAST
+//!   value nothing holds sets its table aside.
 
 mod common;
 
@@ -374,6 +379,134 @@ fn rewritten_before_first_run(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
+/// Zeroes the second half of every page of `file` that is not all zeros:
+/// a page read while it was being written, its first sectors new and the
+/// rest lost.
+fn tear_pages(file: &std::path::Path) -> Result<usize> {
+    let mut bytes = std::fs::read(file).with_context(|| file.display().to_string())?;
+    let mut torn = 0;
+    for page in bytes.chunks_mut(8192) {
+        if page.iter().any(|&b| b != 0) {
+            if let Some(half) = page.get_mut(4096..) {
+                half.fill(0);
+            }
+            torn += 1;
+        }
+    }
+    std::fs::write(file, bytes)?;
+    Ok(torn)
+}
+
+/// Pages init's backup copied while the source wrote them: `init
+/// --bootstrap` holds (a failpoint) once its backup streams, the test
+/// changes every page of `tt` and every TOAST page of `tx` then, and after
+/// `init` it tears the landed copies of those pages (as a read racing a
+/// write can, without data checksums to tell). The walk takes them from the
+/// window's full-page images, or skips the pages the window initialised (the
+/// window's replay has their rows): both load from the backup, equal. A
+/// TOAST page of `ty`, which the window never touched, is zeroed: its
+/// values cannot be reassembled, so `ty` is set aside (named in the log) and
+/// loads by `copy` instead of with rows missing.
+fn torn_copies_read_from_the_window(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(
+        BIN,
+        major,
+        "bootstrap-torn",
+        &[],
+        "\n[table.\"public.tt\"]\ninitial_load = \"copy\"\n\n[table.\"public.tx\"]\ninitial_load = \"copy\"\n\n[table.\"public.ty\"]\ninitial_load = \"copy\"\n",
+    )?;
+    h.source.psql(
+        "create table tt (id int primary key, v text) with (fillfactor = 50);
+         insert into tt select g, repeat('t', 100) || g from generate_series(1, 2000) g;
+         create table tx (id int primary key, big text);
+         alter table tx alter column big set storage external;
+         insert into tx select g, repeat(md5(g::text), 200) from generate_series(1, 40) g;
+         create table ty (like tx including all);
+         insert into ty select g, repeat(md5((g + 100)::text), 200) from generate_series(1, 40) g;
+         checkpoint;",
+    )?;
+    let holds = h.arm_holds(&[walshadow_failpoints::BOOTSTRAP_BACKUP_STREAMING])?;
+    let hold = holds.join("bootstrap.backup.paused");
+    let out = std::thread::scope(|s| -> Result<String> {
+        let init = s.spawn(|| h.cli_ok(&["init", "--bootstrap", "--config", h.config()]));
+        wait_until(Duration::from_secs(120), "init's backup to hold", || {
+            ensure!(!init.is_finished(), "init ended before its backup held");
+            Ok(hold.exists())
+        })?;
+        // In the backup's window: every page of tt and every TOAST page of
+        // tx changes (the first change of each carries its image); new
+        // pages are initialised.
+        h.source.psql(
+            "update tt set v = v || 'u';
+             insert into tt select g, 'new' || g from generate_series(2001, 2600) g;
+             update tx set big = big || 'u';",
+        )?;
+        std::fs::remove_file(&hold)?;
+        init.join().map_err(|_| anyhow::anyhow!("init panicked"))?
+    })?;
+    h.disarm();
+    ensure!(out.contains("bootstrap     3 tables"), "{out}");
+    let landed = |sql: &str| -> Result<std::path::PathBuf> {
+        let rel = h.source.query_one(sql)?;
+        let path = h.state_dir.join("bootstrap").join("data").join(rel.trim());
+        ensure!(path.exists(), "{} was not landed", path.display());
+        Ok(path)
+    };
+    let toast_of = |t: &str| {
+        format!("select pg_relation_filepath(reltoastrelid) from pg_class where relname = '{t}'")
+    };
+    let torn = tear_pages(&landed("select pg_relation_filepath('tt')")?)?
+        + tear_pages(&landed(&toast_of("tx"))?)?;
+    ensure!(torn > 20, "only {torn} pages torn");
+    let ty_toast = landed(&toast_of("ty"))?;
+    let mut bytes = std::fs::read(&ty_toast)?;
+    bytes
+        .get_mut(..8192)
+        .context("ty's TOAST file is empty")?
+        .fill(0);
+    std::fs::write(&ty_toast, bytes)?;
+    h.start_run()?;
+    for key in ["public.tt", "public.tx", "public.ty"] {
+        wait_loaded(&mut h, key)?;
+    }
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal("public.tt", "tt", &[same("id"), same("v")])?;
+    h.assert_equal("public.tx", "tx", &[same("id"), same("big")])?;
+    h.assert_equal("public.ty", "ty", &[same("id"), same("big")])?;
+    let log = h.run_log();
+    let modes = (
+        entry(&h, "public.tt", "mode")?,
+        entry(&h, "public.tx", "mode")?,
+        entry(&h, "public.ty", "mode")?,
+    );
+    ensure!(
+        modes.0.as_ref().and_then(|m| m.as_str()) == Some("bootstrap")
+            && modes.1.as_ref().and_then(|m| m.as_str()) == Some("bootstrap")
+            && modes.2.as_ref().and_then(|m| m.as_str()) == Some("copy"),
+        "loaded by {modes:?}:\n{}",
+        common::tail(&log, 40)
+    );
+    ensure!(
+        log.contains("do not hold every chunk of public.ty (TOAST)")
+            || log.contains("do not hold every chunk of public.ty:"),
+        "ty's unreassemblable value is not named in the log:\n{}",
+        common::tail(&log, 40)
+    );
+    let from_window: u64 = log
+        .lines()
+        .filter_map(|l| l.split("pages_from_window=").nth(1))
+        .filter_map(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    ensure!(
+        from_window >= 20,
+        "{from_window} pages read from the window's images"
+    );
+    ensure!(staging_left(&h)? == 0, "staging tables left");
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(torn_copies_read_from_the_window => bootstrap_torn: pg15, pg18);
 per_major!(rewritten_before_first_run => bootstrap_rewritten: pg15, pg18);
 per_major!(one_backup_under_load => bootstrap_under_load: pg15, pg18);
 per_major!(killed_mid_walk_and_after_exchange => bootstrap_killed: pg15, pg18);

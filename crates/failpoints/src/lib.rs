@@ -32,6 +32,9 @@ pub const COPY_AFTER_SNAPSHOT: &str = "copy-after-snapshot";
 pub const COPY_BEFORE_FIRST_INSERT: &str = "copy-before-first-insert";
 /// A `base_backup` walk, once a table's rows reached staging: `<table>.walk`.
 pub const BACKUP_WALK_AFTER_STAGING: &str = "backup-walk-after-staging";
+/// `init --bootstrap`, at the first file its backup keeps (the backup has
+/// started; its window is open): `bootstrap.backup`.
+pub const BOOTSTRAP_BACKUP_STREAMING: &str = "bootstrap-backup-streaming";
 /// The stream, after a row version starts waiting for a newer one (its
 /// TOAST value gone at the source): `<table>.gone`.
 pub const STREAM_AFTER_TOAST_GONE: &str = "stream-after-toast-gone";

@@ -180,6 +180,8 @@ pub struct KeptBackup {
     /// Every file kept, relative to `dir`, with its size.
     pub kept: std::collections::BTreeMap<String, u64>,
     pub stats: KeptStats,
+    /// A drill's hold point was passed (it holds once).
+    held: bool,
 }
 
 /// A WAL segment's file name: 24 hex digits.
@@ -195,6 +197,7 @@ impl KeptBackup {
             current: None,
             kept: Default::default(),
             stats: KeptStats::default(),
+            held: false,
         }
     }
 
@@ -239,6 +242,14 @@ impl BackupSink for KeptBackup {
         let Some(target) = self.target(archive.spcoid, &file.path) else {
             return Ok(FileAction::Skip);
         };
+        if !self.held {
+            self.held = true;
+            walshadow_failpoints::hold(
+                walshadow_failpoints::BOOTSTRAP_BACKUP_STREAMING,
+                "bootstrap.backup",
+            )
+            .await;
+        }
         if let Some(parent) = target.parent() {
             crate::process::private_dir(parent, 0o700)
                 .map_err(|e| format!("creating {}: {e}", parent.display()))?;
