@@ -16,8 +16,9 @@ pub struct InitArgs {
     #[arg(long)]
     force: bool,
     /// Load the selected tables' existing rows from the same backup: the
-    /// tables the config file selects (a [table] pin or pattern with an
-    /// initial_load other than none, and no config-table row of their own)
+    /// tables the config selects (a [table] pin, a config-table row that
+    /// opts the table in, or a pattern without such a row, with an
+    /// initial_load other than none)
     /// have their files and the backup's WAL kept in the state directory
     /// (disk: about their size), and the first `run` loads them from there
     /// instead of by their initial_load.

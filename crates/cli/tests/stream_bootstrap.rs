@@ -5,8 +5,8 @@
 //!   pattern, one of them partitioned, one TOASTed, one with dead tuples
 //!   left unvacuumed, one with multixact lockers; a table pinned with
 //!   `none`, one not selected, and two with config-table rows, left to
-//!   their own loads (`copy`): one its row opts in, one a pattern takes
-//!   (the file wins over its row). A workload writes during `init` and after. Two transactions
+//!   their own loads: one its row opts in (loaded from the backup too),
+//!   one a pattern takes (the file wins over its row; `copy`). A workload writes during `init` and after. Two transactions
 //!   wrote before the backup and stay open across it: the load waits for
 //!   them (status says so), one commits and one aborts. Every table equal
 //!   row by row; no dead tuple resurrected; the four loaded from init's
@@ -117,10 +117,10 @@ fn setup(h: &StreamHarness) -> Result<()> {
 fn one_backup_under_load(major: PgMajor) -> Result<()> {
     let mut h = StreamHarness::new(BIN, major, "bootstrap", &[], CONFIG)?;
     setup(&h)?;
-    // Tables with rows of their own in the config table at init are not
-    // loaded from the backup (the stream applies such rows at its first
-    // commit): `cfg` is loaded by its row's `copy`, `parks` (the file
-    // pattern takes it, and wins over its row) by the pattern's.
+    // Tables with rows of their own in the config table at init: `cfg`,
+    // which its row opts in, loads from the backup too (taken where the
+    // stream starts); `parks` (the file pattern takes it, and wins over
+    // its row) loads by the pattern's `copy`.
     h.source.psql(&format!(
         "{}\ninsert into walshadow.tables (schema_name, table_name, replicate, initial_load) values
            ('public', 'cfg', true, 'copy'), ('public', 'parks', false, null);",
@@ -145,7 +145,7 @@ fn one_backup_under_load(major: PgMajor) -> Result<()> {
     let out = h.cli_ok(&["init", "--bootstrap", "--config", h.config()])?;
     eprintln!("{out}");
     ensure!(
-        out.contains("bootstrap     4 tables"),
+        out.contains("bootstrap     5 tables"),
         "init --bootstrap selected other tables:\n{out}"
     );
     let landed = h.state_dir.join("bootstrap");
@@ -153,6 +153,10 @@ fn one_backup_under_load(major: PgMajor) -> Result<()> {
         landed.join("backup.json").exists(),
         "no landed backup after init"
     );
+    // After the backup's end, before the stream's first commit is decoded:
+    // the stream has it (the table is taken where the stream starts).
+    h.source
+        .psql("update cfg set v = 'after init' where id <= 5;")?;
     h.start_run()?;
     // The load waits for the writers open across the backup's start, and
     // says so.
@@ -235,20 +239,24 @@ fn one_backup_under_load(major: PgMajor) -> Result<()> {
     }) {
         eprintln!("{line}");
     }
-    for key in ["public.orders", "public.dead", "public.m", "public.parts"] {
+    for key in [
+        "public.orders",
+        "public.dead",
+        "public.m",
+        "public.parts",
+        "public.cfg",
+    ] {
         let mode = entry(&h, key, "mode")?;
         ensure!(
             mode.as_ref().and_then(|m| m.as_str()) == Some("bootstrap"),
             "{key} was loaded by {mode:?}, not from init's backup"
         );
     }
-    for key in ["public.cfg", "public.parks"] {
-        let mode = entry(&h, key, "mode")?;
-        ensure!(
-            mode.as_ref().and_then(|m| m.as_str()) == Some("copy"),
-            "{key}, which has a config-table row, was loaded by {mode:?}"
-        );
-    }
+    let mode = entry(&h, "public.parks", "mode")?;
+    ensure!(
+        mode.as_ref().and_then(|m| m.as_str()) == Some("copy"),
+        "public.parks, which a pattern and a config-table row of its own take, was loaded by {mode:?}"
+    );
     ensure!(
         !log.contains("initial load (base_backup)"),
         "a second backup was taken:\n{}",

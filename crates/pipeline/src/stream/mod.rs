@@ -548,13 +548,14 @@ impl Streamer {
                 }
             }
         }
-        // Tables init --bootstrap loads that a pattern of the file takes
-        // are taken here, where the stream starts (their load's `S`), as
-        // pins are: taken at the first catalog session instead, the
-        // commits decoded before it would miss them. After the pins (a
-        // pin's destination wins) and the config table's rows (a row of
-        // the table's own decides, as at the first catalog session); one
-        // nothing takes any more is let go.
+        // Tables init --bootstrap loads that a pattern of the file or a
+        // config-table row of their own takes are taken here, where the
+        // stream starts (their load's `S`), as pins are: taken at the first
+        // catalog session or commit instead, the commits decoded before it
+        // would miss them. After the pins (a pin's destination wins); a
+        // table with a row of its own is the row's, as at the first commit
+        // (which applies the row again, changing nothing); one nothing
+        // takes any more is let go.
         let mut taken_early = false;
         for key in s.backfills.bootstrap_keys() {
             if s.settings.tables.contains_key(&key) {
@@ -567,15 +568,41 @@ impl Streamer {
                     .find(|p| p.takes(&schema, &name))
                     .cloned()
             });
-            let own_row = s.config_row_pending(&key).is_some()
-                || s.progress.tables.get(&key).is_some_and(|t| t.opted_in);
-            match pattern {
-                Some(p) if !own_row => {
+            let row = s.config_row_pending(&key).cloned();
+            let opted_in = s.progress.tables.get(&key).is_some_and(|t| t.opted_in);
+            match (pattern, row) {
+                (Some(p), None) if !opted_in => {
                     taken_early |=
                         s.take_table(&key, p.config, progress_applied, true, Some(p.key))?;
                 }
+                // Taken by its row at an earlier start: in scope already.
+                (None, None) if opted_in => {}
+                (
+                    None,
+                    Some(ScopeChange::Set {
+                        replicate: true,
+                        initial_load,
+                        destination,
+                        resync,
+                        columns,
+                        ..
+                    }),
+                ) if !matches!(
+                    walshadow_config::InitialLoad::parse(initial_load.as_deref()),
+                    Ok(walshadow_config::InitialLoad::None) | Err(_)
+                ) && s.settings.source_config.allows(&key)
+                    && s.take_row_at_start(
+                        &key,
+                        destination.clone(),
+                        resync,
+                        columns.clone(),
+                        progress_applied,
+                    ) =>
+                {
+                    taken_early = true;
+                }
                 _ => {
-                    tracing::warn!(table = %key, "init --bootstrap selected the table, but no [table] section or pattern takes it now (or a config-table row of its own decides): its load from the backup is withdrawn");
+                    tracing::warn!(table = %key, "init --bootstrap selected the table, but no [table] section, pattern or config-table row takes it now (or a pattern and a row of its own both do): its load from the backup is withdrawn");
                     s.backfills.withdraw(&key)?;
                 }
             }

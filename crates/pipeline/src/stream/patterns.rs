@@ -386,6 +386,50 @@ impl Streamer {
         Ok(true)
     }
 
+    /// bootstrap: a table its own config-table row opts in, which `init
+    /// --bootstrap` selected and loads, taken where the stream starts (its
+    /// load's `S`), as pins are. The row is applied again at the first
+    /// commit, where it changes nothing more (the table is in scope with
+    /// the row's rules and its load under way). False when its destination
+    /// is refused: the first commit says so.
+    pub(super) fn take_row_at_start(
+        &mut self,
+        key: &str,
+        destination: Option<String>,
+        resync: Option<i64>,
+        columns: crate::scope::RowColumnRules,
+        s: Lsn,
+    ) -> bool {
+        let dest = destination
+            .or_else(|| {
+                self.progress
+                    .tables
+                    .get(key)
+                    .map(|t| t.destination.clone())
+                    .filter(|d| !d.is_empty())
+            })
+            .unwrap_or_else(|| destinations::default_destination(key));
+        if self.destination_refused(key, &dest).is_some() {
+            return false;
+        }
+        tracing::info!(table = %key, s = %s, destination = %dest, "table opted in by its config table row, taken where the stream starts: init --bootstrap's backup loads it");
+        self.scope.pinned.insert(key.to_owned());
+        let entry = self
+            .progress
+            .tables
+            .entry(key.to_owned())
+            .or_insert_with(|| TableProgress::new(dest.clone(), s));
+        entry.destination = dest;
+        entry.opted_in = true;
+        entry.opted_out = None;
+        entry.out_why = None;
+        entry.since = s;
+        entry.resync_seen = resync.unwrap_or(0);
+        entry.columns = columns;
+        self.tables.insert(key.to_owned(), Table::default());
+        true
+    }
+
     /// Patterns changed by a reload: the tables they take now are taken at
     /// the last transaction boundary decoded, where the catalog moves
     /// (rows up to it flushed first, as for any catalog refresh).

@@ -1,10 +1,11 @@
 //! `init --bootstrap`: what of the backup the selected tables' load keeps.
 //!
 //! ```text
-//!  selection (SQL, before each backup): tables pinned or taken by a
-//!      pattern of the config file, with an initial_load other than none,
-//!      and no config-table row of their own deciding otherwise ─▶ their
-//!      leaf relations and TOAST relations ─▶ main-fork files
+//!  selection (SQL, before each backup): tables pinned by the config file,
+//!      opted in by a config-table row of their own, or taken by a pattern
+//!      of the file (and no row of their own), with an initial_load other
+//!      than none ─▶ their leaf relations and TOAST relations ─▶ main-fork
+//!      files
 //!  BASE_BACKUP (WAL) ─▶ BackupTee ─┬─▶ Landing (catalogs: the shadow)
 //!                                  └─▶ KeptBackup ─▶ <state>/bootstrap/
 //!                                        data/base/<db>/<file>[.N]   selected files
@@ -78,19 +79,25 @@ pub async fn select(config: &Config) -> Result<Selection, InitError> {
     .await?;
     let config_table = walshadow_types::split_table_key(&config.source.config_table);
     // Tables with a row of their own in the config table (made by init
-    // before this), whatever it says.
-    let mut rows = std::collections::HashSet::new();
+    // before this): whether it opts the table in, and its initial_load.
+    let mut rows = std::collections::HashMap::new();
     if let Some((s, t)) = &config_table {
         let q = |x: &str| format!("\"{}\"", x.replace('"', "\"\""));
         let r = super::source::query(
             &mut sql,
             "reading the config table's rows",
-            &format!("SELECT schema_name, table_name FROM {}.{}", q(s), q(t)),
+            &format!(
+                "SELECT schema_name, table_name, replicate::text, initial_load FROM {}.{}",
+                q(s),
+                q(t)
+            ),
         )
         .await?;
         for i in 0..r.rows.len() {
             if let (Some(s), Some(t)) = (r.text(i, 0), r.text(i, 1)) {
-                rows.insert(walshadow_types::table_key(s, t));
+                let replicate = r.text(i, 2) == Some("true");
+                let load = r.text(i, 3).map(str::to_owned);
+                rows.insert(walshadow_types::table_key(s, t), (replicate, load));
             }
         }
     }
@@ -110,9 +117,17 @@ pub async fn select(config: &Config) -> Result<Selection, InitError> {
         let key = walshadow_types::table_key(schema, name);
         let load = if let Some(pin) = config.tables.get(&key) {
             pin.initial_load.clone()
-        } else if rows.contains(&key) {
-            tracing::info!(table = %key, "init --bootstrap: the table has a config-table row, which loads it by its own initial_load");
-            continue;
+        } else if let Some((replicate, load)) = rows.get(&key) {
+            // A row of its own opts it in (the stream takes it at its
+            // start, as a pin), unless a pattern of the file takes it.
+            if config.pattern_for(schema, name).is_some() {
+                tracing::info!(table = %key, "init --bootstrap: the table has a config-table row and a pattern takes it: it loads by its own initial_load");
+                continue;
+            }
+            if !replicate || !config.source.allows(&key) {
+                continue;
+            }
+            load.clone()
         } else if let Some(p) = config.pattern_for(schema, name) {
             p.config.initial_load.clone()
         } else {

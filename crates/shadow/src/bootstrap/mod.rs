@@ -569,7 +569,7 @@ pub async fn init(config: &Config, force: bool, bootstrap: bool) -> Result<InitR
     if let Some((sel, k)) = &kept {
         if sel.tables.is_empty() {
             let w = "init --bootstrap: no table is selected with an initial_load other than none \
-                     (a [table] pin or pattern in the config file; tables with config-table rows load by them): \
+                     (a [table] pin or pattern in the config file, or a config-table row that opts the table in): \
                      nothing is loaded from the backup"
                 .to_owned();
             tracing::warn!("{w}");
