@@ -169,6 +169,10 @@ pub struct BackupPass {
     /// start): their entries stay pending with the reason while the others
     /// load. Empty at the start.
     pub set_aside: Arc<Mutex<BTreeSet<String>>>,
+    /// The stream's recent commits and `init`'s xid horizon: a
+    /// `base_backup` pass reads once the transactions open since before
+    /// walshadow's start have ended.
+    pub recent: Arc<crate::snapshot::RecentCommits>,
 }
 
 /// What a pass did, for its summary and the caller.
@@ -802,6 +806,17 @@ impl BackupPass {
                 },
                 _,
             ) => {
+                crate::snapshot::wait_for_horizon(&mut sql, &self.recent, |why| {
+                    match &why {
+                        Some(w) => tracing::warn!(tables = %self.keys(), "initial load (base_backup) {w}"),
+                        None => tracing::info!(tables = %self.keys(), "initial load (base_backup): the transactions open since before walshadow's start have ended"),
+                    }
+                    let _ = self.update_each(|p| p.error = why.clone());
+                })
+                .await
+                .map_err(source_failed(
+                    "waiting for transactions open since before walshadow's start",
+                ))?;
                 let opts = BaseBackupOptions {
                     label: format!("walshadow initial load of {}", self.keys()),
                     checkpoint: *checkpoint,

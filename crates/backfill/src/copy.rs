@@ -363,6 +363,13 @@ impl CopyLoad {
     async fn take_snapshot(&self, leader: &mut ReplicationClient) -> Result<String, AttemptError> {
         let started = Instant::now();
         loop {
+            crate::snapshot::wait_for_horizon(leader, &self.recent, |why| {
+                self.tell_waiting(why);
+            })
+            .await
+            .map_err(failed(
+                "waiting for transactions open since before walshadow's start",
+            ))?;
             let r = leader
                 .simple_query(
                     "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT pg_export_snapshot(), pg_current_snapshot()::text",
@@ -376,6 +383,13 @@ impl CopyLoad {
             };
             let snap = PgSnapshot::parse(snap)
                 .ok_or_else(|| AttemptError::Failed(format!("pg_current_snapshot() = {snap:?}")))?;
+            if !self.recent.passed(snap.xmin) {
+                leader
+                    .simple_query("ROLLBACK")
+                    .await
+                    .map_err(failed("ending a snapshot"))?;
+                continue;
+            }
             match self.recent.invisible_in(&snap, self.s) {
                 None => return Ok(id.to_owned()),
                 Some((xid, end)) => {
@@ -392,6 +406,29 @@ impl CopyLoad {
                     tracing::debug!(xid, end = %end, "snapshot does not see a commit before S yet; taking another");
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
+            }
+        }
+    }
+
+    /// A wait the load is in (`None`: over), in the log and its ledger
+    /// entry (`status`).
+    fn tell_waiting(&self, why: Option<String>) {
+        match &why {
+            Some(w) => tracing::warn!(table = %self.key, "initial load (copy) {w}"),
+            None => {
+                tracing::info!(table = %self.key, "initial load (copy): the transactions open since before walshadow's start have ended")
+            }
+        }
+        let mut ledger = match self.ledger.lock() {
+            Ok(l) => l,
+            Err(p) => p.into_inner(),
+        };
+        if let Some(p) = ledger.tables.get_mut(&self.key)
+            && p.s == self.s
+        {
+            p.error = why;
+            if let Err(e) = ledger.write(&self.state_dir) {
+                tracing::warn!(table = %self.key, "recording the load's wait in the ledger: {e}");
             }
         }
     }

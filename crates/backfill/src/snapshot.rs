@@ -12,6 +12,12 @@
 //! if every commit at or before `S` that the stream saw is visible in it
 //! (not in `xip`, below `xmax`), else the load takes a new one.
 //!
+//! A transaction that wrote before the stream's first decoded position
+//! (`init`'s backup start) and commits later reaches ClickHouse only in
+//! part from the stream (what it wrote after that position): the rest must
+//! come from the loads, so a load reads only once every such transaction
+//! has ended ([`RecentCommits::set_horizon`], [`wait_for_horizon`]).
+//!
 //! Commits older than the oldest the stream remembers were decoded long
 //! before the load (walshadow decodes in commit order, and the memory is
 //! bounded by count): a transaction invisible that long after its commit
@@ -20,8 +26,11 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use walshadow_types::{Lsn, Xid};
+use walshadow_wal_reader::replication::{ReplicationClient, ReplicationError};
 
 /// How many commits [`RecentCommits`] keeps.
 pub const RECENT_COMMITS: usize = 200_000;
@@ -31,6 +40,8 @@ pub const RECENT_COMMITS: usize = 200_000;
 pub struct RecentCommits {
     inner: Mutex<VecDeque<(Xid, Lsn)>>,
     cap: usize,
+    /// `init`'s xid horizon (xid8; 0: none, or passed).
+    horizon: AtomicU64,
 }
 
 impl Default for RecentCommits {
@@ -44,6 +55,32 @@ impl RecentCommits {
         RecentCommits {
             inner: Mutex::new(VecDeque::new()),
             cap,
+            horizon: AtomicU64::new(0),
+        }
+    }
+
+    /// Every transaction that wrote before the stream's first decoded
+    /// position has an xid8 below `xid8` (`init` read it after its backup):
+    /// loads read only once none of them runs.
+    pub fn set_horizon(&self, xid8: u64) {
+        self.horizon.store(xid8, Ordering::Release);
+    }
+
+    /// The horizon a load must wait for, unless already passed.
+    pub fn horizon(&self) -> Option<u64> {
+        Some(self.horizon.load(Ordering::Acquire)).filter(|&h| h != 0)
+    }
+
+    /// A snapshot with `xmin` at or past the horizon saw it passed: no load
+    /// waits for it again.
+    pub fn passed(&self, xmin: u64) -> bool {
+        match self.horizon() {
+            Some(h) if xmin < h => false,
+            Some(_) => {
+                self.horizon.store(0, Ordering::Release);
+                true
+            }
+            None => true,
         }
     }
 
@@ -64,6 +101,53 @@ impl RecentCommits {
         q.iter()
             .copied()
             .find(|&(xid, end)| end <= s && !snapshot.sees(xid))
+    }
+}
+
+/// How often a wait for the horizon says so.
+const HORIZON_TELL_EVERY: Duration = Duration::from_secs(30);
+
+/// Waits on `sql` (a SQL session on the source) until no transaction
+/// below `recent`'s horizon runs, saying so through `tell` (the log, the
+/// load's status) when it has to, at most every 30 s.
+pub async fn wait_for_horizon(
+    sql: &mut ReplicationClient,
+    recent: &RecentCommits,
+    mut tell: impl FnMut(Option<String>),
+) -> Result<(), ReplicationError> {
+    let mut told = None::<Instant>;
+    let since = Instant::now();
+    loop {
+        if recent.horizon().is_none() {
+            return Ok(());
+        }
+        let r = sql
+            .simple_query(
+                "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, \
+                        (SELECT string_agg(format('pid %s (xid %s)', pid, backend_xid), ', ' \
+                                           ORDER BY age(backend_xid) DESC) \
+                           FROM pg_stat_activity WHERE backend_xid IS NOT NULL)",
+            )
+            .await?;
+        let xmin: u64 = r.text(0, 0).and_then(|t| t.parse().ok()).unwrap_or(0);
+        if recent.passed(xmin) {
+            if told.is_some() {
+                tell(None);
+            }
+            return Ok(());
+        }
+        if told.is_none_or(|t| t.elapsed() >= HORIZON_TELL_EVERY) {
+            told = Some(Instant::now());
+            tell(Some(format!(
+                "waiting for transactions open since before walshadow's start to end \
+                 ({}; {:?} so far): what they wrote before it is not in the WAL walshadow \
+                 decodes, so the load reads once they have ended; remedy: end them (commit, \
+                 roll back, or pg_terminate_backend)",
+                r.text(0, 1).unwrap_or("none seen"),
+                since.elapsed()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -124,6 +208,18 @@ mod tests {
         // xid8 past the first epoch: compared by the low 32 bits.
         let wrapped = PgSnapshot::parse("4294967390:4294967400:").unwrap();
         assert!(wrapped.sees(95) && !wrapped.sees(104));
+    }
+
+    #[test]
+    fn the_horizon_passes_once() {
+        let r = RecentCommits::new(3);
+        assert!(r.passed(5));
+        r.set_horizon(100);
+        assert_eq!(r.horizon(), Some(100));
+        assert!(!r.passed(99));
+        assert!(r.passed(100));
+        assert_eq!(r.horizon(), None);
+        assert!(r.passed(1));
     }
 
     #[test]

@@ -35,6 +35,15 @@ use walshadow_testkit::{PgMajor, wait_until};
 
 const CONFIG: &str = "\n[table.\"public.orders\"]\ninitial_load = \"copy\"\n\n[table.\"public.dead\"]\ninitial_load = \"copy\"\n\n[table.\"public.m\"]\ninitial_load = \"base_backup\"\n\n[table.\"public.par?s\"]\ninitial_load = \"copy\"\nexclude_columns = [\"v\"]\n\n[table.\"public.skipped\"]\ninitial_load = \"none\"\n";
 
+/// The tables `one_backup_under_load` loads from init's backup.
+const BOOTSTRAPPED: [&str; 5] = [
+    "public.orders",
+    "public.dead",
+    "public.m",
+    "public.parts",
+    "public.cfg",
+];
+
 fn count(h: &StreamHarness, sql: &str) -> Result<u64> {
     let n = h.ch.query(sql)?;
     n.trim()
@@ -68,6 +77,24 @@ fn held_writer(h: &StreamHarness, sql: &str, release: &str) -> std::thread::Join
          commit;"
     );
     std::thread::spawn(move || source.psql(&text).map(drop))
+}
+
+/// Lets the two held writers go: `commit` commits, `abort` rolls back.
+fn end_writers(
+    h: &StreamHarness,
+    committer: std::thread::JoinHandle<Result<()>>,
+    aborter: std::thread::JoinHandle<Result<()>>,
+) -> Result<()> {
+    h.source
+        .psql("insert into gate values ('commit'), ('abort abort');")?;
+    committer
+        .join()
+        .map_err(|_| anyhow::anyhow!("writer panicked"))??;
+    let aborted = aborter
+        .join()
+        .map_err(|_| anyhow::anyhow!("writer panicked"))?;
+    ensure!(aborted.is_err(), "the aborting writer committed");
+    Ok(())
 }
 
 fn setup(h: &StreamHarness) -> Result<()> {
@@ -170,23 +197,8 @@ fn one_backup_under_load(major: PgMajor) -> Result<()> {
         status.contains("waiting for transactions open since before backup"),
         "status does not say the load waits:\n{status}"
     );
-    h.source
-        .psql("insert into gate values ('commit'), ('abort abort');")?;
-    committer
-        .join()
-        .map_err(|_| anyhow::anyhow!("writer panicked"))??;
-    let aborted = aborter
-        .join()
-        .map_err(|_| anyhow::anyhow!("writer panicked"))?;
-    ensure!(aborted.is_err(), "the aborting writer committed");
-    for key in [
-        "public.orders",
-        "public.dead",
-        "public.m",
-        "public.parts",
-        "public.cfg",
-        "public.parks",
-    ] {
+    end_writers(&h, committer, aborter)?;
+    for key in BOOTSTRAPPED.iter().chain(&["public.parks"]) {
         wait_loaded(&mut h, key)?;
     }
     let writes = workload.finish()?;
@@ -239,13 +251,7 @@ fn one_backup_under_load(major: PgMajor) -> Result<()> {
     }) {
         eprintln!("{line}");
     }
-    for key in [
-        "public.orders",
-        "public.dead",
-        "public.m",
-        "public.parts",
-        "public.cfg",
-    ] {
+    for key in BOOTSTRAPPED {
         let mode = entry(&h, key, "mode")?;
         ensure!(
             mode.as_ref().and_then(|m| m.as_str()) == Some("bootstrap"),
@@ -514,6 +520,68 @@ fn torn_copies_read_from_the_window(major: PgMajor) -> Result<()> {
     Ok(())
 }
 
+/// Plain `init`, then loads by `copy` and `base_backup`, with transactions
+/// that wrote the tables before init's backup and stay open across it: the
+/// stream decodes from the backup's start, so what they wrote before it
+/// reaches ClickHouse only through the loads, which must read after they
+/// end (the log and status say they wait). One commits (its rows there),
+/// one aborts (its rows not). Without the wait the committed writer's rows
+/// from before the backup are lost.
+fn writers_open_across_plain_init(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(
+        BIN,
+        major,
+        "open-across-init",
+        &[],
+        "\n[table.\"public.wa\"]\ninitial_load = \"copy\"\n\n[table.\"public.wb\"]\ninitial_load = \"base_backup\"\n",
+    )?;
+    h.source.psql(
+        "create table gate (what text);
+         create table wa (id int primary key, v text);
+         insert into wa select g, 'a' from generate_series(1, 100) g;
+         create table wb (id int primary key, v text);
+         insert into wb select g, 'b' from generate_series(1, 100) g;",
+    )?;
+    let committer = held_writer(
+        &h,
+        "insert into wa values (1001, 'open, commits'); delete from wa where id = 1;
+         update wb set v = 'open update' where id = 2; insert into wb values (1001, 'open');",
+        "commit",
+    );
+    let aborter = held_writer(
+        &h,
+        "insert into wa values (2001, 'open, aborts'); delete from wb where id = 3;",
+        "abort",
+    );
+    h.wait_for_session("held:commit")?;
+    h.wait_for_session("held:abort")?;
+    h.init()?;
+    h.start_run()?;
+    // Both loads wait for the writers, and say so (log and status).
+    wait_until(CATCH_UP, "both loads to wait for the open writers", || {
+        let log = h.run_log();
+        Ok(
+            log.contains("initial load (copy) waiting for transactions open since before walshadow's start")
+                && log.contains("initial load (base_backup) waiting for transactions open since before walshadow's start"),
+        )
+    })
+    .with_context(|| common::tail(&h.run_log(), 30))?;
+    let status = h.cli_ok(&["status", "--config", h.config()])?;
+    ensure!(
+        status.contains("open since before walshadow's start"),
+        "status does not say the loads wait:\n{status}"
+    );
+    end_writers(&h, committer, aborter)?;
+    wait_loaded(&mut h, "public.wa")?;
+    wait_loaded(&mut h, "public.wb")?;
+    h.wait_caught_up(CATCH_UP)?;
+    h.assert_equal("public.wa", "wa", &[same("id"), same("v")])?;
+    h.assert_equal("public.wb", "wb", &[same("id"), same("v")])?;
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(writers_open_across_plain_init => open_across_init: pg15, pg18);
 per_major!(torn_copies_read_from_the_window => bootstrap_torn: pg15, pg18);
 per_major!(rewritten_before_first_run => bootstrap_rewritten: pg15, pg18);
 per_major!(one_backup_under_load => bootstrap_under_load: pg15, pg18);

@@ -581,6 +581,7 @@ impl Backfills {
             ledger: Arc::clone(&self.ledger),
             dest_locks: self.dest_locks.clone(),
             set_aside: Default::default(),
+            recent: Arc::clone(&self.recent),
         };
         tracing::info!(tables = %keys.join(", "), "initial load ({mode}) starting: one backup for these tables");
         self.passes

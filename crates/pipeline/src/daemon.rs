@@ -121,11 +121,11 @@ pub async fn run(
         stopped?;
         return Ok(());
     }
-    let stream_settings = StreamSettings::new(config)?;
     let paths = StatePaths {
         dir: config.state.dir.clone(),
     };
     let init = load_init_state(&paths)?;
+    let stream_settings = StreamSettings::new(config)?.with_xid_horizon(init.xid_horizon);
     // Another database of the same cluster streams nothing of these
     // tables: its changes would be skipped for good while lag says 0.
     if let (Some(recorded), Ok(conn)) = (

@@ -420,6 +420,9 @@ impl Streamer {
                 ),
             },
         )?;
+        if let Some(h) = settings.xid_horizon {
+            backfills.recent().set_horizon(h);
+        }
         // A pinned table seen for the first time loads per its
         // `initial_load`, at the position streaming resumes from.
         // One that was out (opted out, let go, refused by
@@ -570,13 +573,19 @@ impl Streamer {
             });
             let row = s.config_row_pending(&key).cloned();
             let opted_in = s.progress.tables.get(&key).is_some_and(|t| t.opted_in);
+            let streamed_by_row = s
+                .progress
+                .tables
+                .get(&key)
+                .is_some_and(|t| t.opted_in && t.opted_out.is_none());
             match (pattern, row) {
+                // Taken by its row at an earlier start: in scope already
+                // (its row decides, over a pattern added since).
+                (_, None) if streamed_by_row => {}
                 (Some(p), None) if !opted_in => {
                     taken_early |=
                         s.take_table(&key, p.config, progress_applied, true, Some(p.key))?;
                 }
-                // Taken by its row at an earlier start: in scope already.
-                (None, None) if opted_in => {}
                 (
                     None,
                     Some(ScopeChange::Set {
@@ -602,7 +611,7 @@ impl Streamer {
                     taken_early = true;
                 }
                 _ => {
-                    tracing::warn!(table = %key, "init --bootstrap selected the table, but no [table] section, pattern or config-table row takes it now (or a pattern and a row of its own both do): its load from the backup is withdrawn");
+                    tracing::warn!(table = %key, "init --bootstrap selected the table, but nothing takes it now where the stream starts (no [table] section or pattern, or a pattern and a config-table row of its own both do, or its row no longer opts it in, or config_table_allow or its destination refuses it: the first commit says which): its load from the backup is withdrawn");
                     s.backfills.withdraw(&key)?;
                 }
             }

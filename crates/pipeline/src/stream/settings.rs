@@ -42,9 +42,19 @@ pub struct StreamSettings {
     pub(super) toast_cache_mb: usize,
     /// `[backup]`: the store `object_store` loads read.
     pub(super) backup: Option<BackupConfig>,
+    /// `init`'s xid horizon: `copy` and `base_backup` loads read once no
+    /// transaction below it runs (`walshadow_backfill::snapshot`).
+    pub(super) xid_horizon: Option<u64>,
 }
 
 impl StreamSettings {
+    /// With `init`'s xid horizon: loads read once no transaction below it
+    /// runs (`walshadow_backfill::snapshot`).
+    pub fn with_xid_horizon(mut self, horizon: Option<u64>) -> StreamSettings {
+        self.xid_horizon = horizon;
+        self
+    }
+
     /// The stream's settings; refuses a config without `[clickhouse]` or
     /// with a source URL that does not parse.
     pub fn new(config: &Config) -> Result<StreamSettings, StreamError> {
@@ -88,6 +98,7 @@ impl StreamSettings {
             memory_bytes,
             toast_cache_mb: config.stream.toast_cache_mb,
             backup: config.backup.clone(),
+            xid_horizon: None,
         })
     }
 

@@ -55,12 +55,11 @@ fn quote_literal(s: &str) -> String {
 }
 
 /// Which tables of the source's database walshadow would load at its first
-/// start from the config file: a `[table]` pin, else a pattern, with an
-/// `initial_load` other than `none`. A table with a row of its own in the
-/// config table is the row's (as the stream has it), and is left out:
-/// such rows are applied at the first commit after the backup, whose own
-/// changes of the table the stream does not deliver, so their load must
-/// read after it (their own `initial_load` does).
+/// start: a `[table]` pin, else a row of the table's own in the config
+/// table that opts it in (allowed by `config_table_allow`), else a pattern,
+/// with an `initial_load` other than `none`. The first `run` takes them
+/// where the stream starts. A table that both a pattern and a row of its
+/// own take is left out (it loads by its own load at the first commit).
 pub async fn select(config: &Config) -> Result<Selection, InitError> {
     let conn = super::source::sql_config(&config.source.url, None)?;
     let mut sql = ReplicationClient::connect(&conn)
@@ -95,7 +94,8 @@ pub async fn select(config: &Config) -> Result<Selection, InitError> {
         .await?;
         for i in 0..r.rows.len() {
             if let (Some(s), Some(t)) = (r.text(i, 0), r.text(i, 1)) {
-                let replicate = r.text(i, 2) == Some("true");
+                // As the stream reads it: only false opts out.
+                let replicate = r.text(i, 2) != Some("false");
                 let load = r.text(i, 3).map(str::to_owned);
                 rows.insert(walshadow_types::table_key(s, t), (replicate, load));
             }

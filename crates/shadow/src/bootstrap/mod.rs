@@ -435,7 +435,7 @@ pub async fn init(config: &Config, force: bool, bootstrap: bool) -> Result<InitR
         ..BaseBackupOptions::default()
     };
     let mut attempts = 0;
-    let (result, landing_stats, db_dirs, after, kept) = loop {
+    let (result, landing_stats, db_dirs, after, kept, xid_horizon) = loop {
         attempts += 1;
         if let Some(pid) = running_postmaster(data_dir) {
             return Err(InitError::ShadowRunning(data_dir.clone(), pid));
@@ -464,6 +464,7 @@ pub async fn init(config: &Config, force: bool, bootstrap: bool) -> Result<InitR
             None => (repl.base_backup(&opts, &mut landing).await, None),
         };
         let result = result.map_err(|e| InitError::source("BASE_BACKUP", e))?;
+        let xid_horizon = source::next_xid8(&config.source.url).await?;
         let after = source::list_classes(&config.source.url).await?;
         let moved = landing.skipped_catalogs(&after);
         // A selected table rewritten (or made) during the backup: its kept
@@ -501,7 +502,7 @@ pub async fn init(config: &Config, force: bool, bootstrap: bool) -> Result<InitR
                 k.sync_dirs()?;
             }
             let kept = selected.zip(kept_backup);
-            break (result, stats, dirs, after, kept);
+            break (result, stats, dirs, after, kept, xid_horizon);
         }
         let files = moved
             .iter()
@@ -565,6 +566,7 @@ pub async fn init(config: &Config, force: bool, bootstrap: bool) -> Result<InitR
         database: walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url)
             .ok()
             .map(|c| c.database()),
+        xid_horizon,
     };
     if let Some((sel, k)) = &kept {
         if sel.tables.is_empty() {

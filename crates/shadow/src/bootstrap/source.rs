@@ -464,6 +464,27 @@ pub fn parse_size(text: &str) -> Option<u32> {
 
 /// Lists pg_database, then the classes of every database that allows
 /// connections (one SQL session each).
+/// The source's next transaction id (xid8) now (`None`, logged, if its
+/// answer is not a number).
+pub async fn next_xid8(url: &str) -> Result<Option<u64>, InitError> {
+    let mut sql = ReplicationClient::connect(&sql_config(url, None)?)
+        .await
+        .map_err(|e| InitError::source("connecting to the source ([source] url)", e))?;
+    let r = query(
+        &mut sql,
+        "reading the next transaction id",
+        "SELECT pg_snapshot_xmax(pg_current_snapshot())::text",
+    )
+    .await;
+    sql.close().await;
+    let r = r?;
+    let next = r.text(0, 0).and_then(|t| t.parse().ok());
+    if next.is_none() {
+        tracing::warn!(answer = ?r.text(0, 0), "the source's next transaction id is not a number: initial loads will not wait for transactions open across init");
+    }
+    Ok(next)
+}
+
 pub async fn list_classes(url: &str) -> Result<ClassList, InitError> {
     let mut first = ReplicationClient::connect(&sql_config(url, None)?)
         .await
