@@ -608,6 +608,19 @@ impl BackupPass {
         };
         if store.is_some() {
             self.wait_shadow_replayed(&mut sql, &tables).await?;
+        } else {
+            // base_backup: before the plan, which a long wait would age.
+            crate::snapshot::wait_for_horizon(&mut sql, &self.recent, |why| {
+                match &why {
+                    Some(w) => tracing::warn!(tables = %self.keys(), "initial load (base_backup) {w}"),
+                    None => tracing::info!(tables = %self.keys(), "initial load (base_backup): the transactions open since before walshadow's start have ended"),
+                }
+                let _ = self.update_each(|p| p.error = why.clone());
+            })
+            .await
+            .map_err(source_failed(
+                "waiting for transactions open since before walshadow's start",
+            ))?;
         }
         let (plan, mut sql) = self.plan(sql, &tables, store.is_none()).await?;
         let mut leg = match store {
@@ -806,17 +819,6 @@ impl BackupPass {
                 },
                 _,
             ) => {
-                crate::snapshot::wait_for_horizon(&mut sql, &self.recent, |why| {
-                    match &why {
-                        Some(w) => tracing::warn!(tables = %self.keys(), "initial load (base_backup) {w}"),
-                        None => tracing::info!(tables = %self.keys(), "initial load (base_backup): the transactions open since before walshadow's start have ended"),
-                    }
-                    let _ = self.update_each(|p| p.error = why.clone());
-                })
-                .await
-                .map_err(source_failed(
-                    "waiting for transactions open since before walshadow's start",
-                ))?;
                 let opts = BaseBackupOptions {
                     label: format!("walshadow initial load of {}", self.keys()),
                     checkpoint: *checkpoint,

@@ -361,15 +361,18 @@ impl CopyLoad {
     /// Opens the snapshot on `leader` and checks that it sees every commit
     /// up to `S` the stream decoded (waiting for one that does).
     async fn take_snapshot(&self, leader: &mut ReplicationClient) -> Result<String, AttemptError> {
-        let started = Instant::now();
+        let mut started = Instant::now();
         loop {
-            crate::snapshot::wait_for_horizon(leader, &self.recent, |why| {
-                self.tell_waiting(why);
-            })
-            .await
-            .map_err(failed(
-                "waiting for transactions open since before walshadow's start",
-            ))?;
+            if self.recent.horizon().is_some() {
+                crate::snapshot::wait_for_horizon(leader, &self.recent, |why| {
+                    self.tell_waiting(why);
+                })
+                .await
+                .map_err(failed(
+                    "waiting for transactions open since before walshadow's start",
+                ))?;
+                started = Instant::now();
+            }
             let r = leader
                 .simple_query(
                     "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT pg_export_snapshot(), pg_current_snapshot()::text",

@@ -60,8 +60,8 @@ impl RecentCommits {
     }
 
     /// Every transaction that wrote before the stream's first decoded
-    /// position has an xid8 below `xid8` (`init` read it after its backup):
-    /// loads read only once none of them runs.
+    /// position has an xid8 below `xid8` (`init` had one assigned after its
+    /// backup): loads read only once none of them runs.
     pub fn set_horizon(&self, xid8: u64) {
         self.horizon.store(xid8, Ordering::Release);
     }
@@ -118,32 +118,41 @@ pub async fn wait_for_horizon(
     let mut told = None::<Instant>;
     let since = Instant::now();
     loop {
+        // Passed (by this wait or another load's): a wait said is unsaid.
         if recent.horizon().is_none() {
-            return Ok(());
-        }
-        let r = sql
-            .simple_query(
-                "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, \
-                        (SELECT string_agg(format('pid %s (xid %s)', pid, backend_xid), ', ' \
-                                           ORDER BY age(backend_xid) DESC) \
-                           FROM pg_stat_activity WHERE backend_xid IS NOT NULL)",
-            )
-            .await?;
-        let xmin: u64 = r.text(0, 0).and_then(|t| t.parse().ok()).unwrap_or(0);
-        if recent.passed(xmin) {
             if told.is_some() {
                 tell(None);
             }
             return Ok(());
         }
+        // The oldest first: they hold the snapshot's xmin back.
+        let r = sql
+            .simple_query(
+                "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, \
+                        concat_ws(', ', \
+                          (SELECT string_agg(format('pid %s (xid %s, database %s)', pid, backend_xid, datname), ', ' \
+                                             ORDER BY age(backend_xid) DESC) \
+                             FROM (SELECT * FROM pg_stat_activity WHERE backend_xid IS NOT NULL \
+                                    ORDER BY age(backend_xid) DESC LIMIT 5) a), \
+                          (SELECT string_agg(format('prepared transaction %L (xid %s, database %s)', gid, transaction, database), ', ') \
+                             FROM pg_prepared_xacts))",
+            )
+            .await?;
+        let xmin: u64 = r.text(0, 0).and_then(|t| t.parse().ok()).unwrap_or(0);
+        if recent.passed(xmin) {
+            continue;
+        }
         if told.is_none_or(|t| t.elapsed() >= HORIZON_TELL_EVERY) {
             told = Some(Instant::now());
             tell(Some(format!(
                 "waiting for transactions open since before walshadow's start to end \
-                 ({}; {:?} so far): what they wrote before it is not in the WAL walshadow \
-                 decodes, so the load reads once they have ended; remedy: end them (commit, \
-                 roll back, or pg_terminate_backend)",
-                r.text(0, 1).unwrap_or("none seen"),
+                 (the oldest running: {}; {:?} so far): what they wrote before it is not in \
+                 the WAL walshadow decodes, so the load reads once they have ended; remedy: \
+                 end them (commit or roll back; pg_terminate_backend; COMMIT PREPARED or \
+                 ROLLBACK PREPARED for a prepared transaction)",
+                r.text(0, 1)
+                    .filter(|t| !t.is_empty())
+                    .unwrap_or("none listed"),
                 since.elapsed()
             )));
         }

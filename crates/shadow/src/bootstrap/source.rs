@@ -462,10 +462,10 @@ pub fn parse_size(text: &str) -> Option<u32> {
     u32::try_from(n * mult).ok()
 }
 
-/// Lists pg_database, then the classes of every database that allows
-/// connections (one SQL session each).
-/// The source's next transaction id (xid8) now (`None`, logged, if its
-/// answer is not a number).
+/// A transaction id (xid8) above every one the source has handed out:
+/// `pg_current_xact_id()` assigns one (a snapshot's `xmax` would not do: it
+/// is past the last *completed* transaction, and one still running may be
+/// above it). `None`, logged, if the answer is not a number.
 pub async fn next_xid8(url: &str) -> Result<Option<u64>, InitError> {
     let mut sql = ReplicationClient::connect(&sql_config(url, None)?)
         .await
@@ -473,7 +473,7 @@ pub async fn next_xid8(url: &str) -> Result<Option<u64>, InitError> {
     let r = query(
         &mut sql,
         "reading the next transaction id",
-        "SELECT pg_snapshot_xmax(pg_current_snapshot())::text",
+        "SELECT pg_current_xact_id()::text",
     )
     .await;
     sql.close().await;
@@ -485,6 +485,8 @@ pub async fn next_xid8(url: &str) -> Result<Option<u64>, InitError> {
     Ok(next)
 }
 
+/// Lists pg_database, then the classes of every database that allows
+/// connections (one SQL session each).
 pub async fn list_classes(url: &str) -> Result<ClassList, InitError> {
     let mut first = ReplicationClient::connect(&sql_config(url, None)?)
         .await

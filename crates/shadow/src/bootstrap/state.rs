@@ -49,8 +49,9 @@ pub struct InitState {
     /// older versions, which are not checked.
     #[serde(default)]
     pub database: Option<String>,
-    /// The source's next transaction id (xid8) right after the backup:
-    /// every transaction that wrote before `backup_start` has a lower one.
+    /// A transaction id (xid8) assigned right after the backup
+    /// (`pg_current_xact_id()`): every transaction that wrote before
+    /// `backup_start` has a lower one.
     /// The stream decodes from `backup_start`, so such a transaction still
     /// open then reaches ClickHouse only through the initial loads, which
     /// read once none is running (`pg_snapshot_xmin` at or past this).
