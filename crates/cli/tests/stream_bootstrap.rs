@@ -15,7 +15,8 @@
 //! - `killed_mid_walk_and_after_exchange`: `kill -9` (a failpoint) after
 //!   the walk recorded its first relation segment; the restart resumes and
 //!   skips it. Then a crash right after a table's exchange; the restart
-//!   finishes the swap. Equal, no staging table left.
+//!   finishes the swap. Equal, no staging table left; the table its
+//!   config-table row opts in keeps its load from the backup across both.
 //! - `rewritten_before_first_run`: a table rewritten between `init` and
 //!   `run` loads by `copy`, the other from the backup.
 //! - `torn_copies_read_from_the_window`: pages changed while the backup
@@ -287,7 +288,7 @@ fn killed_mid_walk_and_after_exchange(major: PgMajor) -> Result<()> {
         major,
         "bootstrap-kill",
         &[],
-        "\n[table.\"public.ra\"]\ninitial_load = \"copy\"\n\n[table.\"public.rb\"]\ninitial_load = \"copy\"\n",
+        "\n[table.\"public.ra\"]\ninitial_load = \"copy\"\n",
     )?;
     // Each table over 128 pages: its segment is recorded once walked.
     for t in ["ra", "rb"] {
@@ -297,6 +298,13 @@ fn killed_mid_walk_and_after_exchange(major: PgMajor) -> Result<()> {
              delete from {t} where id % 10 = 0;"
         ))?;
     }
+    // rb is opted in by its config-table row: taken where the stream
+    // starts, and still in scope with its load after each crash.
+    h.source.psql(&format!(
+        "{}\ninsert into walshadow.tables (schema_name, table_name, replicate, initial_load) values
+           ('public', 'rb', true, 'copy');",
+        walshadow_config::config_table_sql("walshadow", "tables")
+    ))?;
     let out = h.cli_ok(&["init", "--bootstrap", "--config", h.config()])?;
     ensure!(out.contains("bootstrap     2 tables"), "{out}");
     h.arm(
@@ -334,6 +342,11 @@ fn killed_mid_walk_and_after_exchange(major: PgMajor) -> Result<()> {
     for t in ["ra", "rb"] {
         h.assert_equal(&format!("public.{t}"), t, &[same("id"), same("pad")])?;
     }
+    let mode = entry(&h, "public.rb", "mode")?;
+    ensure!(
+        mode.as_ref().and_then(|m| m.as_str()) == Some("bootstrap"),
+        "rb, opted in by its row, was loaded by {mode:?} after the restarts"
+    );
     ensure!(staging_left(&h)? == 0, "staging tables left");
     let landed = h.state_dir.join("bootstrap");
     wait_until(Duration::from_secs(30), "the landed files to go", || {
