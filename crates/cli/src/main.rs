@@ -198,6 +198,16 @@ enum WalCommand {
 
 /// Writes `text` to standard output; a reader that closed the pipe early
 /// (`walshadow status | head`) is not an error.
+/// The config file at `path` as database `database` sees it (`None`: the
+/// url's), for a command about one database's tables.
+fn load_view(
+    path: &std::path::Path,
+    database: Option<&str>,
+) -> anyhow::Result<walshadow_config::Config> {
+    let config = walshadow_config::Config::load(path)?;
+    Ok(walshadow_pipeline::databases::view_for(&config, database)?)
+}
+
 fn print_quietly(text: &str) -> anyhow::Result<()> {
     use std::io::Write;
     match std::io::stdout().lock().write_all(text.as_bytes()) {

@@ -109,11 +109,44 @@ pub struct StatusArgs {
 
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
-    let report = runtime()?.block_on(walshadow_pipeline::report::status(&config))?;
-    let text = if args.json {
-        format!("{}\n", serde_json::to_string_pretty(&report)?)
-    } else {
-        report.to_string()
-    };
+    let databases = walshadow_pipeline::databases::all(&config)?;
+    if let [only] = databases.as_slice() {
+        let report = runtime()?.block_on(walshadow_pipeline::report::status(&only.view))?;
+        let text = if args.json {
+            format!("{}\n", serde_json::to_string_pretty(&report)?)
+        } else {
+            report.to_string()
+        };
+        return crate::print_quietly(&text);
+    }
+    // Several databases: each one's status under its name. One that has
+    // not streamed yet says so and does not hide the others.
+    let rt = runtime()?;
+    let mut reports = serde_json::Map::new();
+    let mut text = String::new();
+    for d in &databases {
+        let report = rt.block_on(walshadow_pipeline::report::status(&d.view));
+        text.push_str(&format!("== database {:?} ==\n", d.name));
+        match report {
+            Ok(r) => {
+                text.push_str(&r.to_string());
+                reports.insert(d.name.clone(), serde_json::to_value(&r)?);
+            }
+            Err(e) => {
+                text.push_str(&format!("{e}\n"));
+                reports.insert(
+                    d.name.clone(),
+                    serde_json::json!({ "error": e.to_string() }),
+                );
+            }
+        }
+        text.push('\n');
+    }
+    if args.json {
+        text = format!(
+            "{}\n",
+            serde_json::to_string_pretty(&serde_json::json!({ "databases": reports }))?
+        );
+    }
     crate::print_quietly(&text)
 }

@@ -3,13 +3,15 @@
 
 use std::path::PathBuf;
 
-use walshadow_config::Config;
-
 #[derive(Debug, clap::Args)]
 pub struct ListArgs {
     /// The TOML config file.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
+    /// With [source] databases: the database the table is in (default:
+    /// the url's).
+    #[arg(long, value_name = "NAME")]
+    database: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -20,6 +22,10 @@ pub struct ResyncArgs {
     /// The TOML config file.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
+    /// With [source] databases: the database the table is in (default:
+    /// the url's).
+    #[arg(long, value_name = "NAME")]
+    database: Option<String>,
     /// The table, as `schema.name` (a part holding a dot or a double quote
     /// double-quoted: x."y.z").
     #[arg(value_name = "SCHEMA.TABLE")]
@@ -35,6 +41,10 @@ pub struct AddArgs {
     /// The TOML config file.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
+    /// With [source] databases: the database the table is in (default:
+    /// the url's).
+    #[arg(long, value_name = "NAME")]
+    database: Option<String>,
     /// The table, as `schema.name` (a part holding a dot or a double quote
     /// double-quoted: x."y.z").
     #[arg(value_name = "SCHEMA.TABLE")]
@@ -54,13 +64,17 @@ pub struct RemoveArgs {
     /// The TOML config file.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
+    /// With [source] databases: the database the table is in (default:
+    /// the url's).
+    #[arg(long, value_name = "NAME")]
+    database: Option<String>,
     /// The table, as `schema.name`.
     #[arg(value_name = "SCHEMA.TABLE")]
     table: String,
 }
 
 pub fn add(args: AddArgs) -> anyhow::Result<()> {
-    let config = Config::load(&args.config)?;
+    let config = crate::load_view(&args.config, args.database.as_deref())?;
     let lsn = crate::shadow_cmd::runtime()?.block_on(walshadow_pipeline::table_admin::add(
         &config,
         &args.table,
@@ -77,7 +91,7 @@ pub fn add(args: AddArgs) -> anyhow::Result<()> {
 }
 
 pub fn remove(args: RemoveArgs) -> anyhow::Result<()> {
-    let config = Config::load(&args.config)?;
+    let config = crate::load_view(&args.config, args.database.as_deref())?;
     let lsn = crate::shadow_cmd::runtime()?.block_on(walshadow_pipeline::table_admin::remove(
         &config,
         &args.table,
@@ -91,7 +105,7 @@ pub fn remove(args: RemoveArgs) -> anyhow::Result<()> {
 }
 
 pub fn list(args: ListArgs) -> anyhow::Result<()> {
-    let config = Config::load(&args.config)?;
+    let config = crate::load_view(&args.config, args.database.as_deref())?;
     let rows = walshadow_pipeline::table_admin::list(&config)?;
     let text = if args.json {
         format!("{}\n", serde_json::to_string_pretty(&rows)?)
@@ -102,7 +116,7 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
 }
 
 pub fn resync(args: ResyncArgs) -> anyhow::Result<()> {
-    let config = Config::load(&args.config)?;
+    let config = crate::load_view(&args.config, args.database.as_deref())?;
     let lsn = crate::shadow_cmd::runtime()?.block_on(
         walshadow_pipeline::table_admin::request_resync(&config, &args.table, &args.initial_load),
     )?;

@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use walshadow_config::Config;
 use walshadow_pipeline::verify::{DEFAULT_SHOW, Report, VerifyOptions, verify};
 
 #[derive(Debug, clap::Args)]
@@ -12,6 +11,10 @@ pub struct VerifyArgs {
     /// The TOML config file.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
+    /// With [source] databases: the database the tables are in (default:
+    /// the url's).
+    #[arg(long, value_name = "NAME")]
+    database: Option<String>,
     /// The tables, as `schema.name` (default: every table streaming).
     #[arg(value_name = "SCHEMA.TABLE")]
     tables: Vec<String>,
@@ -32,7 +35,7 @@ pub struct VerifyArgs {
 }
 
 pub fn verify_cmd(args: VerifyArgs) -> anyhow::Result<()> {
-    let config = Config::load(&args.config)?;
+    let config = crate::load_view(&args.config, args.database.as_deref())?;
     let opts = VerifyOptions {
         tables: args.tables,
         wait: Duration::from_secs(args.wait),

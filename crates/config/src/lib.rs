@@ -103,6 +103,36 @@ pub enum ConfigError {
     },
 }
 
+impl ConfigError {
+    /// The same error, said of file `path`.
+    fn in_file(self, path: &Path) -> ConfigError {
+        match self {
+            ConfigError::Invalid { key, problem, .. } => ConfigError::Invalid {
+                path: path.to_owned(),
+                key,
+                problem,
+            },
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.to_owned(),
+                message,
+            },
+            e => e,
+        }
+    }
+
+    /// The same error, said of database `db`'s view of the file.
+    fn of_database(self, db: &str) -> ConfigError {
+        match self {
+            ConfigError::Invalid { path, key, problem } => ConfigError::Invalid {
+                path,
+                key,
+                problem: format!("database {db:?}: {problem}"),
+            },
+            e => e,
+        }
+    }
+}
+
 /// The first line of secret file `file`, which only its owner may read.
 fn read_secret(file: &Path) -> Result<String, String> {
     Ok(read_private(file)?
@@ -197,7 +227,35 @@ pub struct Config {
     pub patterns: Vec<pattern::TablePattern>,
     #[serde(default)]
     pub log: LogConfig,
+    /// `[database."name"]`: the tables and config table of one database
+    /// of `[source] databases` (see [`Config::database_view`]).
+    #[serde(default, rename = "database")]
+    pub databases: std::collections::BTreeMap<String, DatabaseConfig>,
 }
+
+/// `[database."name"]`: what belongs to one database of `[source]
+/// databases`. The url's database keeps the top-level `[table]` sections
+/// and `[source]`'s config table; a section of its own may add to them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// The config table in this database; `[source] config_table` when
+    /// absent.
+    #[serde(default)]
+    pub config_table: Option<String>,
+    /// `[source] config_table_allow` for this database's config table;
+    /// `[source]`'s when absent.
+    #[serde(default)]
+    pub config_table_allow: Option<Vec<String>>,
+    /// This database's tables, as top-level `[table]` sections are the
+    /// url database's: `[database."crm".table."public.orders"]`.
+    #[serde(default, rename = "table")]
+    pub tables: std::collections::BTreeMap<String, TableConfig>,
+}
+
+/// The placeholder `[clickhouse] database` names each source database's
+/// ClickHouse database with, when several are followed.
+pub const DATABASE_PLACEHOLDER: &str = "{db}";
 
 /// `[log]`: what `run` logs.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -758,6 +816,17 @@ pub struct SourceConfig {
     /// ClickHouse. Tables pinned in this file are not limited by it.
     #[serde(default)]
     pub config_table_allow: Vec<String>,
+    /// Every source database streamed, the url's among them; empty: only
+    /// the url's. Each has its own config table, `[database."name"]`
+    /// tables, state and ClickHouse database (`[clickhouse] database`
+    /// with `{db}`); they share the slot and the shadow.
+    #[serde(default)]
+    pub databases: Vec<String>,
+    /// The database SQL sessions reach instead of the url's: set in a
+    /// view of another database ([`Config::database_view`]), never read
+    /// from the file.
+    #[serde(skip)]
+    pub database: Option<String>,
 }
 
 impl SourceConfig {
@@ -897,6 +966,12 @@ impl Config {
         })?;
         config.split_patterns(path)?;
         config.check(path)?;
+        // Each database's sections are checked as a file of their own
+        // would be (the url's database is not known here: it is the
+        // daemon's to check that `databases` names it).
+        for db in &config.source.databases {
+            config.database_view(db, "").map_err(|e| e.in_file(path))?;
+        }
         let mut config = config;
         config.load_secrets(path)?;
         Ok(config)
@@ -938,6 +1013,57 @@ impl Config {
             )));
         }
         Ok(())
+    }
+
+    /// The file as one followed database sees it: its tables (the
+    /// top-level `[table]` sections for the url's database, `url_db`, and
+    /// its own `[database."db"]` sections), its config table, and `{db}`
+    /// in `[clickhouse] database` replaced by its name; no other
+    /// database's sections.
+    pub fn database_view(&self, db: &str, url_db: &str) -> Result<Config, ConfigError> {
+        self.view_of(db, url_db).map_err(|e| e.of_database(db))
+    }
+
+    fn view_of(&self, db: &str, url_db: &str) -> Result<Config, ConfigError> {
+        let mut view = self.clone();
+        view.databases.clear();
+        view.source.databases.clear();
+        let section = self.databases.get(db).cloned().unwrap_or_default();
+        if db != url_db {
+            view.tables.clear();
+            view.patterns.clear();
+            view.source.database = Some(db.to_owned());
+        } else {
+            // The patterns are split again below, with the section's.
+            for p in std::mem::take(&mut view.patterns) {
+                view.tables.insert(p.key, p.config);
+            }
+        }
+        let path = Path::new("the config file");
+        for (key, t) in section.tables {
+            if view.tables.insert(key.clone(), t).is_some() {
+                return Err(ConfigError::Invalid {
+                    path: path.to_owned(),
+                    key: "database.table",
+                    problem: format!(
+                        "[table.{key:?}] and [database.{db:?}.table.{key:?}] both name a table of \
+                         the url's database {db:?}: keep one"
+                    ),
+                });
+            }
+        }
+        if let Some(t) = section.config_table {
+            view.source.config_table = t;
+        }
+        if let Some(a) = section.config_table_allow {
+            view.source.config_table_allow = a;
+        }
+        if let Some(ch) = view.clickhouse.as_mut() {
+            ch.database = ch.database.replace(DATABASE_PLACEHOLDER, db);
+        }
+        view.split_patterns(path)?;
+        view.check(path)?;
+        Ok(view)
     }
 
     /// The pattern section that takes `schema.name`, if any (the first in
@@ -1021,6 +1147,31 @@ impl Config {
             return Err(invalid(
                 "source.url",
                 "expected a URL such as postgres://user@host:5432/postgres, or a libpq connection string such as \"host=db user=walshadow dbname=postgres\"".into(),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for db in &self.source.databases {
+            if db.is_empty() || db.contains('\0') {
+                return Err(invalid(
+                    "source.databases",
+                    format!("{db:?} is not a database name"),
+                ));
+            }
+            if !seen.insert(db) {
+                return Err(invalid(
+                    "source.databases",
+                    format!("{db:?} is named twice"),
+                ));
+            }
+        }
+        if let Some(db) = self.databases.keys().find(|d| !seen.contains(d)) {
+            return Err(invalid(
+                "database",
+                format!(
+                    "[database.{db:?}] names a database that [source] databases does not list \
+                     (databases = {:?}): add it there, or fix the section's name",
+                    self.source.databases
+                ),
             ));
         }
         let slot = &self.source.slot;
@@ -1384,6 +1535,27 @@ impl Config {
             if ch.database.is_empty() {
                 return Err(invalid("clickhouse.database", "must not be empty".into()));
             }
+            let placeholder = ch.database.contains(DATABASE_PLACEHOLDER);
+            if self.source.databases.len() > 1 && !placeholder {
+                return Err(invalid(
+                    "clickhouse.database",
+                    format!(
+                        "{:?} would hold the tables of every database of [source] databases, \
+                         whose names can clash: name each its own, as \"{{db}}\" or \"pg_{{db}}\"",
+                        ch.database
+                    ),
+                ));
+            }
+            if self.source.databases.is_empty() && placeholder {
+                return Err(invalid(
+                    "clickhouse.database",
+                    format!(
+                        "{:?}: {{db}} stands for each database of [source] databases, which is \
+                         not set",
+                        ch.database
+                    ),
+                ));
+            }
             if ch.client_cert.is_some() != ch.client_key.is_some() {
                 return Err(invalid(
                     "clickhouse.client_cert",
@@ -1442,6 +1614,72 @@ mod tests {
         [state]
         dir = "/tmp/state"
     "#;
+
+    fn with_databases(extra_source: &str, rest: &str) -> Result<Config, ConfigError> {
+        parse(&format!(
+            "{}\n{rest}",
+            GOOD.replace("[shadow]", &format!("{extra_source}\n[shadow]"))
+        ))
+    }
+
+    const CH: &str = "[clickhouse]\nurl = \"http://127.0.0.1:8123\"\ndatabase = \"pg_{db}\"\n";
+
+    #[test]
+    fn several_databases_each_see_their_own_sections() {
+        let c = with_databases(
+            "databases = [\"postgres\", \"crm\"]",
+            &format!(
+                "{CH}[table.\"public.a\"]\n[table.\"sales.*\"]\n\
+                 [database.\"crm\"]\nconfig_table = \"ws.rows\"\n\
+                 [database.\"crm\".table.\"public.b\"]\ninitial_load = \"copy\"\n"
+            ),
+        )
+        .unwrap();
+        let url = c.database_view("postgres", "postgres").unwrap();
+        assert_eq!(url.tables.keys().collect::<Vec<_>>(), ["public.a"]);
+        assert_eq!(url.patterns.len(), 1);
+        assert_eq!(url.source.database, None);
+        assert_eq!(url.source.config_table, "walshadow.tables");
+        assert_eq!(url.clickhouse.as_ref().unwrap().database, "pg_postgres");
+        let crm = c.database_view("crm", "postgres").unwrap();
+        assert_eq!(crm.tables.keys().collect::<Vec<_>>(), ["public.b"]);
+        assert!(crm.patterns.is_empty());
+        assert_eq!(crm.source.database.as_deref(), Some("crm"));
+        assert_eq!(crm.source.config_table, "ws.rows");
+        assert_eq!(crm.clickhouse.as_ref().unwrap().database, "pg_crm");
+    }
+
+    #[test]
+    fn several_databases_mistakes_are_named() {
+        let err = |extra: &str, rest: &str| with_databases(extra, rest).unwrap_err().to_string();
+        let e = err("databases = [\"a\", \"b\"]", &CH.replace("pg_{db}", "app"));
+        assert!(
+            e.contains("clickhouse.database") && e.contains("{db}"),
+            "{e}"
+        );
+        let e = err("", CH);
+        assert!(
+            e.contains("[source] databases") && e.contains("not set"),
+            "{e}"
+        );
+        let e = err("databases = [\"a\", \"a\"]", CH);
+        assert!(e.contains("\"a\" is named twice"), "{e}");
+        let e = err("databases = [\"a\"]", &format!("{CH}[database.\"crn\"]\n"));
+        assert!(
+            e.contains("[database.\"crn\"]") && e.contains("does not list"),
+            "{e}"
+        );
+        let e = err(
+            "databases = [\"a\", \"b\"]",
+            &format!("{CH}[database.\"b\".table.\"nodot\"]\n"),
+        );
+        assert!(e.contains("database \"b\"") && e.contains("nodot"), "{e}");
+        let e = err(
+            "databases = [\"a\", \"b\"]",
+            &format!("{CH}[database.\"b\"]\nsurprise = 1\n"),
+        );
+        assert!(e.contains("surprise"), "{e}");
+    }
 
     #[test]
     fn config_table_allowlist() {

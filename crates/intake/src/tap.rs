@@ -40,8 +40,8 @@ pub struct ArchiveTurns {
 /// connects again from the tap's hold once the tap has room.
 pub const TAP_STALL: Duration = Duration::from_secs(5);
 
-/// What a [`WalTap`] receives.
-#[derive(Debug)]
+/// What a [`WalTap`] receives (a clone shares the WAL's bytes).
+#[derive(Debug, Clone)]
 pub enum TapEvent {
     /// A new stream (first connection, or again after a transient error):
     /// the raw WAL that follows starts at `from`, a page boundary.

@@ -31,6 +31,8 @@ pub enum DaemonError {
     Stream(#[from] StreamError),
     #[error(transparent)]
     Progress(#[from] crate::progress::ProgressError),
+    #[error(transparent)]
+    Databases(#[from] crate::databases::DatabasesError),
     #[error(
         "source.url names database {configured:?}, but `walshadow init` was run for database \
          {recorded:?} (its tables' progress is in this state directory): point source.url \
@@ -96,7 +98,20 @@ pub async fn run(
         .map_err(|e| StreamError::State(format!("listening for SIGHUP: {e}")))?;
     let socket = ControlSocket::bind(&config.state.dir)
         .map_err(|e| StreamError::State(format!("the control socket: {e}")))?;
-    let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
+    let url_db = walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url)
+        .map_err(|e| StreamError::State(e.to_string()))?
+        .database();
+    let followed = crate::databases::followed(config, &url_db)?;
+    let mut requests = Vec::new();
+    let mut streams = Vec::new();
+    for f in &followed {
+        let (tx, rx) = mpsc::channel(REQUEST_QUEUE);
+        requests.push(rx);
+        streams.push(DatabaseStream {
+            name: f.name.clone(),
+            requests: tx,
+        });
+    }
     let control = tokio::spawn(serve_control(
         socket,
         hangups,
@@ -104,7 +119,12 @@ pub async fn run(
             running: config.clone(),
             path: options.config_path,
             log_level: options.log_level,
-            stream: config.clickhouse.is_some().then_some(req_tx),
+            url_db: url_db.clone(),
+            streams: if config.clickhouse.is_some() {
+                streams
+            } else {
+                Vec::new()
+            },
         },
     ));
     let _control = AbortOnDrop(control);
@@ -125,50 +145,103 @@ pub async fn run(
         dir: config.state.dir.clone(),
     };
     let init = load_init_state(&paths)?;
-    let stream_settings = StreamSettings::new(config)?.with_xid_horizon(init.xid_horizon);
     // Another database of the same cluster streams nothing of these
     // tables: its changes would be skipped for good while lag says 0.
-    if let (Some(recorded), Ok(conn)) = (
-        &init.database,
-        walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url),
-    ) {
-        let configured = conn.database();
-        if *recorded != configured {
-            return Err(DaemonError::OtherDatabase {
-                recorded: recorded.clone(),
-                configured,
-            });
-        }
+    if let Some(recorded) = &init.database
+        && *recorded != url_db
+    {
+        return Err(DaemonError::OtherDatabase {
+            recorded: recorded.clone(),
+            configured: url_db,
+        });
     }
-    let mut first_run = false;
-    let progress = match Progress::read(&config.state.dir)? {
-        Some(p) if p.system_id != init.system_id => {
-            return Err(DaemonError::OtherSource {
-                path: config.state.dir.join(Progress::FILE),
-                found: p.system_id,
-                expected: init.system_id,
-            });
-        }
-        Some(p) => p,
-        None => {
+    let mut loops = Vec::with_capacity(followed.len());
+    for f in followed {
+        let stream_settings = StreamSettings::new(&f.view)?
+            .with_xid_horizon(init.xid_horizon)
+            .sharing_memory(followed_count(config));
+        let progress = match Progress::read(&f.view.state.dir)? {
+            Some(p) if p.system_id != init.system_id => {
+                return Err(DaemonError::OtherSource {
+                    path: f.view.state.dir.join(Progress::FILE),
+                    found: p.system_id,
+                    expected: init.system_id,
+                });
+            }
+            p => p,
+        };
+        loops.push((f, stream_settings, progress));
+    }
+    // A database streamed for the first time starts where the others
+    // are (the slot holds WAL from there, and its catalog session reads
+    // the catalog of that point); without any, at `init`'s backup.
+    let resumed = loops
+        .iter()
+        .filter_map(|(_, _, p)| p.as_ref())
+        .map(|p| (p.applied, p.restart))
+        .reduce(|a, b| (a.0.min(b.0), a.1.min(b.1)));
+    let mut started = Vec::with_capacity(loops.len());
+    for (f, s, progress) in loops {
+        let (progress, first_run) = match (progress, resumed) {
+            (Some(p), _) => (p, false),
+            (None, Some((applied, restart))) => {
+                tracing::info!(
+                    database = %f.name,
+                    %applied,
+                    "a database new to this state directory: it streams from where the others are"
+                );
+                let mut p = Progress::new(init.system_id, applied);
+                p.restart = restart;
+                (p, true)
+            }
             // Tables stream from the point the shadow becomes consistent:
             // transactions committed before it are not emitted.
-            let mut p = Progress::new(init.system_id, init.backup_end);
-            p.restart = init.backup_start;
-            first_run = true;
-            p
+            (None, None) => {
+                let mut p = Progress::new(init.system_id, init.backup_end);
+                p.restart = init.backup_start;
+                (p, true)
+            }
+        };
+        if !f.is_url_db && first_run {
+            std::fs::create_dir_all(&f.view.state.dir)
+                .map_err(|e| StreamError::State(format!("{}: {e}", f.view.state.dir.display())))?;
+            // `init` made it when the database was listed then; one listed
+            // later gets it here.
+            let table = &f.view.source.config_table;
+            if let Err(e) = walshadow_shadow::bootstrap::source::ensure_config_table(
+                &config.source.url,
+                Some(&f.name),
+                table,
+            )
+            .await
+            {
+                tracing::warn!(database = %f.name, %table, "the config table is not ready, so its rows opt nothing in: {e:?}");
+            }
         }
-    };
-    tracing::info!(
-        applied = %progress.applied,
-        restart = %progress.restart,
-        tables = config.tables.len(),
-        "streaming to ClickHouse"
-    );
-    // The shadow never replays past what the pipeline has settled.
-    let shadow = Arc::new(Shadow::start_held(&settings, progress.applied).await?);
-    let (hold_tx, hold_rx) = watch::channel(progress.restart);
-    let (tx, rx) = mpsc::channel(TAP_QUEUE);
+        tracing::info!(
+            database = %f.name,
+            clickhouse_database = %f.view.clickhouse.as_ref().map_or("", |c| c.database.as_str()),
+            applied = %progress.applied,
+            restart = %progress.restart,
+            tables = f.view.tables.len(),
+            "streaming to ClickHouse"
+        );
+        started.push((f, s, progress, first_run));
+    }
+    let several = started.len() > 1;
+    // The shadow never replays past what the pipeline has settled: with
+    // several databases, what the furthest-behind one has.
+    let floor = started
+        .iter()
+        .map(|(_, _, p, _)| p.applied)
+        .min()
+        .unwrap_or(init.backup_end);
+    let shadow = Arc::new(Shadow::start_held(&settings, floor).await?);
+    if several {
+        shadow
+            .feeder
+            .share_ceiling(started.iter().map(|(_, _, p, _)| p.applied).collect());
+    }
     let source_end = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let archive_turns = Arc::new(walshadow_intake::ArchiveTurns::default());
     let metrics = crate::metrics::Metrics::new();
@@ -192,42 +265,76 @@ pub async fn run(
         },
         None => None,
     };
-    let streamer = match Streamer::new(
-        stream_settings,
-        Arc::clone(&shadow),
-        progress,
-        hold_tx,
-        metrics,
-        first_run,
-        StreamControl {
-            stop: stop.clone(),
-            source_end: Arc::clone(&source_end),
-            archive: Arc::clone(&archive_turns),
-            requests: req_rx,
-        },
-    )
-    .await
+    let mut holds = Vec::with_capacity(started.len());
+    let mut taps = Vec::with_capacity(started.len());
+    let mut tasks = Vec::with_capacity(started.len());
+    for (share, ((f, s, progress, first_run), requests)) in
+        started.into_iter().zip(requests).enumerate()
     {
-        Ok(s) => s,
-        Err(StreamError::Stopping) => {
-            stop_shadow(shadow).await;
-            return Ok(());
+        let (hold_tx, hold_rx) = watch::channel(progress.restart);
+        holds.push(hold_rx);
+        let streamer = Streamer::new(
+            s,
+            Arc::clone(&shadow),
+            progress,
+            hold_tx,
+            if several {
+                metrics.database(&f.name)
+            } else {
+                metrics.clone()
+            },
+            first_run,
+            StreamControl {
+                stop: stop.clone(),
+                source_end: Arc::clone(&source_end),
+                archive: Arc::clone(&archive_turns),
+                requests,
+                ceiling_share: share,
+            },
+        )
+        .await;
+        let streamer = match streamer {
+            Ok(s) => s,
+            Err(e) => {
+                for t in tasks {
+                    stop_stream(t).await;
+                }
+                stop_shadow(shadow).await;
+                return match e {
+                    StreamError::Stopping => Ok(()),
+                    e => Err(e.into()),
+                };
+            }
+        };
+        let (tx, rx) = mpsc::channel(TAP_QUEUE);
+        taps.push(tx);
+        match crate::stream::StreamThread::start(streamer, rx) {
+            Ok(t) => tasks.push((f.name, t)),
+            Err(e) => {
+                for t in tasks {
+                    stop_stream(t).await;
+                }
+                stop_shadow(shadow).await;
+                return Err(e.into());
+            }
         }
-        Err(e) => {
-            stop_shadow(shadow).await;
-            return Err(e.into());
-        }
-    };
-    let mut stream_task = match crate::stream::StreamThread::start(streamer, rx) {
-        Ok(t) => t,
-        Err(e) => {
-            stop_shadow(shadow).await;
-            return Err(e.into());
+    }
+    let (tap_tx, hold) = if several {
+        let (tx, rx) = mpsc::channel(TAP_QUEUE);
+        tokio::spawn(fan_out(rx, taps));
+        (tx, lowest(holds))
+    } else {
+        match (taps.pop(), holds.pop()) {
+            (Some(tx), Some(hold)) => (tx, hold),
+            _ => {
+                stop_shadow(shadow).await;
+                return Ok(());
+            }
         }
     };
     let tap = WalTap {
-        tx,
-        hold: hold_rx,
+        tx: tap_tx,
+        hold,
         source_end,
         archive: archive_turns,
     };
@@ -246,32 +353,96 @@ pub async fn run(
     // exactly as after `kill -9`.
     let stopping = *stop.borrow();
     // An intake that failed ends `run` the same way: a paused stream,
-    // which does not read the tap, would not see it close.
-    let joined = if stopping || fed.is_err() {
-        match tokio::time::timeout(STOP_GRACE, stream_task.join()).await {
-            Ok(r) => r,
-            Err(_) => {
-                tracing::warn!(
-                    "ClickHouse did not take the last rows within {STOP_GRACE:?} of the stop \
-                     (or the WAL intake's end); stopping without them (they are streamed again at \
-                     the next start)"
-                );
-                stream_task.stop().await;
-                Ok(())
+    // which does not read the tap, would not see it close. So does one
+    // database's stream ending: the others may be paused.
+    let graced = stopping || fed.is_err() || several;
+    let mut streamed = Ok(());
+    for (name, mut task) in tasks {
+        let joined = if graced {
+            match tokio::time::timeout(STOP_GRACE, task.join()).await {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::warn!(
+                        database = %name,
+                        "ClickHouse did not take the last rows within {STOP_GRACE:?} of the stop \
+                         (or the WAL intake's end); stopping without them (they are streamed again \
+                         at the next start)"
+                    );
+                    task.stop().await;
+                    Ok(())
+                }
+            }
+        } else {
+            task.join().await
+        };
+        match joined {
+            Ok(()) | Err(StreamError::Stopping) => {}
+            Err(e) => {
+                if several {
+                    tracing::error!(database = %name, "the stream of this database stopped: {e}");
+                }
+                if streamed.is_ok() {
+                    streamed = Err(e);
+                }
             }
         }
-    } else {
-        stream_task.join().await
-    };
-    let streamed = match joined {
-        Err(StreamError::Stopping) => Ok(()),
-        r => r,
-    };
+    }
     stop_shadow(shadow).await;
     // The pipeline's own error explains a feed that stopped because of it.
     streamed?;
     fed?;
     Ok(())
+}
+
+/// How many databases `config` streams.
+fn followed_count(config: &Config) -> usize {
+    config.source.databases.len().max(1)
+}
+
+/// Each chunk of the intake to every database's stream (a clone of the
+/// bytes, no copy). One stream that takes nothing holds them all, as one
+/// stream does alone: the intake lets go of the source after `TAP_STALL`.
+/// Ends when the intake or any stream does.
+async fn fan_out(
+    mut rx: mpsc::Receiver<walshadow_intake::TapEvent>,
+    txs: Vec<mpsc::Sender<walshadow_intake::TapEvent>>,
+) {
+    while let Some(event) = rx.recv().await {
+        for tx in &txs {
+            if tx.send(event.clone()).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// The lowest of `holds`, kept current: the slot keeps what the
+/// furthest-behind database's stream restarts from.
+fn lowest(
+    holds: Vec<watch::Receiver<walshadow_types::Lsn>>,
+) -> watch::Receiver<walshadow_types::Lsn> {
+    let min = |hs: &[watch::Receiver<walshadow_types::Lsn>]| hs.iter().map(|h| *h.borrow()).min();
+    let (tx, rx) = watch::channel(min(&holds).unwrap_or_default());
+    let tx = Arc::new(tx);
+    for mut h in holds.clone() {
+        let (tx, all) = (Arc::clone(&tx), holds.clone());
+        tokio::spawn(async move {
+            while h.changed().await.is_ok() {
+                if let Some(m) = min(&all) {
+                    tx.send_if_modified(|v| {
+                        let moved = *v != m;
+                        *v = m;
+                        moved
+                    });
+                }
+            }
+        });
+    }
+    rx
+}
+
+async fn stop_stream((_, mut task): (String, crate::stream::StreamThread)) {
+    task.stop().await;
 }
 
 /// The `[backup]` store's WAL archive, which serves the intake what the
@@ -319,8 +490,17 @@ struct Controlled {
     running: Config,
     path: std::path::PathBuf,
     log_level: Option<LogLevelHook>,
-    /// The stream's requests; `None` without `[clickhouse]`.
-    stream: Option<mpsc::Sender<StreamRequest>>,
+    /// `[source] url`'s database.
+    url_db: String,
+    /// Each database's stream, the url's first; none without
+    /// `[clickhouse]`.
+    streams: Vec<DatabaseStream>,
+}
+
+/// One database's stream, as the control socket reaches it.
+struct DatabaseStream {
+    name: String,
+    requests: mpsc::Sender<StreamRequest>,
 }
 
 /// Answers `walshadow ctl` and SIGHUP until `run` ends (the socket goes
@@ -358,30 +538,80 @@ impl Controlled {
         tracing::info!(command = cmd.name(), "walshadow ctl");
         let reply = match cmd {
             Command::Reload => self.reload().await,
-            Command::Status => match self.ask(StreamRequest::Status).await {
-                Ok(status) => Reply {
-                    status: Some(status),
+            Command::Status => match self.ask_all(StreamRequest::Status).await {
+                Ok(mut all) if all.len() == 1 => Reply {
+                    status: all.pop().map(|(_, s)| s),
                     ..Reply::ok("streaming status")
+                },
+                Ok(all) => Reply {
+                    status: Some(serde_json::json!({
+                        "databases": all.into_iter().collect::<serde_json::Map<_, _>>()
+                    })),
+                    ..Reply::ok("streaming status, per database")
                 },
                 Err(r) => r,
             },
-            Command::Pause => self.ask(StreamRequest::Pause).await.unwrap_or_else(|r| r),
-            Command::Resume => self.ask(StreamRequest::Resume).await.unwrap_or_else(|r| r),
+            Command::Pause => self.ask_each(StreamRequest::Pause).await,
+            Command::Resume => self.ask_each(StreamRequest::Resume).await,
         };
         responder.send(&reply).await;
     }
 
-    /// A request to the stream and its answer; a refusal when there is no
-    /// stream to ask.
-    async fn ask<T>(
+    /// A request to every database's stream, and their replies as one:
+    /// refused if any refused.
+    async fn ask_each(
         &self,
-        req: impl FnOnce(tokio::sync::oneshot::Sender<T>) -> StreamRequest,
-    ) -> Result<T, Reply> {
-        let Some(stream) = &self.stream else {
+        req: impl Fn(tokio::sync::oneshot::Sender<Reply>) -> StreamRequest,
+    ) -> Reply {
+        match self.ask_all(req).await {
+            Err(r) => r,
+            Ok(mut all) if all.len() == 1 => all.pop().map_or_else(|| Reply::ok(""), |(_, r)| r),
+            Ok(all) => {
+                let ok = all.iter().all(|(_, r)| r.ok);
+                let message = all
+                    .iter()
+                    .map(|(db, r)| format!("database {db:?}: {}", r.message))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                if ok {
+                    Reply::ok(message)
+                } else {
+                    Reply::refused(message)
+                }
+            }
+        }
+    }
+
+    /// A request to every database's stream, with each one's answer; a
+    /// refusal when there is no stream to ask or one does not answer.
+    async fn ask_all<T>(
+        &self,
+        req: impl Fn(tokio::sync::oneshot::Sender<T>) -> StreamRequest,
+    ) -> Result<Vec<(String, T)>, Reply> {
+        if self.streams.is_empty() {
             return Err(Reply::refused(
                 "this run has no [clickhouse] section: it keeps the shadow fed and streams no tables",
             ));
-        };
+        }
+        let mut answers = Vec::with_capacity(self.streams.len());
+        for s in &self.streams {
+            let answer = Self::ask(&s.requests, &req).await.map_err(|r| {
+                if self.streams.len() > 1 {
+                    Reply::refused(format!("database {:?}: {}", s.name, r.message))
+                } else {
+                    r
+                }
+            })?;
+            answers.push((s.name.clone(), answer));
+        }
+        Ok(answers)
+    }
+
+    /// A request to one stream and its answer.
+    async fn ask<T>(
+        stream: &mpsc::Sender<StreamRequest>,
+        req: impl FnOnce(tokio::sync::oneshot::Sender<T>) -> StreamRequest,
+    ) -> Result<T, Reply> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let gone =
             || Reply::refused("the stream is not running (see the log and `walshadow status`)");
@@ -445,7 +675,7 @@ impl Controlled {
                 r.clickhouse.is_some() != new.clickhouse.is_some(),
             ),
         ];
-        if self.stream.is_none() {
+        if self.streams.is_empty() {
             // No stream to ask: every section it would judge.
             sections.extend([
                 ("[source]", r.source != new.source),
@@ -461,33 +691,59 @@ impl Controlled {
                 needs_restart.push(format!("{section}: changed"));
             }
         }
-        if self.stream.is_some()
-            && let Some(_) = &new.clickhouse
-        {
-            let settings = match StreamSettings::new(&new) {
-                Ok(s) => s,
+        if !self.streams.is_empty() && new.clickhouse.is_some() {
+            if new.source.databases != self.running.source.databases {
+                needs_restart.push("[source] databases: changed".into());
+            }
+            let several = self.streams.len() > 1;
+            let views = match crate::databases::followed(&new, &self.url_db) {
+                Ok(v) => v,
                 Err(e) => {
                     restore_level(self);
                     return Reply::refused(format!("{path}: {e}; nothing changed"));
                 }
             };
-            match self
-                .ask(|tx| StreamRequest::Reload(Box::new(settings), tx))
-                .await
-            {
-                Ok(Ok(r)) => {
-                    applied.extend(r.applied);
-                    needs_restart.extend(r.needs_restart);
+            let mut settings = Vec::with_capacity(self.streams.len());
+            for s in &self.streams {
+                // A database the new file drops keeps its settings until
+                // the restart the change needs.
+                let Some(view) = views.iter().find(|v| v.name == s.name) else {
+                    continue;
+                };
+                match StreamSettings::new(&view.view) {
+                    Ok(st) => settings.push((s, st.sharing_memory(self.streams.len()))),
+                    Err(e) => {
+                        restore_level(self);
+                        return Reply::refused(format!("{path}: {e}; nothing changed"));
+                    }
                 }
-                Ok(Err(e)) => {
-                    restore_level(self);
-                    return Reply::refused(format!(
-                        "{path}: [clickhouse] cannot be used ({e}); nothing changed"
-                    ));
-                }
-                Err(r) => {
-                    restore_level(self);
-                    return r;
+            }
+            // Every database's settings were built before any is sent: a
+            // file that does not validate for one changes none.
+            for (s, st) in settings {
+                let said = |text: String| {
+                    if several {
+                        format!("database {:?}: {text}", s.name)
+                    } else {
+                        text
+                    }
+                };
+                match Self::ask(&s.requests, |tx| StreamRequest::Reload(Box::new(st), tx)).await {
+                    Ok(Ok(r)) => {
+                        applied.extend(r.applied.into_iter().map(said));
+                        needs_restart.extend(r.needs_restart.into_iter().map(said));
+                    }
+                    Ok(Err(e)) => {
+                        restore_level(self);
+                        return Reply::refused(format!(
+                            "{path}: [clickhouse] cannot be used ({e}); {}",
+                            said("not applied".into())
+                        ));
+                    }
+                    Err(r) => {
+                        restore_level(self);
+                        return Reply::refused(said(r.message));
+                    }
                 }
             }
         }

@@ -198,6 +198,10 @@ struct Inner {
     token: std::sync::OnceLock<String>,
     load_ratio: Family<TableLabels, Gauge<f64, AtomicU64>>,
     load_eta: Family<TableLabels, Gauge<f64, AtomicU64>>,
+    /// One child per source database when a `run` follows several
+    /// ([`Metrics::database`]): the endpoint shows theirs, each series
+    /// labelled `database`, instead of its own.
+    databases: std::sync::Mutex<Vec<(String, Metrics)>>,
 }
 
 /// The TOAST chunk mirror; the `_total` ones mirror counters the stream
@@ -491,8 +495,28 @@ impl Metrics {
                 token: std::sync::OnceLock::new(),
                 load_ratio,
                 load_eta,
+                databases: Default::default(),
             }),
         }
+    }
+
+    /// The metrics of source database `name`'s stream, which this
+    /// endpoint shows from now on with `database="name"` on every series.
+    pub fn database(&self, name: &str) -> Metrics {
+        let child = Metrics::new();
+        child.inner.ready_max_lag.store(
+            self.inner.ready_max_lag.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        self.children().push((name.to_owned(), child.clone()));
+        child
+    }
+
+    fn children(&self) -> std::sync::MutexGuard<'_, Vec<(String, Metrics)>> {
+        self.inner
+            .databases
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A load's progress (absent parts are left as they are).
@@ -733,6 +757,14 @@ impl Metrics {
 
     /// The exposition, as a scrape gets it.
     pub fn render(&self) -> Result<String, std::fmt::Error> {
+        let children = self.children().clone();
+        if !children.is_empty() {
+            let mut texts = Vec::with_capacity(children.len());
+            for (name, m) in &children {
+                texts.push((name.clone(), m.render()?));
+            }
+            return Ok(merge_labelled(&texts));
+        }
         let mut text = String::new();
         prometheus_client::encoding::prometheus_text::encode(&mut text, &self.inner.registry)
             .map(|()| text)
@@ -764,6 +796,17 @@ impl Metrics {
     /// `/readyz`: streaming (ClickHouse takes the stream's requests) and no
     /// more than the configured lag behind; else why not.
     fn readiness(&self) -> Result<String, String> {
+        let children = self.children().clone();
+        if !children.is_empty() {
+            let mut ready = String::new();
+            for (name, m) in &children {
+                match m.readiness() {
+                    Ok(text) => ready.push_str(&format!("database {name:?}: {text}")),
+                    Err(text) => return Err(format!("database {name:?}: {text}")),
+                }
+            }
+            return Ok(ready);
+        }
         let p = &self.inner.positions;
         if !p.known.load(Ordering::Acquire) {
             return Err("not streaming yet\n".into());
@@ -845,6 +888,76 @@ impl Metrics {
             ),
         }
     }
+}
+
+/// The expositions of several databases' registries as one: each family
+/// once, its `# HELP`/`# TYPE` lines first, then every database's samples
+/// with `database="name"` added. Done on the text because
+/// prometheus_client encodes a family per registry, and the registries
+/// hold the same families (Prometheus refuses a family named twice).
+fn merge_labelled(texts: &[(String, String)]) -> String {
+    let mut order: Vec<String> = Vec::new();
+    let mut families: std::collections::HashMap<String, (Vec<String>, Vec<String>)> =
+        Default::default();
+    for (db, text) in texts {
+        let label = format!("database=\"{}\"", escape_label(db));
+        let mut family = String::new();
+        for line in text.lines() {
+            if line.is_empty() {
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("# ") {
+                // `# HELP name …`, `# TYPE name …`, `# UNIT name …`.
+                let name = rest.split(' ').nth(1).unwrap_or_default().to_owned();
+                family = name.clone();
+                let entry = families.entry(name.clone()).or_insert_with(|| {
+                    order.push(name);
+                    Default::default()
+                });
+                if !entry.0.iter().any(|l| l == line) {
+                    entry.0.push(line.to_owned());
+                }
+                continue;
+            }
+            let sample = match line.find(['{', ' ']) {
+                Some(at) if line.as_bytes()[at] == b'{' => {
+                    let close = if line[at + 1..].starts_with('}') {
+                        ""
+                    } else {
+                        ","
+                    };
+                    format!("{}{{{label}{close}{}", &line[..at], &line[at + 1..])
+                }
+                Some(at) => format!("{}{{{label}}}{}", &line[..at], &line[at..]),
+                None => line.to_owned(),
+            };
+            families
+                .entry(family.clone())
+                .or_insert_with(|| {
+                    order.push(family.clone());
+                    Default::default()
+                })
+                .1
+                .push(sample);
+        }
+    }
+    let mut out = String::new();
+    for name in order {
+        if let Some((head, samples)) = families.get(&name) {
+            for l in head.iter().chain(samples) {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// A label value as the text format writes it.
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 fn table_labels(table: &str) -> TableLabels {
@@ -1213,6 +1326,58 @@ mod tests {
         assert_eq!(value(&text, "walshadow_backfills_running"), 0.0);
         // A family without series is left out whole (no HELP/TYPE alone).
         assert!(!text.contains("walshadow_rows_written"), "{text}");
+    }
+
+    #[test]
+    fn several_databases_show_as_one_labelled_exposition() {
+        let m = Metrics::new();
+        let (shop, crm) = (m.database("shop"), m.database("c\"rm"));
+        shop.add_rows("public.docs", 5);
+        crm.add_rows("public.docs", 7);
+        shop.set_positions(0x3000, 0x2800, 0x2000, None);
+        let text = m.render().unwrap();
+        assert_well_formed(&text);
+        // Each family once, every series with its database.
+        assert_eq!(
+            text.matches("# TYPE walshadow_rows_written_total counter")
+                .count()
+                + text
+                    .matches("# TYPE walshadow_rows_written counter")
+                    .count(),
+            1,
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("# HELP walshadow_backfills_running ").count(),
+            1,
+            "{text}"
+        );
+        assert_eq!(
+            value(
+                &text,
+                "walshadow_rows_written_total{database=\"shop\",table=\"public.docs\"}"
+            ),
+            5.0
+        );
+        assert_eq!(
+            value(
+                &text,
+                "walshadow_rows_written_total{database=\"c\\\"rm\",table=\"public.docs\"}"
+            ),
+            7.0
+        );
+        assert_eq!(
+            value(&text, "walshadow_applied_lsn{database=\"shop\"}"),
+            8192.0
+        );
+        assert!(
+            !text
+                .lines()
+                .any(|l| !l.starts_with('#') && !l.contains("database=")),
+            "{text}"
+        );
+        // Ready only when every database is.
+        assert!(m.readiness().is_err());
     }
 
     #[test]

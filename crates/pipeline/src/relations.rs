@@ -91,6 +91,8 @@ pub struct Relations {
     /// `unsupported_columns`): every descriptor of a pinned table handed
     /// out has them applied.
     column_rules: HashMap<String, ColumnRules>,
+    /// The stream's holder of the shadow's replay ceiling.
+    ceiling_share: usize,
 }
 
 impl Relations {
@@ -100,6 +102,7 @@ impl Relations {
         column_rules: HashMap<String, ColumnRules>,
         config_key: String,
         catalog_lsn: Lsn,
+        ceiling_share: usize,
     ) -> Result<Relations, ResolveError> {
         let db_oid = catalog.current_database_oid().await?;
         Ok(Relations {
@@ -116,6 +119,7 @@ impl Relations {
             toast_owners_known: false,
             config_ignored: None,
             column_rules,
+            ceiling_share,
         })
     }
 
@@ -182,7 +186,12 @@ impl Relations {
     async fn ready(&mut self, feeder: &Feeder) -> Result<(), ResolveError> {
         if !self.replayed {
             // What ClickHouse holds was allowed when it became durable.
-            crate::stream::raise_replay_ceiling(feeder, self.catalog_lsn, Lsn::INVALID);
+            crate::stream::raise_replay_ceiling(
+                feeder,
+                self.ceiling_share,
+                self.catalog_lsn,
+                Lsn::INVALID,
+            );
             feeder
                 .wait_for_replay(self.catalog_lsn, REPLAY_WAIT)
                 .await?;

@@ -381,6 +381,9 @@ async fn write_config_table(
         ConnConfig::from_url(&config.source.url).map_err(|e| source_error(e.to_string()))?;
     cfg.physical = false;
     cfg.application_name = Some(application.into());
+    if let Some(db) = &config.source.database {
+        cfg.dbname = Some(db.clone());
+    }
     let mut c = ReplicationClient::connect(&cfg)
         .await
         .map_err(|e| source_error(e.to_string()))?;

@@ -159,6 +159,9 @@ pub async fn verify(
         .map_err(|e| VerifyError::Config(format!("source.url: {e}")))?;
     source.physical = false;
     source.application_name = Some("walshadow-verify".into());
+    if let Some(db) = &config.source.database {
+        source.dbname = Some(db.clone());
+    }
     let progress = Progress::read(&config.state.dir)
         .map_err(|e| VerifyError::State(e.to_string()))?
         .ok_or_else(|| {

@@ -284,6 +284,14 @@ impl Walshadow {
             return Ok(None);
         }
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        // Several databases: the one furthest behind.
+        if let Some(dbs) = v["databases"].as_object() {
+            let applied: Vec<Option<Lsn>> = dbs
+                .values()
+                .map(|d| d["applied"].as_str().and_then(|s| s.parse().ok()))
+                .collect();
+            return Ok(applied.iter().copied().min().flatten());
+        }
         Ok(v["applied"].as_str().and_then(|s| s.parse().ok()))
     }
 

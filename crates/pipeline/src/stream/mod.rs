@@ -192,6 +192,9 @@ pub struct StreamControl {
     pub archive: Arc<walshadow_intake::ArchiveTurns>,
     /// Requests of `walshadow ctl` and SIGHUP, answered between chunks.
     pub requests: mpsc::Receiver<StreamRequest>,
+    /// This stream's holder of the shadow's replay ceiling (0 when the
+    /// stream has the shadow to itself; see `Feeder::share_ceiling`).
+    pub ceiling_share: usize,
 }
 
 /// A request to the running stream.
@@ -346,6 +349,7 @@ impl Streamer {
             source_end,
             archive,
             requests,
+            ceiling_share,
         } = control;
         // Its requests run on the daemon's runtime, which runs the inserts
         // and loads that share its connections ([`StreamThread`]).
@@ -450,7 +454,7 @@ impl Streamer {
         }
         let mut toast = Toast::open(&settings.state_dir, settings.toast_cache_mb, &source)?;
         toast.compact_if_sparse(progress.applied)?;
-        let positions = positions::Positions::new(&progress, hold);
+        let positions = positions::Positions::new(&progress, hold, ceiling_share);
         let major = walshadow_types::PgMajor::from_number(shadow.state.major)
             .map_err(|e| StreamError::State(e.to_string()))?;
         let mut s = Streamer {
@@ -1298,6 +1302,7 @@ impl Streamer {
                 self.column_rules(),
                 self.settings.config_key().to_owned(),
                 self.progress.applied,
+                self.positions.ceiling_share(),
             )
             .await?;
             self.catalog.relations = Some(relations);

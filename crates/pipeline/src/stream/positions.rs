@@ -26,8 +26,10 @@ use crate::progress::Progress;
 /// catalog they were written under, and rows decoded now find the catalog
 /// at their commit. Raising is all a caller can do; the ceiling never
 /// falls.
-pub(crate) fn raise_replay_ceiling(feeder: &Feeder, catalog_lsn: Lsn, applied: Lsn) {
-    feeder.raise_ceiling(catalog_lsn.max(applied));
+/// `share`: this stream's holder of the ceiling, when several databases'
+/// streams share the shadow ([`Feeder::share_ceiling`]).
+pub(crate) fn raise_replay_ceiling(feeder: &Feeder, share: usize, catalog_lsn: Lsn, applied: Lsn) {
+    feeder.raise_ceiling_for(share, catalog_lsn.max(applied));
 }
 
 /// The last transaction boundary.
@@ -58,11 +60,13 @@ pub(super) struct Positions {
     changed_at: HashMap<String, Lsn>,
     /// The slot's restart position, to the feed.
     hold: watch::Sender<Lsn>,
+    /// This stream's holder of the shadow's replay ceiling.
+    ceiling_share: usize,
 }
 
 impl Positions {
     /// Positions resumed from `progress`; the slot is held at its restart.
-    pub fn new(progress: &Progress, hold: watch::Sender<Lsn>) -> Positions {
+    pub fn new(progress: &Progress, hold: watch::Sender<Lsn>, ceiling_share: usize) -> Positions {
         let _ = hold.send(progress.restart);
         Positions {
             received: Lsn::INVALID,
@@ -76,6 +80,7 @@ impl Positions {
             applied_commit_time: 0,
             changed_at: HashMap::new(),
             hold,
+            ceiling_share,
         }
     }
 
@@ -135,7 +140,12 @@ impl Positions {
     pub fn made_durable(&mut self, progress: &Progress, feeder: &Feeder, catalog_lsn: Lsn) {
         self.durable_applied = progress.applied;
         let _ = self.hold.send(progress.restart);
-        raise_replay_ceiling(feeder, catalog_lsn, progress.applied);
+        raise_replay_ceiling(feeder, self.ceiling_share, catalog_lsn, progress.applied);
+    }
+
+    /// This stream's holder of the shadow's replay ceiling.
+    pub fn ceiling_share(&self) -> usize {
+        self.ceiling_share
     }
 
     /// A change of `key` was decoded at `lsn`.

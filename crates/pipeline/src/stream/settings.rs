@@ -55,6 +55,15 @@ impl StreamSettings {
         self
     }
 
+    /// One of `n` databases' streams, which share `[stream] memory_mb`
+    /// evenly (each has its own assembler and loads).
+    pub fn sharing_memory(mut self, n: usize) -> StreamSettings {
+        let n = n.max(1);
+        self.memory_bytes /= n;
+        self.assembler.memory_budget_bytes /= n;
+        self
+    }
+
     /// The stream's settings; refuses a config without `[clickhouse]` or
     /// with a source URL that does not parse.
     pub fn new(config: &Config) -> Result<StreamSettings, StreamError> {
@@ -62,8 +71,11 @@ impl StreamSettings {
             .clickhouse
             .clone()
             .ok_or_else(|| StreamError::State("no [clickhouse] section".into()))?;
-        let source = ConnConfig::from_url(&config.source.url)
+        let mut source = ConnConfig::from_url(&config.source.url)
             .map_err(|e| StreamError::State(e.to_string()))?;
+        if let Some(db) = &config.source.database {
+            source.dbname = Some(db.clone());
+        }
         let memory_bytes = config.stream.memory_mb << 20;
         Ok(StreamSettings {
             meta: MetaColumns {

@@ -224,6 +224,27 @@ impl fmt::Display for InitReport {
     }
 }
 
+/// Each followed database's config table (`None`: the url's database).
+fn config_tables(config: &Config) -> Result<Vec<(Option<String>, String)>, InitError> {
+    let mut out = vec![(None, config.source.config_table.clone())];
+    let url_db = source::sql_config(&config.source.url, None)?.database();
+    for db in &config.source.databases {
+        let view = config
+            .database_view(db, &url_db)
+            .map_err(|e| InitError::Requirement {
+                setting: "[source] databases",
+                problem: e.to_string(),
+                fix: "fix the config file".into(),
+            })?;
+        if *db == url_db {
+            out[0].1 = view.source.config_table;
+        } else {
+            out.push((Some(db.clone()), view.source.config_table));
+        }
+    }
+    Ok(out)
+}
+
 fn io_err(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> InitError {
     let path = path.to_owned();
     move |source| InitError::Io { what, path, source }
@@ -405,22 +426,26 @@ pub async fn init(config: &Config, force: bool, bootstrap: bool) -> Result<InitR
 
     let mut warnings = Vec::new();
     // Before the backup, so the shadow's catalog has it from the start.
-    match source::ensure_config_table(&config.source.url, &config.source.config_table).await {
-        Ok(()) => {
-            tracing::info!(table = %config.source.config_table, "config table ready (rows there opt tables in and out)")
-        }
-        Err(source::ConfigTableProblem::NotCreated(e)) => warnings.push(format!(
-            "the config table {} could not be created: {e}",
-            config.source.config_table
-        )),
-        Err(source::ConfigTableProblem::NotOurs(problem)) => {
-            return Err(InitError::Requirement {
-                setting: "[source] config_table",
-                problem,
-                fix: "give the config table and its schema to walshadow's role, or name another \
-                      config table"
-                    .into(),
-            });
+    for (db, table) in config_tables(config)? {
+        match source::ensure_config_table(&config.source.url, db.as_deref(), &table).await {
+            Ok(()) => {
+                tracing::info!(%table, database = db.as_deref().unwrap_or(""), "config table ready (rows there opt tables in and out)")
+            }
+            Err(source::ConfigTableProblem::NotCreated(e)) => warnings.push(format!(
+                "the config table {table}{} could not be created: {e}",
+                db.as_ref()
+                    .map(|d| format!(" of database {d:?}"))
+                    .unwrap_or_default()
+            )),
+            Err(source::ConfigTableProblem::NotOurs(problem)) => {
+                return Err(InitError::Requirement {
+                    setting: "[source] config_table",
+                    problem,
+                    fix: "give the config table and its schema to walshadow's role, or name \
+                          another config table"
+                        .into(),
+                });
+            }
         }
     }
     let opts = BaseBackupOptions {

@@ -158,14 +158,19 @@ pub enum ConfigTableProblem {
 /// Makes the config table (`[source] config_table`) ready: created if it
 /// is missing, owned by walshadow's role, with nothing granted to PUBLIC.
 /// One that exists already is adopted only if it and its schema belong to
-/// walshadow's role (or a superuser).
-pub async fn ensure_config_table(url: &str, table: &str) -> Result<(), ConfigTableProblem> {
+/// walshadow's role (or a superuser). `dbname`: in that database instead
+/// of the url's.
+pub async fn ensure_config_table(
+    url: &str,
+    dbname: Option<&str>,
+    table: &str,
+) -> Result<(), ConfigTableProblem> {
     use ConfigTableProblem::{NotCreated, NotOurs};
     let Some((schema, name)) = walshadow_config::split_table_name(table) else {
         return Err(NotCreated(format!("{table:?} is not schema.name")));
     };
     let sql = walshadow_config::config_table_sql(&schema, &name);
-    let cfg = sql_config(url, None).map_err(|e| NotCreated(e.to_string()))?;
+    let cfg = sql_config(url, dbname).map_err(|e| NotCreated(e.to_string()))?;
     let mut client = ReplicationClient::connect(&cfg)
         .await
         .map_err(|e| NotCreated(e.to_string()))?;

@@ -197,6 +197,9 @@ struct Shared {
     shutdown: watch::Receiver<bool>,
     /// Nothing at or past this LSN is sent (`Lsn::MAX`: no ceiling).
     ceiling: watch::Sender<Lsn>,
+    /// Each holder's ceiling, when several share it
+    /// ([`Feeder::share_ceiling`]); the ceiling is their minimum.
+    shares: std::sync::Mutex<Vec<Lsn>>,
 }
 
 /// A running feeder. Dropping it stops the accept loop and the session.
@@ -251,6 +254,7 @@ impl Feeder {
             busy: AtomicBool::new(false),
             shutdown: shutdown_rx,
             ceiling: watch::channel(Lsn::MAX).0,
+            shares: std::sync::Mutex::new(Vec::new()),
         });
         let ceiling = Arc::clone(&shared);
         let task = tokio::spawn(accept_loop(listener, shared, path.clone()));
@@ -336,6 +340,44 @@ impl Feeder {
             }
             raise
         });
+    }
+
+    /// Several holders share the ceiling from here: holder `i` starts at
+    /// `initial[i]` and raises its own with [`Feeder::raise_ceiling_for`];
+    /// the standby replays to their minimum (the catalog each reads must
+    /// not run ahead of it). Set before any holder raises.
+    pub fn share_ceiling(&self, initial: Vec<Lsn>) {
+        let min = initial.iter().copied().min().unwrap_or(Lsn::MAX);
+        *self.lock_shares() = initial;
+        self.set_ceiling(min);
+    }
+
+    /// Raises holder `share`'s ceiling to `lsn` (never lowering it); the
+    /// ceiling rises to the holders' minimum. Without shares, as
+    /// [`Feeder::raise_ceiling`].
+    pub fn raise_ceiling_for(&self, share: usize, lsn: Lsn) {
+        let min = {
+            let mut shares = self.lock_shares();
+            if shares.is_empty() {
+                Some(lsn)
+            } else if let Some(own) = shares.get_mut(share) {
+                *own = (*own).max(lsn);
+                shares.iter().copied().min()
+            } else {
+                None
+            }
+        };
+        if let Some(min) = min {
+            self.raise_ceiling(min);
+        }
+    }
+
+    fn lock_shares(&self) -> std::sync::MutexGuard<'_, Vec<Lsn>> {
+        // A holder that panicked left a valid vector behind.
+        self.ceiling
+            .shares
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The current replay ceiling (`Lsn::MAX`: none).

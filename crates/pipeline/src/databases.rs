@@ -1,0 +1,155 @@
+//! Several source databases in one `run`: which databases are followed,
+//! and each one's view of the config file and its state directory.
+//!
+//! ```text
+//!                    ┌─▶ stream "shop" (state dir, config table, ClickHouse "pg_shop")
+//!  slot ─▶ intake ─▶ fan-out
+//!     ▲              └─▶ stream "crm"  (<state>/db/crm, its config table, "pg_crm")
+//!     └── hold: the streams' lowest restart     shadow ceiling: their lowest
+//! ```
+//!
+//! Each database gets a stream of its own (`docs/design/databases.md`):
+//! every map keyed by an OID or a relfilenumber stays within one
+//! database, so two databases copied from one template, whose OIDs repeat,
+//! never mix. The url's database keeps the state directory's own files, as
+//! with one database; another keeps its own under `<state>/db/<name>/`.
+
+use std::path::{Path, PathBuf};
+
+use walshadow_config::{Config, ConfigError};
+
+/// One database a `run` streams.
+#[derive(Debug, Clone)]
+pub struct Followed {
+    /// Its name on the source.
+    pub name: String,
+    /// The config file as it sees it (its tables, its config table, its
+    /// ClickHouse database, its state directory).
+    pub view: Config,
+    /// Whether it is `[source] url`'s database.
+    pub is_url_db: bool,
+}
+
+/// Why the databases to follow are not known.
+#[derive(Debug, thiserror::Error)]
+pub enum DatabasesError {
+    #[error(
+        "[source] databases = {listed:?} does not name the url's database {url_db:?}: list it \
+         too (its tables are the top-level [table] sections), or point the url at one of them"
+    )]
+    UrlDatabaseLeftOut { listed: Vec<String>, url_db: String },
+    #[error("database {0:?} is not followed: [source] databases = {1:?}")]
+    NotFollowed(String, Vec<String>),
+    #[error("[source] url: {0}")]
+    Url(String),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// `[source] url`'s database.
+pub fn url_database(config: &Config) -> Result<String, DatabasesError> {
+    walshadow_wal_reader::replication::ConnConfig::from_url(&config.source.url)
+        .map(|c| c.database())
+        .map_err(|e| DatabasesError::Url(e.to_string()))
+}
+
+/// Every database `config` follows, as [`followed`] gives them.
+pub fn all(config: &Config) -> Result<Vec<Followed>, DatabasesError> {
+    followed(config, &url_database(config)?)
+}
+
+/// The config file as database `db` sees it (`None`: the url's), for a
+/// command about its tables: its state directory, config table, tables
+/// and ClickHouse database.
+pub fn view_for(config: &Config, db: Option<&str>) -> Result<Config, DatabasesError> {
+    let mut all = all(config)?;
+    let at = match db {
+        None => Some(0),
+        Some(db) => all.iter().position(|f| f.name == db),
+    };
+    match at {
+        Some(i) if i < all.len() => Ok(all.swap_remove(i).view),
+        _ => Err(DatabasesError::NotFollowed(
+            db.unwrap_or_default().to_owned(),
+            config.source.databases.clone(),
+        )),
+    }
+}
+
+/// The databases `config` follows (the url's first): only the url's
+/// without `[source] databases`, its own file unchanged.
+pub fn followed(config: &Config, url_db: &str) -> Result<Vec<Followed>, DatabasesError> {
+    let listed = &config.source.databases;
+    if listed.is_empty() {
+        return Ok(vec![Followed {
+            name: url_db.to_owned(),
+            view: config.clone(),
+            is_url_db: true,
+        }]);
+    }
+    if !listed.iter().any(|d| d == url_db) {
+        return Err(DatabasesError::UrlDatabaseLeftOut {
+            listed: listed.clone(),
+            url_db: url_db.to_owned(),
+        });
+    }
+    let order =
+        std::iter::once(url_db).chain(listed.iter().map(String::as_str).filter(|d| *d != url_db));
+    order
+        .map(|name| {
+            let mut view = config.database_view(name, url_db)?;
+            let is_url_db = name == url_db;
+            if !is_url_db {
+                view.state.dir = state_dir(&config.state.dir, name);
+                view.state.spill_dir = config
+                    .state
+                    .spill_dir
+                    .as_ref()
+                    .map(|d| d.join("db").join(dir_name(name)));
+            }
+            Ok(Followed {
+                name: name.to_owned(),
+                view,
+                is_url_db,
+            })
+        })
+        .collect()
+}
+
+/// Where database `db` (not the url's) keeps its progress, ledger, TOAST
+/// mirror and status in state directory `base`.
+pub fn state_dir(base: &Path, db: &str) -> PathBuf {
+    base.join("db").join(dir_name(db))
+}
+
+/// `db` as one path component: any name PostgreSQL takes (`..`, `a/b`, a
+/// leading dot) stays inside `db/`, and two names never meet.
+fn dir_name(db: &str) -> String {
+    let mut out = String::with_capacity(db.len());
+    for (i, b) in db.bytes().enumerate() {
+        let plain = b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (b == b'.' && i > 0);
+        if plain {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directory_names_stay_inside() {
+        assert_eq!(dir_name("shop"), "shop");
+        assert_eq!(dir_name("my-db_2.x"), "my-db_2.x");
+        assert_eq!(dir_name(".."), "%2E.");
+        assert_eq!(dir_name("a/b"), "a%2Fb");
+        assert_eq!(dir_name("%2F"), "%252F");
+        assert_eq!(dir_name("Ünï"), "%C3%9Cn%C3%AF");
+        let base = Path::new("/s");
+        assert_eq!(state_dir(base, "../x"), Path::new("/s/db/%2E.%2Fx"));
+    }
+}
