@@ -13,7 +13,11 @@
 //!   deletes, inserts), a column added in `crm` only, `kill -9`, and more;
 //! - `status` per database, `table list`, `verify` and `table add` with
 //!   `--database`; the url's database (`postgres`, no tables) streams
-//!   beside them.
+//!   beside them;
+//! - a database listed before it exists streams once the shadow has
+//!   replayed its `CREATE DATABASE`, without a restart of `run`; dropped,
+//!   its stream ends and the others go on; created again under the name,
+//!   it streams afresh.
 
 mod common;
 
@@ -271,3 +275,118 @@ fn several_databases(major: PgMajor) -> Result<()> {
 }
 
 per_major!(several_databases => several_databases_stream_apart: pg15, pg18);
+
+fn t_equal(h: &StreamHarness, db: &str) -> Result<bool> {
+    let src = h
+        .source
+        .psql_db(db, "select id || E'\\t' || v from t order by id")?;
+    let dst = h.ch.query(&format!(
+        "SELECT concat(toString(id), '\\t', v) FROM pg_{db}.t FINAL WHERE _is_deleted = 0 ORDER BY id FORMAT TSVRaw"
+    ));
+    Ok(dst.is_ok_and(|d| d.trim_end() == src))
+}
+
+fn created_after_start(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(BIN, major, "dblate", &[], "")?;
+    h.source
+        .psql("create table t (id int primary key, v text); insert into t values (1, 'url')")?;
+    let config = std::fs::read_to_string(&h.config)?;
+    let config = config
+        .replacen(
+            "[source]\n",
+            "[source]\ndatabases = [\"postgres\", \"late\"]\n",
+            1,
+        )
+        .replace("database = \"app\"", "database = \"pg_{db}\"")
+        + "\n[table.\"public.t\"]\ninitial_load = \"copy\"\n\
+           [database.\"late\".table.\"public.t\"]\ninitial_load = \"copy\"\n";
+    std::fs::write(&h.config, config)?;
+    h.init()?;
+    h.start_run()?;
+    wait_until(CATCH_UP, "late awaited", || {
+        Ok(h.run_log().contains("does not have (yet)"))
+    })?;
+    wait_until(CATCH_UP, "postgres.t in pg_postgres", || {
+        t_equal(&h, "postgres")
+    })
+    .with_context(|| h.run_log())?;
+
+    // A table pinned by a reload is kept when the streams start again.
+    h.source.psql(
+        "create table w (id int primary key, v text); insert into w select g, 'w' from generate_series(1, 5) g",
+    )?;
+    h.append_config("\n[table.\"public.w\"]\ninitial_load = \"copy\"\n")?;
+    h.cli_ok(&["ctl", "--config", h.config(), "reload"])?;
+    let w_count = |h: &StreamHarness| {
+        h.ch.query("SELECT count() FROM pg_postgres.w FINAL WHERE _is_deleted = 0")
+            .map(|n| n.trim().to_owned())
+    };
+    wait_until(CATCH_UP, "w loaded after the reload", || {
+        Ok(w_count(&h).is_ok_and(|n| n == "5"))
+    })
+    .with_context(|| h.run_log())?;
+
+    // Created while `run` streams: its table and rows arrive.
+    h.source.psql("create database late")?;
+    h.source.psql_db(
+        "late",
+        "create table t (id int primary key, v text);
+         insert into t select g, 'late' || g from generate_series(1, 40) g",
+    )?;
+    h.source.psql_db(
+        "late",
+        "update t set v = 'u' where id % 2 = 0; delete from t where id = 3",
+    )?;
+    h.source.psql("insert into t values (2, 'url2')")?;
+    wait_until(CATCH_UP, "late.t in pg_late", || t_equal(&h, "late"))
+        .with_context(|| h.run_log())?;
+    ensure!(
+        h.run_log().contains("database [\"late\"] created"),
+        "the log should say why the streams started again: {}",
+        common::tail(&h.run_log(), 30)
+    );
+    h.source
+        .psql("insert into w select g, 'w' from generate_series(6, 9) g")?;
+    h.wait_caught_up(CATCH_UP)?;
+    ensure!(
+        w_count(&h)? == "9",
+        "the reloaded pin should stream on after the streams started again: {}",
+        common::tail(&h.run_log(), 30)
+    );
+    ensure!(
+        t_equal(&h, "postgres")? && t_equal(&h, "late")?,
+        "both equal"
+    );
+
+    // Dropped: its stream ends, the url's goes on.
+    h.source.psql("drop database late")?;
+    wait_until(CATCH_UP, "late's state set aside", || {
+        Ok(h.run_log().contains("the database was dropped"))
+    })
+    .with_context(|| h.run_log())?;
+    h.source.psql("insert into t values (4, 'url4')")?;
+    wait_until(CATCH_UP, "postgres.t after the drop", || {
+        t_equal(&h, "postgres")
+    })
+    .with_context(|| h.run_log())?;
+    h.check_running()?;
+
+    // Created again under the name: streams afresh, from its new rows.
+    h.source.psql("create database late")?;
+    h.source.psql_db(
+        "late",
+        "create table t (id int primary key, v text);
+         insert into t select g, 'again' || g from generate_series(100, 120) g",
+    )?;
+    wait_until(CATCH_UP, "the new late.t in pg_late", || {
+        let n = h
+            .ch
+            .query("SELECT count() FROM pg_late.t FINAL WHERE _is_deleted = 0 AND v LIKE 'again%'");
+        Ok(n.is_ok_and(|n| n.trim() == "21"))
+    })
+    .with_context(|| h.run_log())?;
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(created_after_start => a_database_created_after_start_streams: pg15, pg18);

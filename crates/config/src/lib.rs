@@ -796,6 +796,27 @@ pub fn split_table_name(key: &str) -> Option<(String, String)> {
     walshadow_types::split_table_key(key)
 }
 
+impl ClickHouseConfig {
+    /// This section with what a reload applies live taken from `new`: the
+    /// endpoint, credentials, TLS, timeouts, batch and flush settings.
+    /// What names or shapes the tables (the database, the meta columns,
+    /// the cluster) stays until a restart.
+    pub fn with_live_from(&self, new: &ClickHouseConfig) -> ClickHouseConfig {
+        let kept = self.clone();
+        ClickHouseConfig {
+            database: kept.database,
+            lsn_column: kept.lsn_column,
+            seq_column: kept.seq_column,
+            xid_column: kept.xid_column,
+            commit_time_column: kept.commit_time_column,
+            deleted_column: kept.deleted_column,
+            cluster: kept.cluster,
+            distributed_suffix: kept.distributed_suffix,
+            ..new.clone()
+        }
+    }
+}
+
 /// `[source]`: the PostgreSQL server walshadow replicates from.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -6,19 +6,11 @@ use walshadow_state_file::StateFile;
 
 use tokio::sync::{mpsc, watch};
 use walshadow_config::Config;
-use walshadow_intake::WalTap;
 use walshadow_shadow::run::{RunError, Shadow, ShadowSettings, StatePaths, load_init_state};
 
 use crate::control::{Command, ControlSocket, Reply, Responder};
 use crate::progress::Progress;
-use crate::stream::{StreamControl, StreamError, StreamRequest, StreamSettings, Streamer};
-
-/// Raw WAL chunks (≤ 128 KiB each) queued between the feed and the
-/// pipeline: bounds the memory between them.
-const TAP_QUEUE: usize = 64;
-
-/// How long a stop request waits for the pipeline to flush what it holds.
-const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+use crate::stream::{StreamError, StreamRequest, StreamSettings};
 
 /// Why `run` stopped.
 #[derive(Debug, thiserror::Error)]
@@ -52,9 +44,6 @@ pub enum DaemonError {
         expected: u64,
     },
 }
-
-/// Requests of `walshadow ctl` queued for the stream.
-const REQUEST_QUEUE: usize = 16;
 
 /// How long a request waits for the stream's answer: within the client's
 /// own wait, so the client hears why.
@@ -102,29 +91,22 @@ pub async fn run(
         .map_err(|e| StreamError::State(e.to_string()))?
         .database();
     let followed = crate::databases::followed(config, &url_db)?;
-    let mut requests = Vec::new();
-    let mut streams = Vec::new();
-    for f in &followed {
-        let (tx, rx) = mpsc::channel(REQUEST_QUEUE);
-        requests.push(rx);
-        streams.push(DatabaseStream {
-            name: f.name.clone(),
-            requests: tx,
-        });
-    }
+    // The config as the streams run it: a reload's live changes are kept
+    // here, so streams started again (a database created or dropped) go
+    // on with them.
+    let live = Arc::new(std::sync::Mutex::new(config.clone()));
+    // Each running stream's requests; set by each start of the streams.
+    let streams = Streams::default();
     let control = tokio::spawn(serve_control(
         socket,
         hangups,
         Controlled {
             running: config.clone(),
+            live: Arc::clone(&live),
             path: options.config_path,
             log_level: options.log_level,
             url_db: url_db.clone(),
-            streams: if config.clickhouse.is_some() {
-                streams
-            } else {
-                Vec::new()
-            },
+            streams: Arc::clone(&streams),
         },
     ));
     let _control = AbortOnDrop(control);
@@ -155,95 +137,15 @@ pub async fn run(
             configured: url_db,
         });
     }
-    let mut loops = Vec::with_capacity(followed.len());
-    for f in followed {
-        let stream_settings = StreamSettings::new(&f.view)?
-            .with_xid_horizon(init.xid_horizon)
-            .sharing_memory(followed_count(config));
-        let progress = match Progress::read(&f.view.state.dir)? {
-            Some(p) if p.system_id != init.system_id => {
-                return Err(DaemonError::OtherSource {
-                    path: f.view.state.dir.join(Progress::FILE),
-                    found: p.system_id,
-                    expected: init.system_id,
-                });
-            }
-            p => p,
-        };
-        loops.push((f, stream_settings, progress));
-    }
-    // A database streamed for the first time starts where the others
-    // are (the slot holds WAL from there, and its catalog session reads
-    // the catalog of that point); without any, at `init`'s backup.
-    let resumed = loops
-        .iter()
-        .filter_map(|(_, _, p)| p.as_ref())
-        .map(|p| (p.applied, p.restart))
-        .reduce(|a, b| (a.0.min(b.0), a.1.min(b.1)));
-    let mut started = Vec::with_capacity(loops.len());
-    for (f, s, progress) in loops {
-        let (progress, first_run) = match (progress, resumed) {
-            (Some(p), _) => (p, false),
-            (None, Some((applied, restart))) => {
-                tracing::info!(
-                    database = %f.name,
-                    %applied,
-                    "a database new to this state directory: it streams from where the others are"
-                );
-                let mut p = Progress::new(init.system_id, applied);
-                p.restart = restart;
-                (p, true)
-            }
-            // Tables stream from the point the shadow becomes consistent:
-            // transactions committed before it are not emitted.
-            (None, None) => {
-                let mut p = Progress::new(init.system_id, init.backup_end);
-                p.restart = init.backup_start;
-                (p, true)
-            }
-        };
-        if !f.is_url_db && first_run {
-            std::fs::create_dir_all(&f.view.state.dir)
-                .map_err(|e| StreamError::State(format!("{}: {e}", f.view.state.dir.display())))?;
-            // `init` made it when the database was listed then; one listed
-            // later gets it here.
-            let table = &f.view.source.config_table;
-            if let Err(e) = walshadow_shadow::bootstrap::source::ensure_config_table(
-                &config.source.url,
-                Some(&f.name),
-                table,
-            )
-            .await
-            {
-                tracing::warn!(database = %f.name, %table, "the config table is not ready, so its rows opt nothing in: {e:?}");
-            }
+    // The shadow never replays past what the streams have settled: held,
+    // at its start, where the furthest-behind database's stream is.
+    let mut floor = None;
+    for f in &followed {
+        if let Some(p) = read_progress(&f.view, &init)? {
+            floor = Some(floor.map_or(p.applied, |l: walshadow_types::Lsn| l.min(p.applied)));
         }
-        tracing::info!(
-            database = %f.name,
-            clickhouse_database = %f.view.clickhouse.as_ref().map_or("", |c| c.database.as_str()),
-            applied = %progress.applied,
-            restart = %progress.restart,
-            tables = f.view.tables.len(),
-            "streaming to ClickHouse"
-        );
-        started.push((f, s, progress, first_run));
     }
-    let several = started.len() > 1;
-    // The shadow never replays past what the pipeline has settled: with
-    // several databases, what the furthest-behind one has.
-    let floor = started
-        .iter()
-        .map(|(_, _, p, _)| p.applied)
-        .min()
-        .unwrap_or(init.backup_end);
-    let shadow = Arc::new(Shadow::start_held(&settings, floor).await?);
-    if several {
-        shadow
-            .feeder
-            .share_ceiling(started.iter().map(|(_, _, p, _)| p.applied).collect());
-    }
-    let source_end = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let archive_turns = Arc::new(walshadow_intake::ArchiveTurns::default());
+    let shadow = Arc::new(Shadow::start_held(&settings, floor.unwrap_or(init.backup_end)).await?);
     let metrics = crate::metrics::Metrics::new();
     if let Some(m) = &config.metrics {
         metrics.set_ready_max_lag(m.ready_max_lag_secs);
@@ -265,184 +167,70 @@ pub async fn run(
         },
         None => None,
     };
-    let mut holds = Vec::with_capacity(started.len());
-    let mut taps = Vec::with_capacity(started.len());
-    let mut tasks = Vec::with_capacity(started.len());
-    for (share, ((f, s, progress, first_run), requests)) in
-        started.into_iter().zip(requests).enumerate()
-    {
-        let (hold_tx, hold_rx) = watch::channel(progress.restart);
-        holds.push(hold_rx);
-        let streamer = Streamer::new(
-            s,
-            Arc::clone(&shadow),
-            progress,
-            hold_tx,
-            if several {
-                metrics.database(&f.name)
-            } else {
-                metrics.clone()
-            },
-            first_run,
-            StreamControl {
-                stop: stop.clone(),
-                source_end: Arc::clone(&source_end),
-                archive: Arc::clone(&archive_turns),
-                requests,
-                ceiling_share: share,
-            },
-        )
-        .await;
-        let streamer = match streamer {
-            Ok(s) => s,
-            Err(e) => {
-                for t in tasks {
-                    stop_stream(t).await;
-                }
-                stop_shadow(shadow).await;
-                return match e {
-                    StreamError::Stopping => Ok(()),
-                    e => Err(e.into()),
-                };
-            }
-        };
-        let (tx, rx) = mpsc::channel(TAP_QUEUE);
-        taps.push(tx);
-        match crate::stream::StreamThread::start(streamer, rx) {
-            Ok(t) => tasks.push((f.name, t)),
-            Err(e) => {
-                for t in tasks {
-                    stop_stream(t).await;
-                }
-                stop_shadow(shadow).await;
-                return Err(e.into());
-            }
-        }
-    }
-    let (tap_tx, hold) = if several {
-        let (tx, rx) = mpsc::channel(TAP_QUEUE);
-        tokio::spawn(fan_out(rx, taps));
-        (tx, lowest(holds))
-    } else {
-        match (taps.pop(), holds.pop()) {
-            (Some(tx), Some(hold)) => (tx, hold),
-            _ => {
-                stop_shadow(shadow).await;
-                return Ok(());
-            }
-        }
-    };
-    let tap = WalTap {
-        tx: tap_tx,
-        hold,
-        source_end,
-        archive: archive_turns,
-    };
-    let fed = walshadow_intake::feed_tapped_until_stopped(
-        &settings,
-        &shadow,
-        Some(tap),
+    let ground = crate::database_streams::Ground {
+        config,
+        settings: &settings,
+        shadow: &shadow,
+        init: &init,
+        metrics: &metrics,
+        source_end: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        archive_turns: Arc::new(walshadow_intake::ArchiveTurns::default()),
         archive,
-        stop.clone(),
-    )
-    .await;
-    // The tap is closed: the pipeline flushes and records its progress —
-    // within STOP_GRACE of a stop request. Past it, the pipeline is
-    // dropped where it waits (a ClickHouse request that does not answer):
-    // what it held is not recorded and is replayed at the next start,
-    // exactly as after `kill -9`.
-    let stopping = *stop.borrow();
-    // An intake that failed ends `run` the same way: a paused stream,
-    // which does not read the tap, would not see it close. So does one
-    // database's stream ending: the others may be paused.
-    let graced = stopping || fed.is_err() || several;
-    let mut streamed = Ok(());
-    for (name, mut task) in tasks {
-        let joined = if graced {
-            match tokio::time::timeout(STOP_GRACE, task.join()).await {
-                Ok(r) => r,
-                Err(_) => {
-                    tracing::warn!(
-                        database = %name,
-                        "ClickHouse did not take the last rows within {STOP_GRACE:?} of the stop \
-                         (or the WAL intake's end); stopping without them (they are streamed again \
-                         at the next start)"
-                    );
-                    task.stop().await;
-                    Ok(())
-                }
+        streams: &streams,
+        url_db: &url_db,
+    };
+    // The streams run until a stop; a database created or dropped on the
+    // source starts them again with it or without it (each resumes from
+    // its own progress), without a restart of `run`.
+    let mut streaming = crate::database_streams::first_guess(&followed, &init)?;
+    let mut absent = std::collections::BTreeSet::new();
+    let ended = loop {
+        let now = live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let followed = crate::databases::followed(&now, &url_db)?;
+        match crate::database_streams::stream_until_changed(
+            &ground,
+            &followed,
+            &streaming,
+            &absent,
+            stop.clone(),
+        )
+        .await
+        {
+            Ok(crate::database_streams::Ended::Changed { why, now }) => {
+                tracing::info!("{why}: the streams start again");
+                absent = followed
+                    .iter()
+                    .filter(|f| !now.contains(&f.name))
+                    .map(|f| f.name.clone())
+                    .collect();
+                streaming = now;
+                streaming.insert(url_db.clone());
             }
-        } else {
-            task.join().await
-        };
-        match joined {
-            Ok(()) | Err(StreamError::Stopping) => {}
-            Err(e) => {
-                if several {
-                    tracing::error!(database = %name, "the stream of this database stopped: {e}");
-                }
-                if streamed.is_ok() {
-                    streamed = Err(e);
-                }
-            }
+            Ok(crate::database_streams::Ended::Stopped) => break Ok(()),
+            Err(e) => break Err(e),
         }
-    }
+    };
+    drop(ground);
     stop_shadow(shadow).await;
-    // The pipeline's own error explains a feed that stopped because of it.
-    streamed?;
-    fed?;
-    Ok(())
+    ended
 }
 
-/// How many databases `config` streams.
-fn followed_count(config: &Config) -> usize {
-    config.source.databases.len().max(1)
-}
-
-/// Each chunk of the intake to every database's stream (a clone of the
-/// bytes, no copy). One stream that takes nothing holds them all, as one
-/// stream does alone: the intake lets go of the source after `TAP_STALL`.
-/// Ends when the intake or any stream does.
-async fn fan_out(
-    mut rx: mpsc::Receiver<walshadow_intake::TapEvent>,
-    txs: Vec<mpsc::Sender<walshadow_intake::TapEvent>>,
-) {
-    while let Some(event) = rx.recv().await {
-        for tx in &txs {
-            if tx.send(event.clone()).await.is_err() {
-                return;
-            }
-        }
+/// A database's progress, refused when it belongs to another source.
+pub(crate) fn read_progress(
+    view: &Config,
+    init: &walshadow_shadow::bootstrap::InitState,
+) -> Result<Option<Progress>, DaemonError> {
+    match Progress::read(&view.state.dir)? {
+        Some(p) if p.system_id != init.system_id => Err(DaemonError::OtherSource {
+            path: view.state.dir.join(Progress::FILE),
+            found: p.system_id,
+            expected: init.system_id,
+        }),
+        p => Ok(p),
     }
-}
-
-/// The lowest of `holds`, kept current: the slot keeps what the
-/// furthest-behind database's stream restarts from.
-fn lowest(
-    holds: Vec<watch::Receiver<walshadow_types::Lsn>>,
-) -> watch::Receiver<walshadow_types::Lsn> {
-    let min = |hs: &[watch::Receiver<walshadow_types::Lsn>]| hs.iter().map(|h| *h.borrow()).min();
-    let (tx, rx) = watch::channel(min(&holds).unwrap_or_default());
-    let tx = Arc::new(tx);
-    for mut h in holds.clone() {
-        let (tx, all) = (Arc::clone(&tx), holds.clone());
-        tokio::spawn(async move {
-            while h.changed().await.is_ok() {
-                if let Some(m) = min(&all) {
-                    tx.send_if_modified(|v| {
-                        let moved = *v != m;
-                        *v = m;
-                        moved
-                    });
-                }
-            }
-        });
-    }
-    rx
-}
-
-async fn stop_stream((_, mut task): (String, crate::stream::StreamThread)) {
-    task.stop().await;
 }
 
 /// The `[backup]` store's WAL archive, which serves the intake what the
@@ -492,15 +280,52 @@ struct Controlled {
     log_level: Option<LogLevelHook>,
     /// `[source] url`'s database.
     url_db: String,
+    /// The config the streams run with (see `run`).
+    live: Arc<std::sync::Mutex<Config>>,
     /// Each database's stream, the url's first; none without
     /// `[clickhouse]`.
-    streams: Vec<DatabaseStream>,
+    streams: Streams,
 }
 
+/// The running streams, as the control socket reaches them.
+pub(crate) type Streams = Arc<std::sync::Mutex<Vec<DatabaseStream>>>;
+
 /// One database's stream, as the control socket reaches it.
-struct DatabaseStream {
-    name: String,
-    requests: mpsc::Sender<StreamRequest>,
+#[derive(Clone)]
+pub(crate) struct DatabaseStream {
+    pub(crate) name: String,
+    pub(crate) requests: mpsc::Sender<StreamRequest>,
+}
+
+/// `live` with what a reload of `new` applied to the streams: ClickHouse's
+/// endpoint, credentials, batch and flush settings, and the `[table]`
+/// sections (pins and patterns, every database's). A section that changed
+/// on a table already streamed, which waits for a restart, also applies
+/// when the streams start again.
+fn live_after_reload(live: &Config, new: &Config) -> Config {
+    let mut next = live.clone();
+    if let (Some(l), Some(n)) = (next.clickhouse.as_mut(), &new.clickhouse) {
+        *l = l.with_live_from(n);
+    }
+    next.tables = new.tables.clone();
+    next.patterns = new.patterns.clone();
+    for db in &live.source.databases {
+        let tables = new
+            .databases
+            .get(db)
+            .map(|d| d.tables.clone())
+            .unwrap_or_default();
+        next.databases.entry(db.clone()).or_default().tables = tables;
+    }
+    next
+}
+
+/// The streams running now.
+fn running(streams: &Streams) -> Vec<DatabaseStream> {
+    streams
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
 }
 
 /// Answers `walshadow ctl` and SIGHUP until `run` ends (the socket goes
@@ -588,15 +413,19 @@ impl Controlled {
         &self,
         req: impl Fn(tokio::sync::oneshot::Sender<T>) -> StreamRequest,
     ) -> Result<Vec<(String, T)>, Reply> {
-        if self.streams.is_empty() {
-            return Err(Reply::refused(
-                "this run has no [clickhouse] section: it keeps the shadow fed and streams no tables",
-            ));
+        let streams = running(&self.streams);
+        if streams.is_empty() {
+            return Err(Reply::refused(if self.running.clickhouse.is_some() {
+                "the streams are starting (at the start of `run`, or again after a database was \
+                 created or dropped): ask again in a moment"
+            } else {
+                "this run has no [clickhouse] section: it keeps the shadow fed and streams no tables"
+            }));
         }
-        let mut answers = Vec::with_capacity(self.streams.len());
-        for s in &self.streams {
+        let mut answers = Vec::with_capacity(streams.len());
+        for s in &streams {
             let answer = Self::ask(&s.requests, &req).await.map_err(|r| {
-                if self.streams.len() > 1 {
+                if streams.len() > 1 {
                     Reply::refused(format!("database {:?}: {}", s.name, r.message))
                 } else {
                     r
@@ -675,7 +504,8 @@ impl Controlled {
                 r.clickhouse.is_some() != new.clickhouse.is_some(),
             ),
         ];
-        if self.streams.is_empty() {
+        let streams = running(&self.streams);
+        if streams.is_empty() {
             // No stream to ask: every section it would judge.
             sections.extend([
                 ("[source]", r.source != new.source),
@@ -691,11 +521,11 @@ impl Controlled {
                 needs_restart.push(format!("{section}: changed"));
             }
         }
-        if !self.streams.is_empty() && new.clickhouse.is_some() {
+        if !streams.is_empty() && new.clickhouse.is_some() {
             if new.source.databases != self.running.source.databases {
                 needs_restart.push("[source] databases: changed".into());
             }
-            let several = self.streams.len() > 1;
+            let several = streams.len() > 1;
             let views = match crate::databases::followed(&new, &self.url_db) {
                 Ok(v) => v,
                 Err(e) => {
@@ -703,15 +533,15 @@ impl Controlled {
                     return Reply::refused(format!("{path}: {e}; nothing changed"));
                 }
             };
-            let mut settings = Vec::with_capacity(self.streams.len());
-            for s in &self.streams {
+            let mut settings = Vec::with_capacity(streams.len());
+            for s in &streams {
                 // A database the new file drops keeps its settings until
                 // the restart the change needs.
                 let Some(view) = views.iter().find(|v| v.name == s.name) else {
                     continue;
                 };
                 match StreamSettings::new(&view.view) {
-                    Ok(st) => settings.push((s, st.sharing_memory(self.streams.len()))),
+                    Ok(st) => settings.push((s, st.sharing_memory(streams.len()))),
                     Err(e) => {
                         restore_level(self);
                         return Reply::refused(format!("{path}: {e}; nothing changed"));
@@ -746,6 +576,13 @@ impl Controlled {
                     }
                 }
             }
+        }
+        if !streams.is_empty() {
+            let mut live = self
+                .live
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *live = live_after_reload(&live, &new);
         }
         if self.log_level.is_some() {
             self.running.log = new.log;

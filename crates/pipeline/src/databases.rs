@@ -116,10 +116,42 @@ pub fn followed(config: &Config, url_db: &str) -> Result<Vec<Followed>, Database
         .collect()
 }
 
+/// How a database new to the state directory (not the url's) started:
+/// `<state>/db/<name>/start.json`. Its loads read once no transaction
+/// older than its start runs, as `init`'s loads do with `init.json`'s
+/// horizon: a transaction of the database open across the start has
+/// changes before it that the stream never decodes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DatabaseStart {
+    pub format_version: u32,
+    /// `pg_current_xact_id()` on the source when its stream started.
+    pub xid_horizon: Option<u64>,
+}
+
+impl walshadow_state_file::StateFile for DatabaseStart {
+    const FILE: &'static str = "start.json";
+    const FORMAT_VERSION: u32 = 1;
+    const ENVELOPE: walshadow_state_file::Envelope = walshadow_state_file::Envelope::Flat;
+    const REMEDY: &'static str = "remove it: the database's loads then read without waiting for \
+         transactions open across its start";
+
+    fn format_version(&self) -> u32 {
+        self.format_version
+    }
+}
+
 /// Where database `db` (not the url's) keeps its progress, ledger, TOAST
 /// mirror and status in state directory `base`.
 pub fn state_dir(base: &Path, db: &str) -> PathBuf {
     base.join("db").join(dir_name(db))
+}
+
+/// Where the state of database `db`, dropped, is set aside (at
+/// `unix_secs`): out of the way of one created again under its name.
+pub fn dropped_dir(base: &Path, db: &str, unix_secs: u64) -> PathBuf {
+    base.join("db")
+        .join(".dropped")
+        .join(format!("{}.{unix_secs}", dir_name(db)))
 }
 
 /// `db` as one path component: any name PostgreSQL takes (`..`, `a/b`, a

@@ -16,6 +16,7 @@ pub mod backup_admin;
 pub mod catalog_reach;
 pub mod control;
 pub mod daemon;
+pub mod database_streams;
 pub mod databases;
 pub mod load_bars;
 pub mod metrics;

@@ -503,6 +503,9 @@ impl Metrics {
     /// The metrics of source database `name`'s stream, which this
     /// endpoint shows from now on with `database="name"` on every series.
     pub fn database(&self, name: &str) -> Metrics {
+        if let Some((_, m)) = self.children().iter().find(|(n, _)| n == name) {
+            return m.clone();
+        }
         let child = Metrics::new();
         child.inner.ready_max_lag.store(
             self.inner.ready_max_lag.load(Ordering::Relaxed),
@@ -510,6 +513,11 @@ impl Metrics {
         );
         self.children().push((name.to_owned(), child.clone()));
         child
+    }
+
+    /// Database `name`'s series are no longer shown (it was dropped).
+    pub fn forget_database(&self, name: &str) {
+        self.children().retain(|(n, _)| n != name);
     }
 
     fn children(&self) -> std::sync::MutexGuard<'_, Vec<(String, Metrics)>> {

@@ -56,11 +56,13 @@ impl StreamSettings {
     }
 
     /// One of `n` databases' streams, which share `[stream] memory_mb`
-    /// evenly (each has its own assembler and loads).
+    /// and `toast_cache_mb` evenly (each has its own assembler, loads and
+    /// TOAST mirror).
     pub fn sharing_memory(mut self, n: usize) -> StreamSettings {
         let n = n.max(1);
         self.memory_bytes /= n;
         self.assembler.memory_budget_bytes /= n;
+        self.toast_cache_mb = (self.toast_cache_mb / n).max(1);
         self
     }
 
@@ -284,18 +286,7 @@ impl StreamSettings {
 
     /// Takes what [`StreamSettings::reload_plan`] applies live from `new`.
     pub(super) fn apply_live(&mut self, new: &StreamSettings) {
-        let kept = self.clickhouse.clone();
-        self.clickhouse = ClickHouseConfig {
-            database: kept.database,
-            lsn_column: kept.lsn_column,
-            seq_column: kept.seq_column,
-            xid_column: kept.xid_column,
-            commit_time_column: kept.commit_time_column,
-            deleted_column: kept.deleted_column,
-            cluster: kept.cluster,
-            distributed_suffix: kept.distributed_suffix,
-            ..new.clickhouse.clone()
-        };
+        self.clickhouse = self.clickhouse.with_live_from(&new.clickhouse);
         self.batch = new.batch.clone();
         self.flush = new.flush;
         self.patterns = new.patterns.clone();
