@@ -17,7 +17,10 @@
 //! - a database listed before it exists streams once the shadow has
 //!   replayed its `CREATE DATABASE`, without a restart of `run`; dropped,
 //!   its stream ends and the others go on; created again under the name,
-//!   it streams afresh.
+//!   it streams afresh;
+//! - `databases = ["*"]`: a database created while `run` streams gets its
+//!   own config table from walshadow, and a row there streams its table;
+//!   templates are not followed.
 
 mod common;
 
@@ -390,3 +393,45 @@ fn created_after_start(major: PgMajor) -> Result<()> {
 }
 
 per_major!(created_after_start => a_database_created_after_start_streams: pg15, pg18);
+
+fn every_database(major: PgMajor) -> Result<()> {
+    let mut h = StreamHarness::new(BIN, major, "dbany", &[], "")?;
+    let config = std::fs::read_to_string(&h.config)?;
+    let config = config
+        .replacen("[source]\n", "[source]\ndatabases = [\"*\"]\n", 1)
+        .replace("database = \"app\"", "database = \"pg_{db}\"");
+    std::fs::write(&h.config, config)?;
+    h.init()?;
+    h.start_run()?;
+    h.source.psql("create database auto")?;
+    // walshadow makes auto's config table when its stream starts.
+    wait_until(CATCH_UP, "auto's config table", || {
+        Ok(h
+            .source
+            .psql_db("auto", "select count(*) from pg_tables where schemaname = 'walshadow' and tablename = 'tables'")?
+            == "1")
+    })
+    .with_context(|| h.run_log())?;
+    h.source.psql_db(
+        "auto",
+        "create table t (id int primary key, v text);
+         insert into t select g, 'a' || g from generate_series(1, 25) g;
+         insert into walshadow.tables (schema_name, table_name, initial_load) values ('public', 't', 'copy');
+         update t set v = 'b' where id <= 5;",
+    )?;
+    wait_until(CATCH_UP, "auto.t in pg_auto", || t_equal(&h, "auto"))
+        .with_context(|| h.run_log())?;
+    let status: serde_json::Value =
+        serde_json::from_str(&h.cli_ok(&["status", "--json", "--config", h.config()])?)?;
+    let dbs = status["databases"]
+        .as_object()
+        .context("status per database")?;
+    ensure!(
+        dbs.contains_key("auto") && dbs.contains_key("postgres") && !dbs.contains_key("template1"),
+        "every database but the templates: {status:#}"
+    );
+    h.stop_run()?;
+    Ok(())
+}
+
+per_major!(every_database => every_database_follows_new_ones: pg15, pg18);

@@ -253,6 +253,10 @@ pub struct DatabaseConfig {
     pub tables: std::collections::BTreeMap<String, TableConfig>,
 }
 
+/// `[source] databases = ["*"]`: every database of the cluster that takes
+/// connections and is not a template, those created later included.
+pub const EVERY_DATABASE: &str = "*";
+
 /// The placeholder `[clickhouse] database` names each source database's
 /// ClickHouse database with, when several are followed.
 pub const DATABASE_PLACEHOLDER: &str = "{db}";
@@ -851,6 +855,11 @@ pub struct SourceConfig {
 }
 
 impl SourceConfig {
+    /// `databases = ["*"]`.
+    pub fn every_database(&self) -> bool {
+        self.databases.iter().any(|d| d == EVERY_DATABASE)
+    }
+
     /// Whether the config table may opt in table `key`.
     pub fn allows(&self, key: &str) -> bool {
         if self.config_table_allow.is_empty() {
@@ -990,8 +999,8 @@ impl Config {
         // Each database's sections are checked as a file of their own
         // would be (the url's database is not known here: it is the
         // daemon's to check that `databases` names it).
-        for db in &config.source.databases {
-            config.database_view(db, "").map_err(|e| e.in_file(path))?;
+        for db in config.listed_or_sections() {
+            config.database_view(&db, "").map_err(|e| e.in_file(path))?;
         }
         let mut config = config;
         config.load_secrets(path)?;
@@ -1042,7 +1051,24 @@ impl Config {
     /// in `[clickhouse] database` replaced by its name; no other
     /// database's sections.
     pub fn database_view(&self, db: &str, url_db: &str) -> Result<Config, ConfigError> {
+        if db == EVERY_DATABASE {
+            return Err(ConfigError::Invalid {
+                path: Path::new("the config file").to_owned(),
+                key: "source.databases",
+                problem: "\"*\" is not a database".into(),
+            });
+        }
         self.view_of(db, url_db).map_err(|e| e.of_database(db))
+    }
+
+    /// The databases whose views a check covers: those listed, or with
+    /// `"*"` those with a section.
+    fn listed_or_sections(&self) -> Vec<String> {
+        if self.source.every_database() {
+            self.databases.keys().cloned().collect()
+        } else {
+            self.source.databases.clone()
+        }
     }
 
     fn view_of(&self, db: &str, url_db: &str) -> Result<Config, ConfigError> {
@@ -1185,7 +1211,17 @@ impl Config {
                 ));
             }
         }
-        if let Some(db) = self.databases.keys().find(|d| !seen.contains(d)) {
+        if self.source.every_database() && self.source.databases.len() > 1 {
+            return Err(invalid(
+                "source.databases",
+                "\"*\" (every database) stands alone: name databases, or write [\"*\"]".into(),
+            ));
+        }
+        if let Some(db) = self
+            .databases
+            .keys()
+            .find(|d| !self.source.every_database() && !seen.contains(d))
+        {
             return Err(invalid(
                 "database",
                 format!(
@@ -1557,7 +1593,7 @@ impl Config {
                 return Err(invalid("clickhouse.database", "must not be empty".into()));
             }
             let placeholder = ch.database.contains(DATABASE_PLACEHOLDER);
-            if self.source.databases.len() > 1 && !placeholder {
+            if (self.source.databases.len() > 1 || self.source.every_database()) && !placeholder {
                 return Err(invalid(
                     "clickhouse.database",
                     format!(
@@ -1700,6 +1736,20 @@ mod tests {
             &format!("{CH}[database.\"b\"]\nsurprise = 1\n"),
         );
         assert!(e.contains("surprise"), "{e}");
+        let e = err("databases = [\"*\", \"a\"]", CH);
+        assert!(e.contains("stands alone"), "{e}");
+        let e = err("databases = [\"*\"]", &CH.replace("pg_{db}", "app"));
+        assert!(e.contains("{db}"), "{e}");
+        // Every database: a section for any name.
+        let c = with_databases(
+            "databases = [\"*\"]",
+            &format!("{CH}[database.\"later\".table.\"public.t\"]\n"),
+        )
+        .unwrap();
+        assert!(c.source.every_database());
+        let later = c.database_view("later", "postgres").unwrap();
+        assert_eq!(later.tables.keys().collect::<Vec<_>>(), ["public.t"]);
+        assert!(c.database_view("*", "postgres").is_err());
     }
 
     #[test]

@@ -185,11 +185,19 @@ pub async fn run(
     let mut streaming = crate::database_streams::first_guess(&followed, &init)?;
     let mut absent = std::collections::BTreeSet::new();
     let ended = loop {
-        let now = live
+        let cfg = live
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        let followed = crate::databases::followed(&now, &url_db)?;
+        let mut followed = crate::databases::followed(&cfg, &url_db)?;
+        if cfg.source.every_database() {
+            // Every database: those the shadow showed too.
+            let names = followed
+                .iter()
+                .map(|f| f.name.clone())
+                .chain(streaming.iter().cloned());
+            followed = crate::databases::followed_names(&cfg, &url_db, names.collect::<Vec<_>>())?;
+        }
         match crate::database_streams::stream_until_changed(
             &ground,
             &followed,

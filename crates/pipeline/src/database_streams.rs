@@ -256,7 +256,8 @@ pub(crate) async fn stream_until_changed(
             Arc::clone(g.shadow),
             g.config.clone(),
             g.url_db.to_owned(),
-            followed.iter().map(|f| f.name.clone()).collect(),
+            (!g.config.source.every_database())
+                .then(|| followed.iter().map(|f| f.name.clone()).collect()),
             names.clone(),
             Arc::clone(&changed),
             Arc::clone(&round_stop),
@@ -377,6 +378,7 @@ async fn database_horizon(
         .map_err(|e| StreamError::State(format!("database {:?}: its xid horizon: {e}", f.name)))?;
     crate::databases::DatabaseStart {
         format_version: 1,
+        database: f.name.clone(),
         xid_horizon,
     }
     .write(dir)
@@ -446,7 +448,8 @@ async fn present_databases(
             // -2: a database being dropped (its files are gone, its row
             // not yet).
             .simple_query(
-                "select datname from pg_catalog.pg_database where datallowconn and datconnlimit <> -2",
+                "select datname from pg_catalog.pg_database \
+                 where datallowconn and not datistemplate and datconnlimit <> -2",
             )
             .await;
         c.close().await;
@@ -468,13 +471,18 @@ async fn present_databases(
 /// as it would have).
 async fn without(g: &Ground<'_>, followed: &[Followed], name: &str) -> Option<BTreeSet<String>> {
     let present = present_databases(g.shadow, g.config, g.url_db).await.ok()?;
-    (!present.contains(name)).then(|| {
-        followed
-            .iter()
-            .filter(|f| present.contains(&f.name))
-            .map(|f| f.name.clone())
-            .collect()
-    })
+    let listed: Option<Vec<String>> = (!g.config.source.every_database())
+        .then(|| followed.iter().map(|f| f.name.clone()).collect());
+    (!present.contains(name)).then(|| followed_present(listed.as_deref(), &present))
+}
+
+/// The followed databases among `present`: those `listed`, or all
+/// (`None`: `databases = ["*"]`).
+fn followed_present(listed: Option<&[String]>, present: &BTreeSet<String>) -> BTreeSet<String> {
+    match listed {
+        None => present.clone(),
+        Some(l) => l.iter().filter(|d| present.contains(*d)).cloned().collect(),
+    }
 }
 
 /// Asks the shadow which databases exist until the followed ones that do
@@ -483,7 +491,7 @@ async fn watch_databases(
     shadow: Arc<Shadow>,
     config: Config,
     url_db: String,
-    listed: Vec<String>,
+    listed: Option<Vec<String>>,
     running: BTreeSet<String>,
     changed: Change,
     stop: Arc<watch::Sender<bool>>,
@@ -500,13 +508,10 @@ async fn watch_databases(
                 continue;
             }
         };
-        let now: BTreeSet<String> = listed
-            .iter()
-            .filter(|d| present.contains(*d))
-            .cloned()
-            .collect();
+        let now = followed_present(listed.as_deref(), &present);
         if std::mem::take(&mut first) {
-            for awaited in listed.iter().filter(|d| !present.contains(*d)) {
+            let listed = listed.iter().flatten();
+            for awaited in listed.filter(|d| !present.contains(*d)) {
                 tracing::info!(
                     database = %awaited,
                     "[source] databases names a database the source does not have (yet): it \

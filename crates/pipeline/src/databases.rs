@@ -62,6 +62,13 @@ pub fn all(config: &Config) -> Result<Vec<Followed>, DatabasesError> {
 /// command about its tables: its state directory, config table, tables
 /// and ClickHouse database.
 pub fn view_for(config: &Config, db: Option<&str>) -> Result<Config, DatabasesError> {
+    if let Some(db) = db
+        && config.source.every_database()
+    {
+        let url_db = url_database(config)?;
+        let mut one = followed_names(config, &url_db, [db.to_owned()])?;
+        return Ok(one.swap_remove(usize::from(db != url_db)).view);
+    }
     let mut all = all(config)?;
     let at = match db {
         None => Some(0),
@@ -77,7 +84,9 @@ pub fn view_for(config: &Config, db: Option<&str>) -> Result<Config, DatabasesEr
 }
 
 /// The databases `config` follows (the url's first): only the url's
-/// without `[source] databases`, its own file unchanged.
+/// without `[source] databases`, its own file unchanged. With `["*"]`:
+/// the url's, those with a `[database]` section and those that streamed
+/// before (the rest come as the shadow shows them).
 pub fn followed(config: &Config, url_db: &str) -> Result<Vec<Followed>, DatabasesError> {
     let listed = &config.source.databases;
     if listed.is_empty() {
@@ -87,14 +96,30 @@ pub fn followed(config: &Config, url_db: &str) -> Result<Vec<Followed>, Database
             is_url_db: true,
         }]);
     }
+    if config.source.every_database() {
+        let mut names = known_databases(&config.state.dir);
+        names.extend(config.databases.keys().cloned());
+        return followed_names(config, url_db, names);
+    }
     if !listed.iter().any(|d| d == url_db) {
         return Err(DatabasesError::UrlDatabaseLeftOut {
             listed: listed.clone(),
             url_db: url_db.to_owned(),
         });
     }
-    let order =
-        std::iter::once(url_db).chain(listed.iter().map(String::as_str).filter(|d| *d != url_db));
+    followed_names(config, url_db, listed.iter().cloned())
+}
+
+/// The views of the url's database and of `names`, the url's first.
+pub fn followed_names(
+    config: &Config,
+    url_db: &str,
+    names: impl IntoIterator<Item = String>,
+) -> Result<Vec<Followed>, DatabasesError> {
+    let mut others: Vec<String> = names.into_iter().filter(|d| d != url_db).collect();
+    others.sort();
+    others.dedup();
+    let order = std::iter::once(url_db).chain(others.iter().map(String::as_str));
     order
         .map(|name| {
             let mut view = config.database_view(name, url_db)?;
@@ -124,6 +149,8 @@ pub fn followed(config: &Config, url_db: &str) -> Result<Vec<Followed>, Database
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DatabaseStart {
     pub format_version: u32,
+    /// The database's name (its directory's is encoded).
+    pub database: String,
     /// `pg_current_xact_id()` on the source when its stream started.
     pub xid_horizon: Option<u64>,
 }
@@ -138,6 +165,21 @@ impl walshadow_state_file::StateFile for DatabaseStart {
     fn format_version(&self) -> u32 {
         self.format_version
     }
+}
+
+/// The databases with a state directory of their own in `base` (named by
+/// their `start.json`); dropped ones, set aside, are not.
+pub fn known_databases(base: &Path) -> std::collections::BTreeSet<String> {
+    use walshadow_state_file::StateFile;
+    let Ok(entries) = std::fs::read_dir(base.join("db")) else {
+        return Default::default();
+    };
+    entries
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .filter_map(|e| DatabaseStart::read(&e.path()).ok().flatten())
+        .map(|s| s.database)
+        .collect()
 }
 
 /// Where database `db` (not the url's) keeps its progress, ledger, TOAST

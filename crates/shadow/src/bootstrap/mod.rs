@@ -228,7 +228,13 @@ impl fmt::Display for InitReport {
 fn config_tables(config: &Config) -> Result<Vec<(Option<String>, String)>, InitError> {
     let mut out = vec![(None, config.source.config_table.clone())];
     let url_db = source::sql_config(&config.source.url, None)?.database();
-    for db in &config.source.databases {
+    // With "*", each database's is made when its stream first starts.
+    let listed = config
+        .source
+        .databases
+        .iter()
+        .filter(|d| *d != walshadow_config::EVERY_DATABASE);
+    for db in listed {
         let view = config
             .database_view(db, &url_db)
             .map_err(|e| InitError::Requirement {
