@@ -37,6 +37,9 @@ pub fn teardown(args: TeardownArgs) -> anyhow::Result<()> {
                 " and the config table {} (its schema too once empty)",
                 config.source.config_table
             ));
+            if !config.source.databases.is_empty() {
+                plan.push_str(", and each other followed database's");
+            }
         }
         plan.push_str(
             ", then remove init.json from the state directory so that nothing starts on what \
@@ -66,6 +69,23 @@ pub fn teardown(args: TeardownArgs) -> anyhow::Result<()> {
                 report.config_table,
                 if dropped { "dropped" } else { "there was none" },
                 if report.schema_dropped {
+                    ", and its empty schema"
+                } else {
+                    ""
+                }
+            ));
+        }
+        for d in &report.databases {
+            t.push_str(&format!(
+                "config table {} of database {:?}: {}{}\n",
+                d.config_table,
+                d.database,
+                if d.config_table_dropped {
+                    "dropped"
+                } else {
+                    "there was none"
+                },
+                if d.schema_dropped {
                     ", and its empty schema"
                 } else {
                     ""

@@ -12,7 +12,7 @@
 //! - a live workload in both (updates leaving TOAST values unchanged,
 //!   deletes, inserts), a column added in `crm` only, `kill -9`, and more;
 //! - `status` per database, `table list`, `verify` and `table add` with
-//!   `--database`; the url's database (`postgres`, no tables) streams
+//!   `--database`, `teardown` dropping each database's config table; the url's database (`postgres`, no tables) streams
 //!   beside them;
 //! - a database listed before it exists streams once the shadow has
 //!   replayed its `CREATE DATABASE`, without a restart of `run`; dropped,
@@ -274,6 +274,28 @@ fn several_databases(major: PgMajor) -> Result<()> {
         "shop's table must not appear in crm's database"
     );
     h.stop_run()?;
+    // teardown drops every database's config table.
+    let out = h.cli_ok(&[
+        "teardown",
+        "--config",
+        h.config(),
+        "--drop-config-table",
+        "--yes",
+    ])?;
+    for db in ["postgres", "shop", "crm"] {
+        let left = h.source.psql_db(
+            db,
+            "select count(*) from pg_tables where schemaname = 'walshadow'",
+        )?;
+        ensure!(
+            left == "0",
+            "{db} still has a config table after teardown: {out}"
+        );
+    }
+    ensure!(
+        out.contains("of database \"crm\": dropped") && out.contains("pg_crm"),
+        "teardown should name each database: {out}"
+    );
     Ok(())
 }
 
