@@ -284,13 +284,15 @@ impl Walshadow {
             return Ok(None);
         }
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-        // Several databases: the one furthest behind.
+        // Several databases: the one furthest behind of those streaming
+        // (one awaited or dropped reports an error instead).
         if let Some(dbs) = v["databases"].as_object() {
-            let applied: Vec<Option<Lsn>> = dbs
+            return Ok(dbs
                 .values()
+                .filter(|d| d.get("error").is_none())
                 .map(|d| d["applied"].as_str().and_then(|s| s.parse().ok()))
-                .collect();
-            return Ok(applied.iter().copied().min().flatten());
+                .min()
+                .flatten());
         }
         Ok(v["applied"].as_str().and_then(|s| s.parse().ok()))
     }
