@@ -44,6 +44,10 @@ const REQUEST_QUEUE: usize = 16;
 /// How often the watcher asks the shadow which databases exist.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 
+/// Failed asks (one per [`WATCH_EVERY`]) before the watcher warns, and
+/// again at each such count.
+const WATCH_WARN_AFTER: u64 = 60;
+
 /// What every round shares, for the whole `run`.
 pub(crate) struct Ground<'a> {
     pub config: &'a Config,
@@ -497,14 +501,32 @@ async fn watch_databases(
     stop: Arc<watch::Sender<bool>>,
 ) {
     let mut first = true;
+    let mut failing = 0u64;
     loop {
         tokio::time::sleep(WATCH_EVERY).await;
         // Until the shadow is consistent (fed by this round's intake), it
-        // takes no session: asked again.
+        // takes no session: asked again. Past a minute that is no longer
+        // the start, and the operator hears it (once a minute): no
+        // database is taken or let go meanwhile.
         let present = match present_databases(&shadow, &config, &url_db).await {
-            Ok(p) => p,
+            Ok(p) => {
+                if failing >= WATCH_WARN_AFTER {
+                    tracing::info!("the shadow lists its databases again");
+                }
+                failing = 0;
+                p
+            }
             Err(e) => {
-                tracing::debug!("watching the shadow's databases: {e}");
+                failing += 1;
+                if failing.is_multiple_of(WATCH_WARN_AFTER) {
+                    tracing::warn!(
+                        "the shadow has not listed its databases in {failing} tries, a second apart ({e}): a \
+                         database created or dropped on the source is not followed until it \
+                         does; see `walshadow status` (shadow replay) and the shadow's log"
+                    );
+                } else {
+                    tracing::debug!("watching the shadow's databases: {e}");
+                }
                 continue;
             }
         };
